@@ -1,0 +1,32 @@
+# The two commands a newcomer runs: `make demo` and `make test`.
+# Each creates and fills its own virtual environment in .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[fast]"
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[fast,test]"
+	touch $@ $(VENV)/.demo-installed
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/feedline demo
+
+test: $(VENV)/.test-installed
+	$(BIN)/ruff check src tests benchmarks tools
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.demo-installed
+	$(BIN)/feedline bench
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,72 @@
+"""The ``feedline`` command line: ``feedline demo``, ``feedline bench``, ``feedline order ...``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo  # noqa: PLC0415
+
+    return run_demo(out_dir=args.out)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from ._bench import run_bench  # noqa: PLC0415
+
+    return run_bench(quick=args.quick)
+
+
+def _cmd_order_show(args: argparse.Namespace) -> int:
+    from .order import Order, Seq  # noqa: PLC0415
+
+    with open(args.config, encoding="utf-8") as f:
+        seq = Seq.from_json(f.read())
+    order = Order(seq, seed=args.seed)
+    print(f"{len(order):,} positions over {len(order.sources)} sources")
+    stop = min(len(order), args.start + args.count)
+    ords, recs = order.lookup(list(range(args.start, stop)))
+    for pos, o, r in zip(range(args.start, stop), ords, recs):
+        print(f"{pos:>14,}  source {o:>4}  record {r:,}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="feedline", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the demo: orders over a billion records")
+    demo.add_argument("--out", default="feedline-demo", help="folder for the demo's outputs")
+    demo.set_defaults(func=_cmd_demo)
+
+    bench = sub.add_parser("bench", help="benchmark the ordering engine against baselines")
+    bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    bench.set_defaults(func=_cmd_bench)
+
+    order = sub.add_parser("order", help="inspect ordering configurations")
+    order_sub = order.add_subparsers(dest="order_command", required=True)
+    show = order_sub.add_parser("show", help="print positions of an order saved as JSON")
+    show.add_argument("config", help="a JSON file written by Seq.to_json()")
+    show.add_argument("--start", type=int, default=0)
+    show.add_argument("--count", type=int, default=10)
+    show.add_argument("--seed", type=int, default=0, help="the order seed")
+    show.set_defaults(func=_cmd_order_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except Exception as e:  # the CLI reports feedline's own errors without a traceback
+        from .errors import FeedlineError  # noqa: PLC0415
+
+        if isinstance(e, FeedlineError):
+            print(f"feedline: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The merge of a mix: counting, seeking and walking on the virtual clock.
+
+Part ``i`` (of ``k`` non-empty parts, in configuration order) has ``n_i`` elements;
+element ``j`` has the key ``Q_i((j + phi_i) * (1 / n_i))`` with
+``phi_i = (2i + 1) / (2k)``. The mix is all elements sorted by ``(key, i, j)``.
+Keys grow with ``j`` within a part, so the number of elements of part ``i`` with a
+key below a clock time ``t``, ``c_i(t)``, is found by a short search around the
+continuous estimate ``n_i * F_i(t) - phi_i``. A seek narrows a clock interval by
+interpolation on the integer counts until it holds few elements, then sorts just
+those; a walk takes every element below a threshold and sorts that block. Nothing
+is replayed from the start, and memory is O(k + block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._schedule import Schedule, ScheduleTable
+
+# A seek stops narrowing when its clock interval holds at most this many elements
+# (plus one per part); sorting that many keys is cheaper than more count rounds.
+_SEEK_WINDOW = 256
+
+
+@dataclass
+class MixState:
+    """Where a walk stands: ``pos`` elements emitted, ``taken[i]`` of them from part i.
+
+    Every clock time ``t >= floor`` has ``c_i(t) >= taken[i]`` for all parts.
+    """
+
+    pos: int
+    taken: np.ndarray
+    floor: float
+
+
+class MixPlan:
+    """The merge order of a mix's non-empty parts, independent of contexts and seeds."""
+
+    def __init__(self, lengths: list[int], schedules: list[Schedule]) -> None:
+        k = len(lengths)
+        self.k = k
+        self.n = np.array(lengths, dtype=np.int64)
+        self.nf = self.n.astype(np.float64)
+        self.total = int(sum(lengths))
+        self.phi = np.array([(2.0 * r + 1.0) / (2.0 * k) for r in range(k)])
+        self.inv = np.array([1.0 / n for n in lengths])
+        self.table = ScheduleTable(schedules)
+        self.schedules = schedules
+        self._all = np.arange(k)
+
+    # -- keys and counts ----------------------------------------------------------------
+    def keys(self, part: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Keys of elements ``j`` of parts ``part`` (arrays of equal length)."""
+        y = (j.astype(np.float64) + self.phi[part]) * self.inv[part]
+        return self.table.inverse(part, y)
+
+    def _key_lt(self, part: np.ndarray, j: np.ndarray, t: float) -> np.ndarray:
+        return self.keys(part, j) < t
+
+    def counts(self, t: float) -> np.ndarray:
+        """``c_i(t)`` for every part: how many of its elements have a key below ``t``."""
+        k, n = self.k, self.n
+        if t <= 0.0:
+            return np.zeros(k, dtype=np.int64)
+        with np.errstate(invalid="ignore"):
+            est = np.ceil(self.nf * self.table.cdf(self._all, t) - self.phi)
+        guess = np.clip(np.nan_to_num(est), 0, n).astype(np.int64)
+        lo = np.maximum(guess - 2, 0)
+        hi = np.minimum(guess + 2, n)
+        # Widen until every part brackets its count: all j < lo below t, j = hi at or above.
+        step = 8
+        while True:
+            bad_lo = (lo > 0) & self._key_lt_at(lo - 1, t, invert=True)
+            bad_hi = (hi < n) & self._key_lt_at(hi, t)
+            if not (bad_lo.any() or bad_hi.any()):
+                break
+            lo = np.where(bad_lo, np.maximum(lo - step, 0), lo)
+            hi = np.where(bad_hi, np.minimum(hi + step, n), hi)
+            step *= 8
+        # Bisect: the first j in [lo, hi] whose key is at or above t (hi if none).
+        active = np.flatnonzero(lo < hi)
+        while len(active):
+            mid = (lo[active] + hi[active]) // 2
+            below = self._key_lt(active, mid, t)
+            lo[active] = np.where(below, mid + 1, lo[active])
+            hi[active] = np.where(below, hi[active], mid)
+            active = active[lo[active] < hi[active]]
+        return lo
+
+    def _key_lt_at(self, j: np.ndarray, t: float, invert: bool = False) -> np.ndarray:
+        """For every part: key(i, j_i) < t (or >= t with ``invert``); j_i clipped in range."""
+        jj = np.clip(j, 0, np.maximum(self.n - 1, 0))
+        below = self.keys(self._all, jj) < t
+        return ~below if invert else below
+
+    # -- seeking ------------------------------------------------------------------------
+    def seek(self, a: int) -> MixState:
+        """The state after the first ``a`` elements (``0 <= a <= total``), by counting."""
+        if a <= 0:
+            return MixState(0, np.zeros(self.k, dtype=np.int64), -np.inf)
+        if a >= self.total:
+            return MixState(self.total, self.n.copy(), np.inf)
+        lo_t, c_lo = 0.0, np.zeros(self.k, dtype=np.int64)
+        hi_t, c_hi = 2.0, self.n.copy()
+        s_lo, s_hi = 0, self.total
+        window = _SEEK_WINDOW + self.k
+        bisect = False
+        while s_hi - s_lo > window:
+            if bisect:
+                t = 0.5 * (lo_t + hi_t)
+            else:
+                frac = (a - s_lo + 0.5) / (s_hi - s_lo)
+                t = lo_t + (hi_t - lo_t) * frac
+            if not lo_t < t < hi_t:
+                t = 0.5 * (lo_t + hi_t)
+                if not lo_t < t < hi_t:
+                    break  # adjacent clock values: the rest are ties, sorted below
+            c = self.counts(t)
+            s = int(c.sum())
+            before = s_hi - s_lo
+            if s <= a:
+                lo_t, c_lo, s_lo = t, c, s
+            else:
+                hi_t, c_hi, s_hi = t, c, s
+            # Interpolate while it at least halves the interval; otherwise bisect once.
+            bisect = (s_hi - s_lo) * 2 > before and not bisect
+        part, j = self._span(c_lo, c_hi)
+        keys = self.keys(part, j)
+        order = np.argsort(keys, kind="stable")
+        r = a - s_lo
+        taken = c_lo + np.bincount(part[order[:r]], minlength=self.k)
+        floor = float(np.nextafter(keys[order[r - 1]], np.inf)) if r > 0 else lo_t
+        return MixState(a, taken, floor)
+
+    def _span(self, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """All (part, j) with ``start[i] <= j < stop[i]``, parts in rank order, j ascending."""
+        lens = stop - start
+        total = int(lens.sum())
+        part = np.repeat(self._all, lens)
+        first = np.cumsum(lens) - lens
+        j = np.arange(total, dtype=np.int64) - np.repeat(first - start, lens)
+        return part, j
+
+    # -- walking ------------------------------------------------------------------------
+    def walk(self, state: MixState, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``count`` elements after ``state`` as (part, j) arrays; advances it."""
+        count = min(count, self.total - state.pos)
+        if count <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        target = state.pos + count
+        thr, c = np.inf, self.n
+        if target < self.total:
+            # A threshold whose block holds between count and 2 * count elements, found by
+            # interpolating the integer counts; failing that, the exact state at target.
+            lo_t, s_lo = max(state.floor, 0.0), state.pos
+            hi_t, s_hi = 2.0, self.total
+            found = False
+            for attempt in range(12):
+                if attempt % 3 == 2:
+                    t = 0.5 * (lo_t + hi_t)
+                else:
+                    t = lo_t + (hi_t - lo_t) * min((target - s_lo + 0.5) / (s_hi - s_lo), 1.0)
+                if not lo_t < t < hi_t:
+                    t = 0.5 * (lo_t + hi_t)
+                    if not lo_t < t < hi_t:
+                        break
+                ct = self.counts(t)
+                s = int(ct.sum())
+                if s < target:
+                    lo_t, s_lo = t, s
+                elif s > target + count:
+                    hi_t, s_hi = t, s
+                else:
+                    thr, c, found = t, ct, True
+                    break
+            if not found:
+                end = self.seek(target)
+                thr, c = end.floor, end.taken
+        part, j = self._span(state.taken, np.maximum(c, state.taken))
+        keys = self.keys(part, j)
+        order = np.argsort(keys, kind="stable")
+        if len(order) > count:
+            order = order[:count]
+            state.floor = float(np.nextafter(keys[order[-1]], np.inf))
+        else:
+            state.floor = float(thr)
+        part, j = part[order], j[order]
+        state.taken = state.taken + np.bincount(part, minlength=self.k)
+        state.pos += len(order)
+        return part, j

@@ -1,0 +1,272 @@
+"""Compiled ordering nodes: each maps an array of its positions to (source, record).
+
+``locate(pos, ctx, cache)`` takes a ``uint64`` array of positions (all below the
+node's length) and the repetition context: one ``int`` for every position, or a
+``uint64`` array, one per position. It returns ``(ordinals, records)`` as ``int64``
+and ``uint64`` arrays. ``cache`` is a per-cursor dict where mixes keep the state of
+their last walk, so consecutive blocks continue without a new seek.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _hash, _perm
+from ._mixplan import MixPlan, MixState
+
+Ctx = "int | np.ndarray"
+
+# Above this many distinct contexts in one call, a shuffle derives keys per element
+# instead of looping over the groups.
+_MAX_CTX_GROUPS = 8
+
+
+def _subset(ctx: int | np.ndarray, idx: np.ndarray) -> int | np.ndarray:
+    return ctx if isinstance(ctx, int) else ctx[idx]
+
+
+def _empty_result() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64)
+
+
+@dataclass(eq=False)
+class Node:
+    """Base of compiled nodes: ``n`` positions; ``level``: highest repeat level inside."""
+
+    n: int
+
+    @property
+    def level(self) -> int:
+        return 0
+
+    def leaves(self) -> list[Leaf]:
+        return []
+
+    def locate(self, pos: np.ndarray, ctx, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class Empty(Node):
+    """No positions (what empty sources, take(0), repeat(0)... compile to)."""
+
+    def locate(self, pos, ctx, cache):
+        return _empty_result()
+
+
+@dataclass(eq=False)
+class Leaf(Node):
+    """Records ``offset .. offset + n`` of source ``ordinal`` (original length ``length``)."""
+
+    ordinal: int = 0
+    length: int = 0
+    salt: int = 0
+    offset: int = 0
+
+    def leaves(self) -> list[Leaf]:
+        return [self]
+
+    def locate(self, pos, ctx, cache):
+        rec = pos + np.uint64(self.offset) if self.offset else pos.astype(np.uint64, copy=True)
+        return np.full(len(pos), self.ordinal, dtype=np.int64), rec
+
+
+@dataclass(eq=False)
+class Select(Node):
+    """Positions ``start + i * step`` of the child, for ``i < n``."""
+
+    child: Node = field(default_factory=lambda: Empty(0))
+    start: int = 0
+    step: int = 1
+
+    @property
+    def level(self) -> int:
+        return self.child.level
+
+    def leaves(self):
+        return self.child.leaves()
+
+    def locate(self, pos, ctx, cache):
+        p = pos * np.uint64(self.step) if self.step != 1 else pos
+        if self.start:
+            p = p + np.uint64(self.start)
+        return self.child.locate(p, ctx, cache)
+
+
+@dataclass(eq=False)
+class Concat(Node):
+    """The children one after another; ``offsets[i]`` is where child ``i`` starts."""
+
+    children: tuple[Node, ...] = ()
+    offsets: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        self._starts = np.array(self.offsets, dtype=np.uint64)
+
+    @property
+    def level(self) -> int:
+        return max(c.level for c in self.children)
+
+    def leaves(self):
+        return [leaf for c in self.children for leaf in c.leaves()]
+
+    def locate(self, pos, ctx, cache):
+        which = np.searchsorted(self._starts, pos, side="right") - 1
+        ords = np.empty(len(pos), dtype=np.int64)
+        recs = np.empty(len(pos), dtype=np.uint64)
+        for i in np.unique(which):
+            idx = np.flatnonzero(which == i)
+            child = self.children[i]
+            o, r = child.locate(pos[idx] - self._starts[i], _subset(ctx, idx), cache)
+            ords[idx] = o
+            recs[idx] = r
+        return ords, recs
+
+
+@dataclass(eq=False)
+class Shuffle(Node):
+    """A seeded Feistel permutation of the child's positions (``n >= 2``)."""
+
+    child: Node = field(default_factory=lambda: Empty(0))
+    seed: int = 0
+    salt: int = 0
+
+    def __post_init__(self) -> None:
+        self.shape = _perm.Shape.of(self.n)
+        self._keys: dict[int, np.ndarray] = {}
+
+    @property
+    def level(self) -> int:
+        return self.child.level
+
+    def leaves(self):
+        return self.child.leaves()
+
+    def keys(self, ctx: int) -> np.ndarray:
+        rk = self._keys.get(ctx)
+        if rk is None:
+            rk = _perm.keys_array(_hash.round_keys(self.seed, ctx, self.salt))
+            if len(self._keys) > 64:
+                self._keys.clear()
+            self._keys[ctx] = rk
+        return rk
+
+    def permute(self, pos: np.ndarray, ctx) -> np.ndarray:
+        if isinstance(ctx, int):
+            return _perm.permute_array(self.shape, self.keys(ctx), pos)
+        groups, inverse = np.unique(ctx, return_inverse=True)
+        if len(groups) == 1:
+            return _perm.permute_array(self.shape, self.keys(int(groups[0])), pos)
+        if len(groups) <= _MAX_CTX_GROUPS:
+            out = np.empty(len(pos), dtype=np.uint64)
+            for g, c in enumerate(groups):
+                idx = np.flatnonzero(inverse == g)
+                out[idx] = _perm.permute_array(self.shape, self.keys(int(c)), pos[idx])
+            return out
+        rk = _hash.round_keys_array(self.seed, ctx, self.salt)
+        return _perm.permute_array(self.shape, rk, pos)
+
+    def locate(self, pos, ctx, cache):
+        return self.child.locate(self.permute(pos, ctx), ctx, cache)
+
+
+@dataclass(eq=False)
+class Repeat(Node):
+    """``times`` passes over the child; pass ``e > 0`` runs in its own context."""
+
+    child: Node = field(default_factory=lambda: Empty(0))
+    times: int = 0
+    rlevel: int = 1
+
+    @property
+    def level(self) -> int:
+        return self.rlevel
+
+    def leaves(self):
+        return self.child.leaves()
+
+    def locate(self, pos, ctx, cache):
+        cn = np.uint64(self.child.n)
+        epoch = pos // cn
+        inner = pos - epoch * cn
+        if len(pos) and epoch[0] == epoch[-1] and (epoch == epoch[0]).all():
+            e = int(epoch[0])
+            if isinstance(ctx, int):
+                return self.child.locate(inner, _hash.epoch_ctx(ctx, e, self.rlevel), cache)
+        base = np.full(len(pos), ctx, dtype=np.uint64) if isinstance(ctx, int) else ctx
+        return self.child.locate(inner, _hash.epoch_ctx_array(base, epoch, self.rlevel), cache)
+
+
+# Positions further apart than this are located by separate seeks, nearer ones by
+# walking the mix between them (a walk costs about one sort slot per position).
+_WALK_GAP = 4096
+# Walk this many positions per step when a block is long.
+_WALK_BLOCK = 1 << 16
+
+
+@dataclass(eq=False)
+class Mix(Node):
+    """Parts interleaved by their schedules (at least two non-empty parts)."""
+
+    parts: tuple[Node, ...] = ()
+    plan: MixPlan | None = None
+
+    @property
+    def level(self) -> int:
+        return max(p.level for p in self.parts)
+
+    def leaves(self):
+        return [leaf for p in self.parts for leaf in p.leaves()]
+
+    def merge(self, pos: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+        """(part, j) of every position, by seeks and walks over runs of nearby positions."""
+        plan = self.plan
+        order = np.argsort(pos, kind="stable")
+        sp = pos[order].astype(np.int64)
+        part = np.empty(len(pos), dtype=np.int64)
+        jj = np.empty(len(pos), dtype=np.int64)
+        breaks = np.flatnonzero(np.diff(sp) > _WALK_GAP) + 1
+        bounds = np.concatenate(([0], breaks, [len(sp)]))
+        key = id(self)
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            first, last = int(sp[a]), int(sp[b - 1])
+            state = cache.get(key)
+            if state is None or not (state.pos <= first <= state.pos + _WALK_GAP):
+                state = plan.seek(first)
+            elif state.pos < first:
+                plan.walk(state, first - state.pos)
+            span_p = np.empty(last + 1 - first, dtype=np.int64)
+            span_j = np.empty(last + 1 - first, dtype=np.int64)
+            done = 0
+            while done < len(span_p):
+                p_, j_ = plan.walk(state, min(_WALK_BLOCK * 4, len(span_p) - done))
+                span_p[done:done + len(p_)] = p_
+                span_j[done:done + len(j_)] = j_
+                done += len(p_)
+            cache[key] = state
+            rel = sp[a:b] - first
+            part[order[a:b]] = span_p[rel]
+            jj[order[a:b]] = span_j[rel]
+        return part, jj
+
+    def locate(self, pos, ctx, cache):
+        part, j = self.merge(pos, cache)
+        ords = np.empty(len(pos), dtype=np.int64)
+        recs = np.empty(len(pos), dtype=np.uint64)
+        if len(pos) == 0:
+            return ords, recs
+        by_part = np.argsort(part, kind="stable")
+        counts = np.bincount(part, minlength=len(self.parts))
+        ends = np.cumsum(counts)
+        for i in np.flatnonzero(counts):
+            idx = by_part[ends[i] - counts[i]:ends[i]]
+            o, r = self.parts[i].locate(j[idx].astype(np.uint64), _subset(ctx, idx), cache)
+            ords[idx] = o
+            recs[idx] = r
+        return ords, recs
+
+
+def fresh_state(plan: MixPlan) -> MixState:
+    return plan.seek(0)

@@ -1,0 +1,236 @@
+"""``Order``: a compiled configuration answering "which record is at position p".
+
+Semantics
+    ``order.get(p)`` is the item iteration yields at position ``p``; a cursor seeked
+    anywhere yields the same items as a walk from the start.
+
+Cost
+    ``Order(seq)`` is O(number of nodes); it and every lookup use memory that grows
+    with the number of sources and the configuration's depth, never with the
+    number of records. A shuffle lookup is O(1); a mix lookup counts and searches
+    on the virtual clock (O(parts x log) per seek), then walks in sorted blocks.
+
+Stability
+    The same configuration, sources and seed give the same order on every platform
+    and every feedline version with the same ``ORDERING_VERSION``, and the same as
+    the dataorder crate 0.4.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import BoundsError
+from ._compile import compile_seq
+from ._hash import MASK64
+from ._nodes import Node
+from ._seq import Seq
+
+
+@dataclass(frozen=True, order=True)
+class Item:
+    """One position's record: ``record_index`` of ``sources[source_ordinal]``.
+
+    Items compare and hash by ``(source_ordinal, record_index)``.
+    """
+
+    source_ordinal: int
+    source: object = field(compare=False, hash=False)
+    record_index: int = 0
+
+    def __repr__(self) -> str:
+        return f"Item(source_ordinal={self.source_ordinal}, record_index={self.record_index})"
+
+
+class Order:
+    """A validated, compiled ordering: random access, lookups and cursors.
+
+    >>> order = Order(Seq.source(10).shuffle(1))
+    >>> len(order), order[0] == order.get(0)
+    (10, True)
+    """
+
+    def __init__(self, seq: Seq, *, seed: int = 0) -> None:
+        if not isinstance(seq, Seq):
+            seq = Seq.source(seq)
+        self.seq = seq
+        self._root, _ = compile_seq(seq)
+        self.seed = operator.index(seed) & MASK64
+        self._sources = tuple(seq.sources())
+
+    # -- basics -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._root.n
+
+    @property
+    def sources(self) -> tuple[object, ...]:
+        """The source handles, indexed by ``source_ordinal`` (tree order)."""
+        return self._sources
+
+    def with_seed(self, seed: int) -> Order:
+        """The same configuration with every shuffle reseeded (the order seed is ``seed``)."""
+        other = object.__new__(Order)
+        other.seq = self.seq
+        other._root = self._root
+        other._sources = self._sources
+        other.seed = operator.index(seed) & MASK64
+        return other
+
+    def __repr__(self) -> str:
+        return f"Order(len={len(self)}, seed={self.seed}, sources={len(self._sources)})"
+
+    @property
+    def root(self) -> Node:
+        return self._root
+
+    # -- random access ------------------------------------------------------------------
+    def get(self, pos: int) -> Item | None:
+        """The item at ``pos``, or None when ``pos`` is not in ``[0, len)``."""
+        pos = operator.index(pos)
+        if not 0 <= pos < len(self):
+            return None
+        ords, recs = self._root.locate(np.array([pos], dtype=np.uint64), self.seed, {})
+        o = int(ords[0])
+        return Item(o, self._sources[o], int(recs[0]))
+
+    def __getitem__(self, pos: int) -> Item:
+        pos = operator.index(pos)
+        n = len(self)
+        if pos < 0:
+            pos += n
+        if not 0 <= pos < n:
+            raise BoundsError(f"position {pos} is outside the order of length {n}")
+        return self.get(pos)  # type: ignore[return-value]
+
+    def lookup(self, positions) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised lookup: positions in, ``(source_ordinals, record_indices)`` out.
+
+        Both outputs are ``int64`` arrays of the positions' shape. Every position must
+        be in ``[0, len)``; a ``BoundsError`` names the first one that is not.
+        """
+        arr = np.asarray(positions)
+        if arr.dtype.kind not in "iu":
+            if arr.size == 0:
+                arr = arr.astype(np.int64)
+            else:
+                raise TypeError(f"positions must be integers, got dtype {arr.dtype}")
+        flat = arr.reshape(-1)
+        n = len(self)
+        if flat.size:
+            bad = (flat < 0) | (flat >= n) if arr.dtype.kind == "i" else flat >= n
+            if bad.any():
+                first = int(flat[np.flatnonzero(bad)[0]])
+                raise BoundsError(f"position {first} is outside the order of length {n}")
+        ords, recs = self._root.locate(flat.astype(np.uint64), self.seed, {})
+        return ords.reshape(arr.shape), recs.astype(np.int64).reshape(arr.shape)
+
+    # -- walking ------------------------------------------------------------------------
+    def cursor(self, start: int = 0, stop: int | None = None) -> Cursor:
+        """A cursor over positions ``[start, stop)`` (``stop`` defaults to the end)."""
+        return Cursor(self, start, stop)
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self.cursor())
+
+
+def _check_range(n: int, start: int, stop: int | None) -> tuple[int, int]:
+    start = operator.index(start)
+    stop = n if stop is None else operator.index(stop)
+    if not 0 <= start <= n:
+        raise BoundsError(f"cursor start {start} is outside [0, {n}]")
+    if not 0 <= stop <= n:
+        raise BoundsError(f"cursor stop {stop} is outside [0, {n}]")
+    if start > stop:
+        raise BoundsError(f"cursor range [{start}, {stop}) is reversed")
+    return start, stop
+
+
+# Iteration fetches items this many positions at a time.
+_ITER_BLOCK = 4096
+
+
+class Cursor:
+    """A seekable walk over a range of an order's positions.
+
+    ``offset`` is the next absolute position. ``next_block(k)`` returns the next
+    ``<= k`` positions' ``(ordinals, records)`` as arrays (empty at the end);
+    iterating yields ``Item`` objects. ``reset(start, stop)`` re-seeks in place;
+    a failed reset leaves the cursor unchanged.
+    """
+
+    def __init__(self, order: Order, start: int = 0, stop: int | None = None) -> None:
+        self._order = order
+        self._start, self._stop = _check_range(len(order), start, stop)
+        self._offset = self._start
+        self._cache: dict = {}
+        self._buf: tuple[np.ndarray, np.ndarray] | None = None
+        self._buf_at = 0
+
+    @property
+    def offset(self) -> int:
+        """The next absolute position this cursor yields."""
+        return self._offset
+
+    @property
+    def stop(self) -> int:
+        return self._stop
+
+    def __len__(self) -> int:
+        return self._stop - self._offset
+
+    def reset(self, start: int = 0, stop: int | None = None) -> None:
+        """Move to ``[start, stop)`` (absolute positions; ``stop`` defaults to the end)."""
+        self._start, self._stop = _check_range(len(self._order), start, stop)
+        self._offset = self._start
+        self._buf = None
+
+    def next_block(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``<= k`` positions as ``(source_ordinals, record_indices)`` int64 arrays."""
+        k = operator.index(k)
+        if k < 0:
+            raise ValueError(f"block size must be >= 0, got {k}")
+        if self._buf is not None:
+            # Items left over from iteration come first.
+            o, r = self._buf
+            i = self._buf_at
+            take = min(k, len(o) - i)
+            self._buf_at += take
+            if self._buf_at >= len(o):
+                self._buf = None
+            self._offset += take
+            return o[i:i + take], r[i:i + take]
+        end = min(self._offset + k, self._stop)
+        if end <= self._offset:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        pos = np.arange(self._offset, end, dtype=np.uint64)
+        ords, recs = self._order.root.locate(pos, self._order.seed, self._cache)
+        self._offset = end
+        return ords, recs.astype(np.int64)
+
+    def __iter__(self) -> Iterator[Item]:
+        return self
+
+    def __next__(self) -> Item:
+        if self._buf is None:
+            if self._offset >= self._stop:
+                raise StopIteration
+            at = self._offset
+            o, r = self.next_block(_ITER_BLOCK)
+            self._offset = at
+            self._buf = (o, r)
+            self._buf_at = 0
+        o, r = self._buf
+        i = self._buf_at
+        self._buf_at += 1
+        self._offset += 1
+        if self._buf_at >= len(o):
+            self._buf = None
+        ordinal = int(o[i])
+        return Item(ordinal, self._order.sources[ordinal], int(r[i]))
+
+    def __repr__(self) -> str:
+        return f"Cursor(offset={self._offset}, stop={self._stop})"

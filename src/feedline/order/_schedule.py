@@ -1,0 +1,257 @@
+"""Schedules: when a part of a mix contributes, on the mix's virtual clock [0, 1].
+
+A schedule is a trapezoid of rate over the clock with breakpoints
+``0 <= start <= full <= fade <= off <= 1`` (``start < off``): the rate rises
+linearly from 0 at ``start`` to its peak at ``full``, stays there until ``fade`` and
+falls to 0 at ``off``. The peak ``R = 2 / ((fade - full) + (off - start))`` makes the
+area 1. Element ``j`` of a part of ``n`` elements and rank ``r`` (of ``k`` non-empty
+parts) has the key ``Q((j + (2r + 1) / (2k)) * (1 / n))``, where ``Q`` inverts the
+cumulative rate; the mix orders all elements by ``(key, rank, j)``.
+
+=====================  =========================  ====================================
+constructor            trapezoid                  meaning
+=====================  =========================  ====================================
+``uniform()``          (identity, ``Q(y) = y``)   constant rate over the whole clock
+``delayed(at)``        ``(at, at, 1, 1)``         nothing before ``at``, constant after
+``ramp(start, full)``  ``(start, full, 1, 1)``    rises linearly, then constant
+``until(at)``          ``(0, 0, at, at)``         constant until ``at``, nothing after
+``fade(fade, off)``    ``(0, 0, fade, off)``      constant, then falls linearly to 0
+``trapezoid(s,f,d,o)`` ``(s, f, d, o)``           the general shape
+=====================  =========================  ====================================
+
+Every expression is evaluated in IEEE double precision in the crate's order, so
+keys are bit-identical to the crate's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import OrderError, OrderErrorKind
+
+MAX_SEGMENTS = 5
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a mix part contributes: uniform, or a trapezoid of rate over the clock.
+
+    Build one with the class methods; ``Schedule.uniform()`` is the default of a part.
+
+    >>> Schedule.delayed(0.5)
+    Schedule.trapezoid(0.5, 0.5, 1.0, 1.0)
+    """
+
+    is_uniform: bool = True
+    start: float = 0.0
+    full: float = 0.0
+    fade_start: float = 1.0
+    off: float = 1.0
+    _segments: tuple | None = field(default=None, compare=False, hash=False, repr=False)
+
+    # -- constructors -------------------------------------------------------------------
+    @classmethod
+    def uniform(cls) -> Schedule:
+        """Constant rate over the whole clock (the default)."""
+        return cls()
+
+    @classmethod
+    def trapezoid(cls, start: float, full: float, fade: float, off: float) -> Schedule:
+        """Rate rising from ``start`` to ``full``, constant to ``fade``, falling to ``off``."""
+        return cls(False, float(start), float(full), float(fade), float(off))
+
+    @classmethod
+    def delayed(cls, at: float) -> Schedule:
+        """Nothing before ``at``, constant rate after it."""
+        return cls.trapezoid(at, at, 1.0, 1.0)
+
+    @classmethod
+    def ramp(cls, start: float, full: float) -> Schedule:
+        """Rate rising linearly from ``start`` to ``full``, then constant."""
+        return cls.trapezoid(start, full, 1.0, 1.0)
+
+    @classmethod
+    def until(cls, at: float) -> Schedule:
+        """Constant rate until ``at``, nothing after it."""
+        return cls.trapezoid(0.0, 0.0, at, at)
+
+    @classmethod
+    def fade(cls, fade: float, off: float) -> Schedule:  # type: ignore[override]
+        """Constant rate until ``fade``, then falling linearly to zero at ``off``."""
+        return cls.trapezoid(0.0, 0.0, fade, off)
+
+    def __repr__(self) -> str:
+        if self.is_uniform:
+            return "Schedule.uniform()"
+        return f"Schedule.trapezoid({self.start!r}, {self.full!r}, {self.fade_start!r}, {self.off!r})"
+
+    # -- validation ---------------------------------------------------------------------
+    def problem(self) -> str | None:
+        """Why this schedule is invalid, or None."""
+        if self.is_uniform:
+            return None
+        pts = (self.start, self.full, self.fade_start, self.off)
+        if not all(math.isfinite(p) for p in pts):
+            return "a breakpoint is not finite"
+        s, f, d, o = pts
+        if not (0.0 <= s <= f <= d <= o <= 1.0) or not s < o:
+            return ("breakpoints are out of range, out of order, or have zero area "
+                    "(0 <= start <= full <= fade <= off <= 1 and start < off)")
+        if not self.finite():
+            return "derived profile coefficients exceed floating-point range"
+        return None
+
+    @property
+    def peak(self) -> float:
+        """The peak rate ``R = 2 / ((fade - full) + (off - start))`` (1 for uniform)."""
+        if self.is_uniform:
+            return 1.0
+        width = (self.fade_start - self.full) + (self.off - self.start)
+        return 2.0 / width if width > 0.0 else math.inf
+
+    # -- the curve ----------------------------------------------------------------------
+    def segments(self) -> tuple[tuple[float, ...], ...]:
+        """Kept segments ``(x0, x1, r0, r1, share, c, inv_r0, inv_2c)`` of the rate curve.
+
+        ``share`` is the area before the segment, ``c = (r1 - r0) / (2 (x1 - x0))``, and
+        the two reciprocals are computed once, as the crate does, so that keys agree
+        to the last bit.
+        """
+        if self._segments is not None:
+            return self._segments
+        if self.is_uniform:
+            pts = [(0.0, 1.0), (1.0, 1.0)]
+        else:
+            r = self.peak
+            pts = [(0.0, 0.0), (self.start, 0.0), (self.full, r), (self.fade_start, r),
+                   (self.off, 0.0), (1.0, 0.0)]
+        out = []
+        share = 0.0
+        for (x0, r0), (x1, r1) in zip(pts, pts[1:]):
+            if not x1 > x0:
+                continue
+            c = (r1 - r0) / (2.0 * (x1 - x0))
+            inv_r0 = 1.0 / r0 if (r1 == r0 and r0 > 0.0) else 0.0
+            inv_2c = 1.0 / (2.0 * c) if (c > 0.0 and r0 == 0.0) else 0.0
+            out.append((x0, x1, r0, r1, share, c, inv_r0, inv_2c))
+            share = share + (r0 + r1) / 2.0 * (x1 - x0)
+        segs = tuple(out)
+        object.__setattr__(self, "_segments", segs)
+        return segs
+
+    def finite(self) -> bool:
+        """Whether every derived coefficient is a finite float."""
+        return all(
+            math.isfinite(v) and math.isfinite(4.0 * seg[5])
+            for seg in self.segments()
+            for v in (seg[2], seg[3], seg[4], seg[5], seg[6], seg[7])
+        )
+
+    def peak_rate(self) -> float:
+        """The highest rate of any kept segment (what the steepness limit applies to)."""
+        return max(max(seg[2], seg[3]) for seg in self.segments())
+
+    def inverse(self, y: float) -> float:
+        """``Q(y)``: the clock time by which a share ``y`` of the part has been drawn."""
+        segs = self.segments()
+        seg = segs[0]
+        for s in segs:
+            if s[4] < y:
+                seg = s
+        x0, x1, r0, _r1, share, c, inv_r0, inv_2c = seg
+        z = max(y - share, 0.0)
+        if c == 0.0:
+            x = z * inv_r0
+        else:
+            root = math.sqrt(max(r0 * r0 + 4.0 * c * z, 0.0))
+            if c > 0.0:
+                x = root * inv_2c
+            elif r0 + root > 0.0:
+                x = 2.0 * z / (r0 + root)
+            else:
+                x = 0.0
+        return min(max(x0 + x, x0), x1)
+
+    def cdf(self, t: float) -> float:
+        """``F(t)``: the share of the part drawn by clock time ``t`` (estimates only)."""
+        segs = self.segments()
+        seg = segs[0]
+        for s in segs:
+            if s[0] <= t:
+                seg = s
+        x0, x1, r0, _r1, share, c = seg[:6]
+        x = min(max(t - x0, 0.0), x1 - x0)
+        return share + x * (r0 + c * x)
+
+    # -- configuration as data ----------------------------------------------------------
+    def to_dict(self) -> dict:
+        if self.is_uniform:
+            return {"uniform": {}}
+        return {"trapezoid": [self.start, self.full, self.fade_start, self.off]}
+
+    @classmethod
+    def from_dict(cls, d: object) -> Schedule:
+        if not isinstance(d, dict) or len(d) != 1:
+            raise OrderError(OrderErrorKind.INVALID_JSON,
+                             f"a schedule is {{'uniform': {{}}}} or {{'trapezoid': [...]}}, "
+                             f"got {d!r}")
+        (name, value), = d.items()
+        if name == "uniform" and value == {}:
+            return cls.uniform()
+        if (name == "trapezoid" and isinstance(value, list) and len(value) == 4
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+            return cls.trapezoid(*value)
+        raise OrderError(OrderErrorKind.INVALID_JSON, f"unknown schedule {d!r}")
+
+
+class ScheduleTable:
+    """The schedules of a mix's non-empty parts as padded arrays, for vectorised keys.
+
+    Row ``i`` holds part ``i``'s segments; unused segments have a share of +inf (never
+    selected by ``inverse``) and a start of +inf (never selected by ``cdf``).
+    """
+
+    _COLS = ("x0", "x1", "r0", "r1", "share", "c", "inv_r0", "inv_2c")
+
+    def __init__(self, schedules: list[Schedule]) -> None:
+        k = len(schedules)
+        cols = {name: np.zeros((k, MAX_SEGMENTS)) for name in self._COLS}
+        cols["share"][:] = np.inf
+        cols["x0"][:] = np.inf
+        for i, s in enumerate(schedules):
+            for m, seg in enumerate(s.segments()):
+                for name, v in zip(self._COLS, seg):
+                    cols[name][i, m] = v
+        for name, arr in cols.items():
+            setattr(self, name, arr)
+        self.nseg = np.array([len(s.segments()) for s in schedules], dtype=np.int64)
+        self.all_uniform = all(s.is_uniform for s in schedules)
+
+    def inverse(self, part: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``Q_part(y)`` elementwise (``part``: int array of rows; ``y``: float64 array)."""
+        if self.all_uniform:
+            return y
+        seg = np.maximum((self.share[part] < y[:, None]).sum(axis=1) - 1, 0)
+        x0 = self.x0[part, seg]
+        r0 = self.r0[part, seg]
+        c = self.c[part, seg]
+        z = np.maximum(y - self.share[part, seg], 0.0)
+        root = np.sqrt(np.maximum(r0 * r0 + 4.0 * c * z, 0.0))
+        denom = r0 + root
+        with np.errstate(divide="ignore", invalid="ignore"):
+            falling = np.where(denom > 0.0, 2.0 * z / denom, 0.0)
+        x = np.where(c == 0.0, z * self.inv_r0[part, seg],
+                     np.where(c > 0.0, root * self.inv_2c[part, seg], falling))
+        return np.minimum(np.maximum(x0 + x, x0), self.x1[part, seg])
+
+    def cdf(self, part: np.ndarray, t: float) -> np.ndarray:
+        """``F_part(t)`` for every listed part at one clock time (estimates only)."""
+        if self.all_uniform:
+            return np.full(len(part), min(max(t, 0.0), 1.0))
+        seg = np.maximum((self.x0[part] <= t).sum(axis=1) - 1, 0)
+        x0 = self.x0[part, seg]
+        x = np.minimum(np.maximum(t - x0, 0.0), self.x1[part, seg] - x0)
+        return self.share[part, seg] + x * (self.r0[part, seg] + self.c[part, seg] * x)
