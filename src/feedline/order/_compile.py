@@ -141,7 +141,8 @@ class _Compiler:
                 raise self.fail(OrderErrorKind.INVALID_SCHEDULE,
                                 f"invalid schedule {schedule!r}: {problem}", (*path, i),
                                 schedule=schedule, reason=problem)
-            if part.n and float(part.n) * schedule.peak_rate() > float(MAX_MIX_LEN):
+            if (part.n and not schedule.is_uniform
+                    and float(part.n) * schedule.peak_rate() > float(MAX_MIX_LEN)):
                 raise self.fail(
                     OrderErrorKind.SCHEDULE_TOO_STEEP,
                     f"mix part too long for the steepness of its schedule: length {part.n} "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _kernels
 from ._schedule import Schedule, ScheduleTable
 
 # A seek stops narrowing when its clock interval holds at most this many elements
@@ -50,6 +51,9 @@ class MixPlan:
         self.table = ScheduleTable(schedules)
         self.schedules = schedules
         self._all = np.arange(k)
+        tb = self.table
+        self._kargs = (self.phi, self.inv, tb.uniform, tb.share, tb.x0, tb.x1, tb.r0, tb.c,
+                       tb.inv_r0, tb.inv_2c)
 
     # -- keys and counts ----------------------------------------------------------------
     def keys(self, part: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -65,6 +69,11 @@ class MixPlan:
         k, n = self.k, self.n
         if t <= 0.0:
             return np.zeros(k, dtype=np.int64)
+        kern = _kernels.get()
+        if kern is not None:
+            out = np.empty(k, dtype=np.int64)
+            kern.counts(float(t), n, *self._kargs, out)
+            return out
         with np.errstate(invalid="ignore"):
             est = np.ceil(self.nf * self.table.cdf(self._all, t) - self.phi)
         guess = np.clip(np.nan_to_num(est), 0, n).astype(np.int64)
@@ -150,6 +159,16 @@ class MixPlan:
         count = min(count, self.total - state.pos)
         if count <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        kern = _kernels.get()
+        if kern is not None:
+            part = np.empty(count, dtype=np.int64)
+            j = np.empty(count, dtype=np.int64)
+            taken = state.taken.copy()
+            done, last = kern.walk(taken, self.n, *self._kargs, count, part, j)
+            state.taken = taken
+            state.pos += done
+            state.floor = float(np.nextafter(last, np.inf))
+            return part[:done], j[:done]
         target = state.pos + count
         thr, c = np.inf, self.n
         if target < self.total:

@@ -1,7 +1,7 @@
 """Compiled ordering nodes: each maps an array of its positions to (source, record).
 
 ``locate(pos, ctx, cache)`` takes a ``uint64`` array of positions (all below the
-node's length) and the repetition context: one ``int`` for every position, or a
+node's length; the node may overwrite it, so callers pass arrays they own) and the repetition context: one ``int`` for every position, or a
 ``uint64`` array, one per position. It returns ``(ordinals, records)`` as ``int64``
 and ``uint64`` arrays. ``cache`` is a per-cursor dict where mixes keep the state of
 their last walk, so consecutive blocks continue without a new seek.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _hash, _perm
+from . import _hash, _kernels, _perm
 from ._mixplan import MixPlan, MixState
 
 Ctx = "int | np.ndarray"
@@ -69,7 +69,8 @@ class Leaf(Node):
         return [self]
 
     def locate(self, pos, ctx, cache):
-        rec = pos + np.uint64(self.offset) if self.offset else pos.astype(np.uint64, copy=True)
+        # Without an offset the positions are the records (callers never write into them).
+        rec = pos + np.uint64(self.offset) if self.offset else pos
         return np.full(len(pos), self.ordinal, dtype=np.int64), rec
 
 
@@ -153,9 +154,9 @@ class Shuffle(Node):
             self._keys[ctx] = rk
         return rk
 
-    def permute(self, pos: np.ndarray, ctx) -> np.ndarray:
+    def permute(self, pos: np.ndarray, ctx, in_place: bool = False) -> np.ndarray:
         if isinstance(ctx, int):
-            return _perm.permute_array(self.shape, self.keys(ctx), pos)
+            return _perm.permute_array(self.shape, self.keys(ctx), pos, in_place)
         groups, inverse = np.unique(ctx, return_inverse=True)
         if len(groups) == 1:
             return _perm.permute_array(self.shape, self.keys(int(groups[0])), pos)
@@ -169,7 +170,7 @@ class Shuffle(Node):
         return _perm.permute_array(self.shape, rk, pos)
 
     def locate(self, pos, ctx, cache):
-        return self.child.locate(self.permute(pos, ctx), ctx, cache)
+        return self.child.locate(self.permute(pos, ctx, in_place=True), ctx, cache)
 
 
 @dataclass(eq=False)
@@ -212,6 +213,43 @@ class Mix(Node):
 
     parts: tuple[Node, ...] = ()
     plan: MixPlan | None = None
+
+    def __post_init__(self) -> None:
+        # Parts that are a source or a shuffle of a source are located together, one
+        # vectorised pass for all of them, instead of one pass per part.
+        flat = []
+        for i, p in enumerate(self.parts):
+            if isinstance(p, Leaf):
+                flat.append((i, None, p))
+            elif isinstance(p, Shuffle) and isinstance(p.child, Leaf):
+                flat.append((i, p, p.child))
+        self._flat = np.zeros(len(self.parts), dtype=bool)
+        self._flat[[i for i, _, _ in flat]] = True
+        shapes = [sh.shape if sh is not None else _perm.Shape.of(1) for _, sh, _ in flat]
+        table = _perm.Shapes.table(shapes)
+        k = len(self.parts)
+        self._shapes = _perm.Shapes(*(np.ones(k, dtype=np.uint64) for _ in range(4)))
+        for name in ("n", "rb", "lmask", "rmask"):
+            getattr(self._shapes, name)[[i for i, _, _ in flat]] = getattr(table, name)
+        self._flat_shuffles = [(i, sh) for i, sh, _ in flat if sh is not None]
+        self._leaf_ordinal = np.zeros(k, dtype=np.int64)
+        self._leaf_offset = np.zeros(k, dtype=np.uint64)
+        for i, _, leaf in flat:
+            self._leaf_ordinal[i] = leaf.ordinal
+            self._leaf_offset[i] = leaf.offset
+        self._ctx_keys: dict[int, np.ndarray] = {}
+
+    def _keys_for(self, ctx: int) -> np.ndarray:
+        """Round keys of every flat shuffle part in context ``ctx``: a ``(6, k)`` array."""
+        rk = self._ctx_keys.get(ctx)
+        if rk is None:
+            rk = np.zeros((6, len(self.parts)), dtype=np.uint64)
+            for i, sh in self._flat_shuffles:
+                rk[:, i] = sh.keys(ctx)
+            if len(self._ctx_keys) > 64:
+                self._ctx_keys.clear()
+            self._ctx_keys[ctx] = rk
+        return rk
 
     @property
     def level(self) -> int:
@@ -257,7 +295,29 @@ class Mix(Node):
         recs = np.empty(len(pos), dtype=np.uint64)
         if len(pos) == 0:
             return ords, recs
-        by_part = np.argsort(part, kind="stable")
+        flat = self._flat[part] if isinstance(ctx, int) else np.zeros(len(part), dtype=bool)
+        if flat.any():
+            fi = np.flatnonzero(flat)
+            fp = part[fi]
+            kern = _kernels.get()
+            if kern is not None:
+                rec = np.empty(len(fi), dtype=np.uint64)
+                sh = self._shapes
+                kern.permute_parts(sh.n, sh.rb, sh.lmask, sh.rmask, self._keys_for(ctx), fp,
+                                   j[fi].astype(np.uint64), self._leaf_offset, rec)
+                recs[fi] = rec
+            else:
+                rk = self._keys_for(ctx)[:, fp]
+                rec = _perm.permute_many(self._shapes.take(fp), rk, j[fi].astype(np.uint64))
+                recs[fi] = rec + self._leaf_offset[fp]
+            ords[fi] = self._leaf_ordinal[fp]
+            if len(fi) == len(part):
+                return ords, recs
+            rest = np.flatnonzero(~flat)
+            part = part[rest]
+        else:
+            rest = np.arange(len(part))
+        by_part = rest[np.argsort(part, kind="stable")]
         counts = np.bincount(part, minlength=len(self.parts))
         ends = np.cumsum(counts)
         for i in np.flatnonzero(counts):

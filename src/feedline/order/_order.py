@@ -120,13 +120,14 @@ class Order:
                 raise TypeError(f"positions must be integers, got dtype {arr.dtype}")
         flat = arr.reshape(-1)
         n = len(self)
-        if flat.size:
-            bad = (flat < 0) | (flat >= n) if arr.dtype.kind == "i" else flat >= n
-            if bad.any():
-                first = int(flat[np.flatnonzero(bad)[0]])
-                raise BoundsError(f"position {first} is outside the order of length {n}")
-        ords, recs = self._root.locate(flat.astype(np.uint64), self.seed, {})
-        return ords.reshape(arr.shape), recs.astype(np.int64).reshape(arr.shape)
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= n):
+            bad = (flat < 0) | (flat >= n)
+            first = int(flat[np.flatnonzero(bad)[0]])
+            raise BoundsError(f"position {first} is outside the order of length {n}")
+        ords, recs = self._root.locate(flat.astype(np.uint64, copy=True), self.seed, {})
+        # Records are below 2**63 (orders are addressed by int64 positions), so a view
+        # reinterprets them without a copy.
+        return ords.reshape(arr.shape), _as_int64(recs).reshape(arr.shape)
 
     # -- walking ------------------------------------------------------------------------
     def cursor(self, start: int = 0, stop: int | None = None) -> Cursor:
@@ -135,6 +136,11 @@ class Order:
 
     def __iter__(self) -> Iterator[Item]:
         return iter(self.cursor())
+
+
+def _as_int64(recs: np.ndarray) -> np.ndarray:
+    recs = np.ascontiguousarray(recs)
+    return recs.view(np.int64) if recs.dtype == np.uint64 else recs.astype(np.int64)
 
 
 def _check_range(n: int, start: int, stop: int | None) -> tuple[int, int]:
@@ -209,7 +215,7 @@ class Cursor:
         pos = np.arange(self._offset, end, dtype=np.uint64)
         ords, recs = self._order.root.locate(pos, self._order.seed, self._cache)
         self._offset = end
-        return ords, recs.astype(np.int64)
+        return ords, _as_int64(recs)
 
     def __iter__(self) -> Iterator[Item]:
         return self

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _hash
+from . import _hash, _kernels
 from ._hash import MASK64, mix64
 
 
@@ -25,6 +25,9 @@ class Shape:
     rb: int
     lmask: int
     rmask: int
+
+    def widths(self) -> tuple[np.uint64, np.uint64, np.uint64]:
+        return np.uint64(self.rb), np.uint64(self.lmask), np.uint64(self.rmask)
 
     @classmethod
     def of(cls, n: int) -> Shape:
@@ -54,14 +57,13 @@ def permute(shape: Shape, rk: tuple[int, ...], i: int) -> int:
             return x
 
 
-def _rounds(shape: Shape, rk: np.ndarray, x: np.ndarray) -> np.ndarray:
+def _rounds(shape, rk: np.ndarray, x: np.ndarray) -> np.ndarray:
     """One application of the six rounds to every element of ``x`` (a new array).
 
     ``rk`` is a ``(6,)`` array of keys shared by all elements, or ``(6, len(x))``.
+    ``shape`` is a ``Shape``, or a ``Shapes`` with one domain per element.
     """
-    rb = np.uint64(shape.rb)
-    lm = np.uint64(shape.lmask)
-    rm = np.uint64(shape.rmask)
+    rb, lm, rm = shape.widths()
     left = x >> rb
     right = x & rm
     f = np.empty_like(x)
@@ -77,23 +79,89 @@ def _rounds(shape: Shape, rk: np.ndarray, x: np.ndarray) -> np.ndarray:
     return left
 
 
-def permute_array(shape: Shape, rk: np.ndarray, idx: np.ndarray) -> np.ndarray:
+# Arrays are permuted in chunks of this many elements: the five working arrays of a
+# chunk then stay in the CPU's L2 cache (measured: 16k runs ~1.5x faster than 64k).
+_CHUNK = 1 << 14
+
+
+def permute_array(shape: Shape, rk: np.ndarray, idx: np.ndarray,
+                  in_place: bool = False) -> np.ndarray:
     """Images of a ``uint64`` array of indices, vectorised, with cycle walking.
 
     ``rk`` is ``(6,)`` (one key for all) or ``(6, len(idx))`` (one per element).
+    With ``in_place`` the result may be written over ``idx`` (saving a fresh array's
+    page faults, which cost a third of the compiled kernel's time on 64k blocks).
     """
+    idx = idx.astype(np.uint64, copy=False)
     if shape.n <= 1 or len(idx) == 0:
-        return idx.astype(np.uint64, copy=True)
+        return idx if in_place else idx.copy()
+    k = _kernels.get()
+    if k is not None:
+        out = idx if in_place else np.empty_like(idx)
+        rb, lm, rm = shape.widths()
+        if rk.ndim == 2:
+            k.permute_per_element(np.uint64(shape.n), rb, lm, rm, rk, idx, out)
+        else:
+            k.permute_block(np.uint64(shape.n), rb, lm, rm, rk, idx, out)
+        return out
+    if len(idx) <= _CHUNK:
+        return _permute_chunk(shape, rk, idx)
+    out = np.empty_like(idx)
+    per_element = rk.ndim == 2
+    for a in range(0, len(idx), _CHUNK):
+        keys = rk[:, a:a + _CHUNK] if per_element else rk
+        out[a:a + _CHUNK] = _permute_chunk(shape, keys, idx[a:a + _CHUNK])
+    return out
+
+
+def _permute_chunk(shape: Shape, rk: np.ndarray, idx: np.ndarray) -> np.ndarray:
     n = np.uint64(shape.n)
     per_element = rk.ndim == 2
-    x = _rounds(shape, rk, idx.astype(np.uint64, copy=False))
+    x = _rounds(shape, rk, idx)
     out_of_range = np.flatnonzero(x >= n)
     while len(out_of_range):
         keys = rk[:, out_of_range] if per_element else rk
         y = _rounds(shape, keys, x[out_of_range])
         x[out_of_range] = y
-        still = y >= n
-        out_of_range = out_of_range[still]
+        out_of_range = out_of_range[y >= n]
+    return x
+
+
+class Shapes:
+    """One Feistel domain per element (for permuting several shuffles in one pass)."""
+
+    def __init__(self, n: np.ndarray, rb: np.ndarray, lmask: np.ndarray, rmask: np.ndarray):
+        self.n, self.rb, self.lmask, self.rmask = n, rb, lmask, rmask
+
+    def widths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.rb, self.lmask, self.rmask
+
+    def take(self, idx: np.ndarray) -> Shapes:
+        return Shapes(self.n[idx], self.rb[idx], self.lmask[idx], self.rmask[idx])
+
+    @classmethod
+    def table(cls, shapes: list[Shape]) -> Shapes:
+        """Per-shuffle arrays, to be gathered per element with ``take``."""
+        return cls(
+            np.array([s.n for s in shapes], dtype=np.uint64),
+            np.array([s.rb for s in shapes], dtype=np.uint64),
+            np.array([s.lmask for s in shapes], dtype=np.uint64),
+            np.array([s.rmask for s in shapes], dtype=np.uint64),
+        )
+
+
+def permute_many(shapes: Shapes, rk: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Each ``idx[e]`` permuted in its own domain ``shapes[e]`` with keys ``rk[:, e]``.
+
+    Elements whose domain has at most one element are returned unchanged.
+    """
+    x = idx.astype(np.uint64, copy=True)
+    todo = np.flatnonzero(shapes.n > np.uint64(1))
+    while len(todo):
+        sub = shapes.take(todo)
+        y = _rounds(sub, rk[:, todo], x[todo])
+        x[todo] = y
+        todo = todo[y >= sub.n]
     return x
 
 

@@ -56,7 +56,7 @@ class Schedule:
     @classmethod
     def uniform(cls) -> Schedule:
         """Constant rate over the whole clock (the default)."""
-        return cls()
+        return _UNIFORM
 
     @classmethod
     def trapezoid(cls, start: float, full: float, fade: float, off: float) -> Schedule:
@@ -207,6 +207,9 @@ class Schedule:
         raise OrderError(OrderErrorKind.INVALID_JSON, f"unknown schedule {d!r}")
 
 
+_UNIFORM = Schedule()
+
+
 class ScheduleTable:
     """The schedules of a mix's non-empty parts as padded arrays, for vectorised keys.
 
@@ -221,14 +224,17 @@ class ScheduleTable:
         cols = {name: np.zeros((k, MAX_SEGMENTS)) for name in self._COLS}
         cols["share"][:] = np.inf
         cols["x0"][:] = np.inf
-        for i, s in enumerate(schedules):
-            for m, seg in enumerate(s.segments()):
+        uniform = np.array([s.is_uniform for s in schedules], dtype=bool)
+        for name, v in zip(self._COLS, _UNIFORM.segments()[0]):
+            cols[name][uniform, 0] = v
+        for i in np.flatnonzero(~uniform):
+            for m, seg in enumerate(schedules[i].segments()):
                 for name, v in zip(self._COLS, seg):
                     cols[name][i, m] = v
         for name, arr in cols.items():
             setattr(self, name, arr)
-        self.nseg = np.array([len(s.segments()) for s in schedules], dtype=np.int64)
-        self.all_uniform = all(s.is_uniform for s in schedules)
+        self.uniform = uniform
+        self.all_uniform = bool(uniform.all())
 
     def inverse(self, part: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``Q_part(y)`` elementwise (``part``: int array of rows; ``y``: float64 array)."""
