@@ -1,8 +1,9 @@
 """An independent oracle for feedline's ordering engine (the dataorder crate 0.4).
 
-Written from docs' reference (``shared/reference/dataorder-algorithm.md``) and the
-crate's source, in plain Python with the standard library only: it imports neither
-feedline nor numpy, so a bug in the engine cannot hide in a shared helper.
+Written from the algorithm's reference (``shared/reference/dataorder-algorithm.md``)
+and what was learned from the crate's source, in plain Python with the standard
+library only: it imports neither feedline nor numpy, so a bug in the engine cannot
+hide in a shared helper.
 
 It evaluates configurations by brute force: every node is materialised as the full
 list of ``(source_ordinal, record_index)`` pairs, and a mix computes every element's
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -109,7 +111,7 @@ class Curve:
         if schedule is None:
             trapezoid = None
         else:
-            (name, args), = schedule.items()
+            ((name, args),) = schedule.items()
             trapezoid = SCHEDULES[name](*[float(a) for a in args])
         if trapezoid is None:
             points = [(0.0, 1.0), (1.0, 1.0)]
@@ -121,7 +123,7 @@ class Curve:
             points = [(0.0, 0.0), (s, 0.0), (f, peak), (d, peak), (o, 0.0), (1.0, 0.0)]
         self.segments = []
         share = 0.0
-        for (x0, r0), (x1, r1) in zip(points, points[1:]):
+        for (x0, r0), (x1, r1) in itertools.pairwise(points):
             if x1 - x0 == 0.0:
                 continue
             c = (r1 - r0) / (2.0 * (x1 - x0))
@@ -211,8 +213,9 @@ class Kept:
     do not reach inside).
     """
 
-    def __init__(self, kind: str, n: int, level: int = 0, sources=(), parts=(),
-                 start: int = 0, step: int = 1) -> None:
+    def __init__(
+        self, kind: str, n: int, level: int = 0, sources=(), parts=(), start: int = 0, step: int = 1
+    ) -> None:
         self.kind, self.n, self.level = kind, n, level
         self.sources = list(sources)
         self.parts = list(parts)
@@ -228,8 +231,13 @@ def kept_concat(parts: list[Kept]) -> Kept:
         return EMPTY
     if len(parts) == 1:
         return parts[0]
-    return Kept("concat", sum(p.n for p in parts), max(p.level for p in parts),
-                [s for p in parts for s in p.sources], parts)
+    return Kept(
+        "concat",
+        sum(p.n for p in parts),
+        max(p.level for p in parts),
+        [s for p in parts for s in p.sources],
+        parts,
+    )
 
 
 def kept_select(node: Kept, start: int, step: int, length: int) -> Kept:
@@ -241,8 +249,7 @@ def kept_select(node: Kept, start: int, step: int, length: int) -> Kept:
     if start == 0 and step == 1 and length == node.n:
         return node
     if node.kind == "select":
-        return kept_select(node.parts[0], node.start + start * node.step, node.step * step,
-                           length)
+        return kept_select(node.parts[0], node.start + start * node.step, node.step * step, length)
     if step == 1:
         if node.kind == "leaf":
             return Kept("leaf", length, 0, node.sources)
@@ -279,10 +286,9 @@ class Config:
         self.mixes: dict[tuple, tuple[list[int], MixKeys | None]] = {}
         self._ordinals = 0
         self.kept = self._compile(seq, ())
-        self.sources: list[tuple[int, int]] = []
 
     def _compile(self, node: dict, path: tuple) -> Kept:
-        (op, body), = node.items()
+        ((op, body),) = node.items()
         if op == "source":
             self.ordinal[path] = self._ordinals
             self._ordinals += 1
@@ -309,8 +315,12 @@ class Config:
                 return EMPTY
             if len(kept) == 1:
                 return kept[0]
-            return Kept("opaque", self.length[path], max(p.level for p in kept),
-                        [s for p in kept for s in p.sources])
+            return Kept(
+                "opaque",
+                self.length[path],
+                max(p.level for p in kept),
+                [s for p in kept for s in p.sources],
+            )
         child = self._compile(body["seq"], (*path, 0))
         n = self.length[(*path, 0)]
         if op == "shuffle":
@@ -359,7 +369,7 @@ class Config:
         return self._eval(self.seq, (), seed & M64)
 
     def _eval(self, node: dict, path: tuple, ctx: int) -> list[tuple[int, int]]:
-        (op, body), = node.items()
+        ((op, body),) = node.items()
         if op == "source":
             return [(self.ordinal[path], i) for i in range(body["len"])]
         if op == "concat":
@@ -372,7 +382,7 @@ class Config:
             elements = []
             for r, part in enumerate(parts):
                 part_keys = [keys.key(r, j) for j in range(len(part))]
-                if any(a > b for a, b in zip(part_keys, part_keys[1:])):
+                if any(a > b for a, b in itertools.pairwise(part_keys)):
                     raise AssertionError(f"keys of mix part {r} at {path} are not monotone")
                 elements.extend((key, r, j) for j, key in enumerate(part_keys))
             elements.sort()
@@ -399,11 +409,11 @@ class Config:
             return out[:length]
         inner = self._eval(body["seq"], child_path, ctx)
         if op == "skip":
-            return inner[body["n"]:]
+            return inner[body["n"] :]
         if op == "take":
-            return inner[:body["n"]]
+            return inner[: body["n"]]
         if op == "step_by":
-            return inner[::body["step"]]
+            return inner[:: body["step"]]
         raise ValueError(f"unknown operation {op!r}")
 
     # -- one position at a time, with no materialisation --------------------------------
@@ -413,7 +423,7 @@ class Config:
         return self._point(self.seq, (), pos, seed & M64)
 
     def _point(self, node: dict, path: tuple, p: int, ctx: int) -> tuple[int, int]:
-        (op, body), = node.items()
+        ((op, body),) = node.items()
         if op == "source":
             return self.ordinal[path], p
         if op == "concat":
@@ -513,7 +523,7 @@ def cases() -> list[tuple[str, C, int]]:
             out.append((name if len(seeds) <= 1 else f"{name}-seed{seed}", cfg, seed))
 
     # plain shuffles
-    for n in (1, 2, 3, 5, 17, *(4**k + 1 for k in range(1, 7)), 1000):
+    for n in sorted({1, 2, 3, 5, 17, *(4**k + 1 for k in range(1, 7)), 1000}):
         add(f"shuffle-{n}", src(n).shuffle(n % 7 + 1), 0)
     add("shuffle-1000-salted", src(1000, 0xFEEDBEEF).shuffle(7), 0)
     add("shuffle-1024-power-of-two", src(1024).shuffle(3), 0)
@@ -529,8 +539,12 @@ def cases() -> list[tuple[str, C, int]]:
     add("repeat-then-shuffle", src(20).shuffle(1).repeat(3).shuffle(2), 0, 3)
     add("repeat-of-concat", C.concat([src(9, 1).shuffle(1), src(6, 2).shuffle(2)]).repeat(3), 4)
     add("repeat-one-is-identity", src(30).shuffle(4).repeat(1).repeat(2), 0)
-    add("repeat-zero-in-concat",
-        C.concat([src(5, 1).shuffle(1).repeat(0), src(40, 2)]).shuffle(3), 0)
+    add(
+        "repeat-zero-in-concat",
+        C.concat([src(5, 1).shuffle(1).repeat(0), src(40, 2).shuffle(2)]),
+        0,
+    )
+    add("repeat-zero-is-empty", src(5).shuffle(1).repeat(0), 0)
     add("repeat-cut-by-take", src(50).shuffle(1).repeat(3).take(40).repeat(2), 0)
     add("repeat-kept-by-long-take", src(50).shuffle(1).repeat(3).take(60).repeat(2), 0)
     add("cycle-to-longer", src(30, 2).shuffle(1).cycle_to(100), 0, 8)
@@ -540,22 +554,38 @@ def cases() -> list[tuple[str, C, int]]:
     # concats under shuffles
     add("concat-under-shuffle", C.concat([src(100, 5), src(37, 9).shuffle(4)]).shuffle(8), 0)
     add("concat-with-empty-source", C.concat([src(0, 3), src(40, 4)]).shuffle(1), 0)
-    add("concat-pruned-by-skip-take",
-        C.concat([src(50, 1), src(60, 3), src(70, 4)]).skip(50).take(60).shuffle(2), 0)
-    add("concat-two-parts-touched",
-        C.concat([src(50, 1), src(60, 3), src(70, 4)]).skip(55).take(60).shuffle(2), 0)
-    add("concat-stepped-under-shuffle",
-        C.concat([src(30), src(40, 2)]).step_by(3).shuffle(6), 0)
-    add("concat-of-shuffles-shuffled",
-        C.concat([src(33, 1).shuffle(1), src(64, 2).shuffle(2), src(3, 3)]).shuffle(3), 0)
+    add(
+        "concat-pruned-by-skip-take",
+        C.concat([src(50, 1), src(60, 3), src(70, 4)]).skip(50).take(60).shuffle(2),
+        0,
+    )
+    add(
+        "concat-two-parts-touched",
+        C.concat([src(50, 1), src(60, 3), src(70, 4)]).skip(55).take(60).shuffle(2),
+        0,
+    )
+    add("concat-stepped-under-shuffle", C.concat([src(30), src(40, 2)]).step_by(3).shuffle(6), 0)
+    add(
+        "concat-of-shuffles-shuffled",
+        C.concat([src(33, 1).shuffle(1), src(64, 2).shuffle(2), src(3, 3)]).shuffle(3),
+        0,
+    )
     # slices
     add("slice-skip-step-take", src(1000).shuffle(3).skip(17).step_by(5).take(100), 0)
     add("slice-take-of-shuffle", src(300, 6).shuffle(2).take(77), 0)
     add("slice-step-of-repeat", src(40).shuffle(1).repeat(3).skip(1).step_by(4), 0)
     add("slice-skip-into-second-pass", src(40).shuffle(1).repeat(3).skip(50).take(30), 0)
     # the published fact
-    add("published-mix", C.mix([(src(300).shuffle(1).cycle_to(750), U),
-                                (src(100).shuffle(2).cycle_to(250), ("delayed", 0.5))]), 0)
+    add(
+        "published-mix",
+        C.mix(
+            [
+                (src(300).shuffle(1).cycle_to(750), U),
+                (src(100).shuffle(2).cycle_to(250), ("delayed", 0.5)),
+            ]
+        ),
+        0,
+    )
     # mixes with every schedule
     a, b, c, d = (src(120, 1).shuffle(1), src(80, 2).shuffle(2), src(50, 3), src(31, 4).shuffle(4))
     add("mix-uniform-bare", C.mix([a, b]), 0)
@@ -569,25 +599,43 @@ def cases() -> list[tuple[str, C, int]]:
     add("mix-fade-to-the-end", C.mix([(c, ("fade", 0.5, 1.0)), a]), 0)
     add("mix-trapezoid", C.mix([a, (b, ("trapezoid", 0.1, 0.3, 0.6, 0.8))]), 0)
     add("mix-trapezoid-triangle", C.mix([a, (c, ("trapezoid", 0.2, 0.5, 0.5, 0.8))]), 0)
-    add("mix-four-overlapping",
-        C.mix([(a, ("ramp", 0.0, 0.3)), (b, ("trapezoid", 0.1, 0.2, 0.7, 0.9)),
-               (c, ("until", 0.6)), (d, ("delayed", 0.25))]), 0)
-    add("mix-with-a-gap",
+    add(
+        "mix-four-overlapping",
+        C.mix(
+            [
+                (a, ("ramp", 0.0, 0.3)),
+                (b, ("trapezoid", 0.1, 0.2, 0.7, 0.9)),
+                (c, ("until", 0.6)),
+                (d, ("delayed", 0.25)),
+            ]
+        ),
+        0,
+    )
+    add(
+        "mix-with-a-gap",
         C.mix([(a, ("until", 0.3)), (b, ("delayed", 0.6)), (d, ("trapezoid", 0.7, 0.8, 0.8, 0.9))]),
-        0)
+        0,
+    )
     add("mix-handover", C.mix([(a, ("until", 0.5)), (b, ("delayed", 0.5))]), 0)
     add("mix-early-enders", C.mix([(c, ("until", 0.2)), (d, ("fade", 0.1, 0.3)), a]), 0)
     add("mix-three-delayed", C.mix([(b, ("delayed", 0.1)), (c, ("delayed", 0.1)), a]), 0)
     add("mix-equal-parts-ties", C.mix([src(64), src(64, 1), src(64, 2), src(64, 3)]), 0)
     add("mix-with-empty-part", C.mix([src(0, 9), (a, ("ramp", 0.1, 0.2)), c]), 0)
     add("mix-one-nonempty-part", C.mix([(src(0), ("delayed", 0.5)), b]).skip(3), 0)
-    add("mix-of-sliced-parts",
-        C.mix([a.skip(20).take(50), (b.cycle_to(130), ("ramp", 0.1, 0.9)), c.step_by(3)]), 0)
+    add(
+        "mix-of-sliced-parts",
+        C.mix([a.skip(20).take(50), (b.cycle_to(130), ("ramp", 0.1, 0.9)), c.step_by(3)]),
+        0,
+    )
     add("mix-of-singletons", C.mix([src(1, 1), (src(1, 2), ("delayed", 0.5)), src(2, 3)]), 0)
     # nested mixes
     add("mix-nested", C.mix([C.mix([a, (b, ("delayed", 0.5))]), (c, ("until", 0.5))]), 0)
-    add("mix-nested-both-sides",
-        C.mix([C.mix([a, c]), (C.mix([(b, ("fade", 0.2, 0.4)), d]), ("ramp", 0.3, 0.5))]), 0)
+    add(
+        "mix-nested-both-sides",
+        C.mix([C.mix([a, c]), (C.mix([(b, ("fade", 0.2, 0.4)), d]), ("ramp", 0.3, 0.5))]),
+        0,
+    )
+    add("shuffle-of-mix", C.mix([a, (c, ("until", 0.5))]).shuffle(11), 0, 6)
     add("mix-in-concat", C.concat([C.mix([a, b]), C.mix([(c, ("delayed", 0.2)), d])]), 0)
     # mixes under repeat and selections
     add("mix-under-repeat", C.mix([a, (b, ("delayed", 0.4))]).repeat(3), 0, 17)
@@ -595,15 +643,31 @@ def cases() -> list[tuple[str, C, int]]:
     add("mix-under-skip-step", C.mix([a, (b, ("ramp", 0.2, 0.4)), c]).skip(5).step_by(3), 0)
     add("mix-shards", C.mix([a, b, c]).skip(2).step_by(4), 0, 1)
     add("mix-under-take", C.mix([a, (d, ("until", 0.7))]).take(90), 0)
-    add("mix-repeated-then-sliced",
+    add(
+        "mix-repeated-then-sliced",
         C.mix([src(70, 1).shuffle(5), (src(30, 2).shuffle(6), ("trapezoid", 0.0, 0.5, 0.5, 1.0))])
-        .repeat(4).skip(33).step_by(7), 0)
+        .repeat(4)
+        .skip(33)
+        .step_by(7),
+        0,
+    )
     # longer orders: fingerprints and windows
-    add("long-mix-three", C.mix([(src(30000, 1).shuffle(1), U),
-                                 (src(5000, 2).shuffle(2).cycle_to(12000), ("delayed", 0.35)),
-                                 (src(9000, 3), ("fade", 0.4, 0.8))]), 3)
-    add("long-shuffle-of-concat",
-        C.concat([src(20000, 1), src(4096, 2).shuffle(3).repeat(2)]).shuffle(4), 0)
+    add(
+        "long-mix-three",
+        C.mix(
+            [
+                (src(30000, 1).shuffle(1), U),
+                (src(5000, 2).shuffle(2).cycle_to(12000), ("delayed", 0.35)),
+                (src(9000, 3), ("fade", 0.4, 0.8)),
+            ]
+        ),
+        3,
+    )
+    add(
+        "long-shuffle-of-concat",
+        C.concat([src(20000, 1), src(4096, 2).shuffle(3).repeat(2)]).shuffle(4),
+        0,
+    )
     return out
 
 
@@ -636,11 +700,13 @@ def build_case(name: str, cfg: C, seed: int) -> dict:
         case["order"] = [list(x) for x in items]
     else:
         n = len(items)
-        starts = sorted({0, n // 2 - WINDOW // 2, n - WINDOW,
-                         *(rng.randrange(n - WINDOW) for _ in range(3))})
+        starts = sorted(
+            {0, n // 2 - WINDOW // 2, n - WINDOW, *(rng.randrange(n - WINDOW) for _ in range(3))}
+        )
         case["sha256"] = fingerprint(items)
-        case["windows"] = [{"start": s, "order": [list(x) for x in items[s:s + WINDOW]]}
-                           for s in starts]
+        case["windows"] = [
+            {"start": s, "order": [list(x) for x in items[s : s + WINDOW]]} for s in starts
+        ]
     return case
 
 

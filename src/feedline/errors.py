@@ -104,8 +104,9 @@ class FormatError(FeedlineError, ValueError):
     ``path`` names the file and ``offset`` the byte where the problem was found.
     """
 
-    def __init__(self, message: str, path: str | os.PathLike[str] | None = None,
-                 offset: int | None = None) -> None:
+    def __init__(
+        self, message: str, path: str | os.PathLike[str] | None = None, offset: int | None = None
+    ) -> None:
         self.path = None if path is None else os.fspath(path)
         self.offset = offset
         where = []

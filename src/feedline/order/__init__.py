@@ -5,5 +5,4 @@ from ._order import Cursor, Item, Order
 from ._schedule import Schedule
 from ._seq import ORDERING_VERSION, LengthSource, Seq
 
-__all__ = ["ORDERING_VERSION", "Cursor", "Item", "LengthSource", "Order", "Schedule", "Seq",
-           "salt"]
+__all__ = ["ORDERING_VERSION", "Cursor", "Item", "LengthSource", "Order", "Schedule", "Seq", "salt"]

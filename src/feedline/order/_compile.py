@@ -45,14 +45,16 @@ class _Compiler:
         self.root = root
         self.next_ordinal = 0
 
-    def fail(self, kind: OrderErrorKind, message: str, path: tuple[int, ...],
-             **details: object) -> OrderError:
+    def fail(
+        self, kind: OrderErrorKind, message: str, path: tuple[int, ...], **details: object
+    ) -> OrderError:
         return OrderError(kind, message, path, render_path(self.root, path), **details)
 
     def compile(self, seq: Seq, path: tuple[int, ...] = ()) -> Node:
         if len(path) >= MAX_DEPTH:
-            raise self.fail(OrderErrorKind.TOO_DEEP,
-                            f"configuration nests deeper than {MAX_DEPTH} levels", path)
+            raise self.fail(
+                OrderErrorKind.TOO_DEEP, f"configuration nests deeper than {MAX_DEPTH} levels", path
+            )
         op = seq.op
         if op == "source":
             obj = seq.args[0].obj
@@ -63,8 +65,9 @@ class _Compiler:
                 return Empty(0)
             return Leaf(n, ordinal=ordinal, length=n, salt=source_salt(obj))
         if op == "concat":
-            return self.concat([self.compile(c, (*path, i)) for i, c in enumerate(seq.children)],
-                               path)
+            return self.concat(
+                [self.compile(c, (*path, i)) for i, c in enumerate(seq.children)], path
+            )
         if op == "mix":
             return self.mix(seq, path)
         if op == "step_by":
@@ -85,8 +88,9 @@ class _Compiler:
         if op == "cycle_to":
             length = seq.args[0]
             if length > 0 and n == 0:
-                raise self.fail(OrderErrorKind.EMPTY_CYCLE,
-                                "cannot cycle a sequence without elements", path)
+                raise self.fail(
+                    OrderErrorKind.EMPTY_CYCLE, "cannot cycle a sequence without elements", path
+                )
             if length <= n:
                 return select(child, 0, 1, length)
             rep = self.repeat(child, -(-length // n), path)
@@ -94,20 +98,29 @@ class _Compiler:
         if op == "skip":
             k = seq.args[0]
             if k > n:
-                raise self.fail(OrderErrorKind.SKIP_OUT_OF_RANGE,
-                                f"cannot skip {k} of {n} positions", path, n=k, len=n)
+                raise self.fail(
+                    OrderErrorKind.SKIP_OUT_OF_RANGE,
+                    f"cannot skip {k} of {n} positions",
+                    path,
+                    n=k,
+                    len=n,
+                )
             return select(child, k, 1, n - k)
         if op == "take":
             k = seq.args[0]
             if k > n:
-                raise self.fail(OrderErrorKind.TAKE_OUT_OF_RANGE,
-                                f"cannot take {k} of {n} positions", path, n=k, len=n)
+                raise self.fail(
+                    OrderErrorKind.TAKE_OUT_OF_RANGE,
+                    f"cannot take {k} of {n} positions",
+                    path,
+                    n=k,
+                    len=n,
+                )
             return select(child, 0, 1, k)
         if op == "shard":
             index, count = seq.args
             start = min(index, n)
-            return select(select(child, start, 1, n - start), 0, count,
-                          -(-(n - start) // count))
+            return select(select(child, start, 1, n - start), 0, count, -(-(n - start) // count))
         if op == "split":
             index, count = seq.args
             a, b = index * n // count, (index + 1) * n // count
@@ -117,8 +130,9 @@ class _Compiler:
     def repeat(self, child: Node, times: int, path: tuple[int, ...]) -> Node:
         n = child.n * times
         if n > MAX_LEN:
-            raise self.fail(OrderErrorKind.LENGTH_OVERFLOW,
-                            "sequence length exceeds 2**64 - 1", path)
+            raise self.fail(
+                OrderErrorKind.LENGTH_OVERFLOW, "sequence length exceeds 2**64 - 1", path
+            )
         if n == 0:
             return Empty(0)
         if times == 1:
@@ -128,8 +142,9 @@ class _Compiler:
     def concat(self, children: list[Node], path: tuple[int, ...]) -> Node:
         total = sum(c.n for c in children)
         if total > MAX_LEN:
-            raise self.fail(OrderErrorKind.LENGTH_OVERFLOW,
-                            "sequence length exceeds 2**64 - 1", path)
+            raise self.fail(
+                OrderErrorKind.LENGTH_OVERFLOW, "sequence length exceeds 2**64 - 1", path
+            )
         return make_concat(children)
 
     def mix(self, seq: Seq, path: tuple[int, ...]) -> Node:
@@ -138,21 +153,35 @@ class _Compiler:
             part = self.compile(c, (*path, i))
             problem = schedule.problem()
             if problem is not None:
-                raise self.fail(OrderErrorKind.INVALID_SCHEDULE,
-                                f"invalid schedule {schedule!r}: {problem}", (*path, i),
-                                schedule=schedule, reason=problem)
-            if (part.n and not schedule.is_uniform
-                    and float(part.n) * schedule.peak_rate() > float(MAX_MIX_LEN)):
+                raise self.fail(
+                    OrderErrorKind.INVALID_SCHEDULE,
+                    f"invalid schedule {schedule!r}: {problem}",
+                    (*path, i),
+                    schedule=schedule,
+                    reason=problem,
+                )
+            if (
+                part.n
+                and not schedule.is_uniform
+                and float(part.n) * schedule.peak_rate() > float(MAX_MIX_LEN)
+            ):
                 raise self.fail(
                     OrderErrorKind.SCHEDULE_TOO_STEEP,
                     f"mix part too long for the steepness of its schedule: length {part.n} "
                     f"x peak rate {schedule.peak_rate()} exceeds {MAX_MIX_LEN}",
-                    (*path, i), len=part.n, peak_rate=schedule.peak_rate(), limit=MAX_MIX_LEN)
+                    (*path, i),
+                    len=part.n,
+                    peak_rate=schedule.peak_rate(),
+                    limit=MAX_MIX_LEN,
+                )
             parts.append(part)
         total = sum(p.n for p in parts)
         if total > MAX_MIX_LEN:
-            raise self.fail(OrderErrorKind.MIX_TOO_LONG,
-                            f"mix longer than {MAX_MIX_LEN} ({total} positions)", path)
+            raise self.fail(
+                OrderErrorKind.MIX_TOO_LONG,
+                f"mix longer than {MAX_MIX_LEN} ({total} positions)",
+                path,
+            )
         kept = [(p, s) for p, s in zip(parts, seq.args) if p.n]
         if not kept:
             return Empty(0)
@@ -188,8 +217,13 @@ def select(node: Node, start: int, step: int, length: int) -> Node:
         return select(node.child, node.start + start * node.step, node.step * step, length)
     if step == 1:
         if isinstance(node, Leaf):
-            return Leaf(length, ordinal=node.ordinal, length=node.length, salt=node.salt,
-                        offset=node.offset + start)
+            return Leaf(
+                length,
+                ordinal=node.ordinal,
+                length=node.length,
+                salt=node.salt,
+                offset=node.offset + start,
+            )
         if isinstance(node, Repeat) and start == 0 and length <= node.child.n:
             return select(node.child, 0, 1, length)
         if isinstance(node, Concat):

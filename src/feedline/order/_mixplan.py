@@ -20,6 +20,10 @@ import numpy as np
 from . import _kernels
 from ._schedule import Schedule, ScheduleTable
 
+# Walks shorter than this merge with a heap (compiled path); longer ones take every
+# element below a threshold and bucket-sort the block.
+_HEAP_WALK_MAX = 2048
+
 # A seek stops narrowing when its clock interval holds at most this many elements
 # (plus one per part); sorting that many keys is cheaper than more count rounds.
 _SEEK_WINDOW = 256
@@ -52,8 +56,7 @@ class MixPlan:
         self.schedules = schedules
         self._all = np.arange(k)
         tb = self.table
-        self._kargs = (self.phi, self.inv, tb.uniform, tb.share, tb.x0, tb.x1, tb.r0, tb.c,
-                       tb.inv_r0, tb.inv_2c)
+        self._kargs = (self.phi, self.inv, tb.uniform, tb.stacked())
 
     # -- keys and counts ----------------------------------------------------------------
     def keys(self, part: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -160,7 +163,7 @@ class MixPlan:
         if count <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         kern = _kernels.get()
-        if kern is not None:
+        if kern is not None and count < _HEAP_WALK_MAX:
             part = np.empty(count, dtype=np.int64)
             j = np.empty(count, dtype=np.int64)
             taken = state.taken.copy()
@@ -172,8 +175,10 @@ class MixPlan:
         target = state.pos + count
         thr, c = np.inf, self.n
         if target < self.total:
-            # A threshold whose block holds between count and 2 * count elements, found by
-            # interpolating the integer counts; failing that, the exact state at target.
+            # A threshold whose block holds count elements or up to an eighth more (sorted,
+            # then cut), found by interpolating the integer counts; failing that, the
+            # exact state at target.
+            slack = max(count // 8, 64)
             lo_t, s_lo = max(state.floor, 0.0), state.pos
             hi_t, s_hi = 2.0, self.total
             found = False
@@ -190,7 +195,7 @@ class MixPlan:
                 s = int(ct.sum())
                 if s < target:
                     lo_t, s_lo = t, s
-                elif s > target + count:
+                elif s > target + slack:
                     hi_t, s_hi = t, s
                 else:
                     thr, c, found = t, ct, True
@@ -198,15 +203,23 @@ class MixPlan:
             if not found:
                 end = self.seek(target)
                 thr, c = end.floor, end.taken
-        part, j = self._span(state.taken, np.maximum(c, state.taken))
-        keys = self.keys(part, j)
-        order = np.argsort(keys, kind="stable")
-        if len(order) > count:
-            order = order[:count]
-            state.floor = float(np.nextafter(keys[order[-1]], np.inf))
+        stop = np.maximum(c, state.taken)
+        if kern is not None:
+            m = int((stop - state.taken).sum())
+            part = np.empty(m, dtype=np.int64)
+            j = np.empty(m, dtype=np.int64)
+            keys = np.empty(m, dtype=np.float64)
+            kern.merge_block(state.taken, stop, *self._kargs, part, j, keys)
+        else:
+            part, j = self._span(state.taken, stop)
+            keys = self.keys(part, j)
+            order = np.argsort(keys, kind="stable")
+            part, j, keys = part[order], j[order], keys[order]
+        if len(part) > count:
+            part, j = part[:count], j[:count]
+            state.floor = float(np.nextafter(keys[count - 1], np.inf))
         else:
             state.floor = float(thr)
-        part, j = part[order], j[order]
         state.taken = state.taken + np.bincount(part, minlength=self.k)
-        state.pos += len(order)
+        state.pos += len(part)
         return part, j

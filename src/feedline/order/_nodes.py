@@ -1,14 +1,16 @@
 """Compiled ordering nodes: each maps an array of its positions to (source, record).
 
 ``locate(pos, ctx, cache)`` takes a ``uint64`` array of positions (all below the
-node's length; the node may overwrite it, so callers pass arrays they own) and the repetition context: one ``int`` for every position, or a
-``uint64`` array, one per position. It returns ``(ordinals, records)`` as ``int64``
+node's length; the node may overwrite it, so callers pass arrays they own) and the
+repetition context: one ``int`` for every position, or a ``uint64`` array, one per
+position. It returns ``(ordinals, records)`` as ``int64``
 and ``uint64`` arrays. ``cache`` is a per-cursor dict where mixes keep the state of
 their last walk, so consecutive blocks continue without a new seek.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -225,6 +227,7 @@ class Mix(Node):
                 flat.append((i, p, p.child))
         self._flat = np.zeros(len(self.parts), dtype=bool)
         self._flat[[i for i, _, _ in flat]] = True
+        self._all_flat = bool(self._flat.all())
         shapes = [sh.shape if sh is not None else _perm.Shape.of(1) for _, sh, _ in flat]
         table = _perm.Shapes.table(shapes)
         k = len(self.parts)
@@ -258,32 +261,44 @@ class Mix(Node):
     def leaves(self):
         return [leaf for p in self.parts for leaf in p.leaves()]
 
+    def _state_at(self, first: int, cache: dict) -> MixState:
+        """The walk state at position ``first``: continued from the cache, or a seek."""
+        state = cache.get(id(self))
+        if state is None or not (state.pos <= first <= state.pos + _WALK_GAP):
+            state = self.plan.seek(first)
+        elif state.pos < first:
+            self.plan.walk(state, first - state.pos)
+        return state
+
+    def _walk_range(self, first: int, count: int, cache: dict):
+        """(part, j) of the ``count`` positions from ``first`` on."""
+        state = self._state_at(first, cache)
+        parts, js = [], []
+        done = 0
+        while done < count:
+            p_, j_ = self.plan.walk(state, min(_WALK_BLOCK * 4, count - done))
+            parts.append(p_)
+            js.append(j_)
+            done += len(p_)
+        cache[id(self)] = state
+        if len(parts) == 1:
+            return parts[0], js[0]
+        return np.concatenate(parts), np.concatenate(js)
+
     def merge(self, pos: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray]:
         """(part, j) of every position, by seeks and walks over runs of nearby positions."""
-        plan = self.plan
+        first = int(pos[0])
+        if int(pos[-1]) - first == len(pos) - 1 and (np.diff(pos) == 1).all():
+            return self._walk_range(first, len(pos), cache)
         order = np.argsort(pos, kind="stable")
         sp = pos[order].astype(np.int64)
         part = np.empty(len(pos), dtype=np.int64)
         jj = np.empty(len(pos), dtype=np.int64)
         breaks = np.flatnonzero(np.diff(sp) > _WALK_GAP) + 1
         bounds = np.concatenate(([0], breaks, [len(sp)]))
-        key = id(self)
-        for a, b in zip(bounds[:-1], bounds[1:]):
+        for a, b in itertools.pairwise(bounds):
             first, last = int(sp[a]), int(sp[b - 1])
-            state = cache.get(key)
-            if state is None or not (state.pos <= first <= state.pos + _WALK_GAP):
-                state = plan.seek(first)
-            elif state.pos < first:
-                plan.walk(state, first - state.pos)
-            span_p = np.empty(last + 1 - first, dtype=np.int64)
-            span_j = np.empty(last + 1 - first, dtype=np.int64)
-            done = 0
-            while done < len(span_p):
-                p_, j_ = plan.walk(state, min(_WALK_BLOCK * 4, len(span_p) - done))
-                span_p[done:done + len(p_)] = p_
-                span_j[done:done + len(j_)] = j_
-                done += len(p_)
-            cache[key] = state
+            span_p, span_j = self._walk_range(first, last + 1 - first, cache)
             rel = sp[a:b] - first
             part[order[a:b]] = span_p[rel]
             jj[order[a:b]] = span_j[rel]
@@ -295,6 +310,23 @@ class Mix(Node):
         recs = np.empty(len(pos), dtype=np.uint64)
         if len(pos) == 0:
             return ords, recs
+        kern = _kernels.get()
+        if kern is not None and isinstance(ctx, int) and self._all_flat:
+            sh = self._shapes
+            kern.locate_flat(
+                part,
+                j,
+                sh.n,
+                sh.rb,
+                sh.lmask,
+                sh.rmask,
+                self._keys_for(ctx),
+                self._leaf_offset,
+                self._leaf_ordinal,
+                ords,
+                recs,
+            )
+            return ords, recs
         flat = self._flat[part] if isinstance(ctx, int) else np.zeros(len(part), dtype=bool)
         if flat.any():
             fi = np.flatnonzero(flat)
@@ -303,8 +335,17 @@ class Mix(Node):
             if kern is not None:
                 rec = np.empty(len(fi), dtype=np.uint64)
                 sh = self._shapes
-                kern.permute_parts(sh.n, sh.rb, sh.lmask, sh.rmask, self._keys_for(ctx), fp,
-                                   j[fi].astype(np.uint64), self._leaf_offset, rec)
+                kern.permute_parts(
+                    sh.n,
+                    sh.rb,
+                    sh.lmask,
+                    sh.rmask,
+                    self._keys_for(ctx),
+                    fp,
+                    j[fi].astype(np.uint64),
+                    self._leaf_offset,
+                    rec,
+                )
                 recs[fi] = rec
             else:
                 rk = self._keys_for(ctx)[:, fp]
@@ -321,7 +362,7 @@ class Mix(Node):
         counts = np.bincount(part, minlength=len(self.parts))
         ends = np.cumsum(counts)
         for i in np.flatnonzero(counts):
-            idx = by_part[ends[i] - counts[i]:ends[i]]
+            idx = by_part[ends[i] - counts[i] : ends[i]]
             o, r = self.parts[i].locate(j[idx].astype(np.uint64), _subset(ctx, idx), cache)
             ords[idx] = o
             recs[idx] = r

@@ -208,7 +208,7 @@ class Cursor:
             if self._buf_at >= len(o):
                 self._buf = None
             self._offset += take
-            return o[i:i + take], r[i:i + take]
+            return o[i : i + take], r[i : i + take]
         end = min(self._offset + k, self._stop)
         if end <= self._offset:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)

@@ -45,14 +45,14 @@ def permute(shape: Shape, rk: tuple[int, ...], i: int) -> int:
     rb, lm, rm = shape.rb, shape.lmask, shape.rmask
     x = i
     while True:
-        l, r = x >> rb, x & rm
-        l, r = r, (l ^ mix64(r + rk[0])) & lm
-        l, r = r, (l ^ mix64(r + rk[1])) & rm
-        l, r = r, (l ^ mix64(r + rk[2])) & lm
-        l, r = r, (l ^ mix64(r + rk[3])) & rm
-        l, r = r, (l ^ mix64(r + rk[4])) & lm
-        l, r = r, (l ^ mix64(r + rk[5])) & rm
-        x = (l << rb) | r
+        left, right = x >> rb, x & rm
+        left, right = right, (left ^ mix64(right + rk[0])) & lm
+        left, right = right, (left ^ mix64(right + rk[1])) & rm
+        left, right = right, (left ^ mix64(right + rk[2])) & lm
+        left, right = right, (left ^ mix64(right + rk[3])) & rm
+        left, right = right, (left ^ mix64(right + rk[4])) & lm
+        left, right = right, (left ^ mix64(right + rk[5])) & rm
+        x = (left << rb) | right
         if x < n:
             return x
 
@@ -84,8 +84,9 @@ def _rounds(shape, rk: np.ndarray, x: np.ndarray) -> np.ndarray:
 _CHUNK = 1 << 14
 
 
-def permute_array(shape: Shape, rk: np.ndarray, idx: np.ndarray,
-                  in_place: bool = False) -> np.ndarray:
+def permute_array(
+    shape: Shape, rk: np.ndarray, idx: np.ndarray, in_place: bool = False
+) -> np.ndarray:
     """Images of a ``uint64`` array of indices, vectorised, with cycle walking.
 
     ``rk`` is ``(6,)`` (one key for all) or ``(6, len(idx))`` (one per element).
@@ -109,8 +110,8 @@ def permute_array(shape: Shape, rk: np.ndarray, idx: np.ndarray,
     out = np.empty_like(idx)
     per_element = rk.ndim == 2
     for a in range(0, len(idx), _CHUNK):
-        keys = rk[:, a:a + _CHUNK] if per_element else rk
-        out[a:a + _CHUNK] = _permute_chunk(shape, keys, idx[a:a + _CHUNK])
+        keys = rk[:, a : a + _CHUNK] if per_element else rk
+        out[a : a + _CHUNK] = _permute_chunk(shape, keys, idx[a : a + _CHUNK])
     return out
 
 

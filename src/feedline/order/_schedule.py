@@ -25,6 +25,7 @@ keys are bit-identical to the crate's.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -86,7 +87,9 @@ class Schedule:
     def __repr__(self) -> str:
         if self.is_uniform:
             return "Schedule.uniform()"
-        return f"Schedule.trapezoid({self.start!r}, {self.full!r}, {self.fade_start!r}, {self.off!r})"
+        return (
+            f"Schedule.trapezoid({self.start!r}, {self.full!r}, {self.fade_start!r}, {self.off!r})"
+        )
 
     # -- validation ---------------------------------------------------------------------
     def problem(self) -> str | None:
@@ -98,8 +101,10 @@ class Schedule:
             return "a breakpoint is not finite"
         s, f, d, o = pts
         if not (0.0 <= s <= f <= d <= o <= 1.0) or not s < o:
-            return ("breakpoints are out of range, out of order, or have zero area "
-                    "(0 <= start <= full <= fade <= off <= 1 and start < off)")
+            return (
+                "breakpoints are out of range, out of order, or have zero area "
+                "(0 <= start <= full <= fade <= off <= 1 and start < off)"
+            )
         if not self.finite():
             return "derived profile coefficients exceed floating-point range"
         return None
@@ -126,11 +131,17 @@ class Schedule:
             pts = [(0.0, 1.0), (1.0, 1.0)]
         else:
             r = self.peak
-            pts = [(0.0, 0.0), (self.start, 0.0), (self.full, r), (self.fade_start, r),
-                   (self.off, 0.0), (1.0, 0.0)]
+            pts = [
+                (0.0, 0.0),
+                (self.start, 0.0),
+                (self.full, r),
+                (self.fade_start, r),
+                (self.off, 0.0),
+                (1.0, 0.0),
+            ]
         out = []
         share = 0.0
-        for (x0, r0), (x1, r1) in zip(pts, pts[1:]):
+        for (x0, r0), (x1, r1) in itertools.pairwise(pts):
             if not x1 > x0:
                 continue
             c = (r1 - r0) / (2.0 * (x1 - x0))
@@ -195,14 +206,19 @@ class Schedule:
     @classmethod
     def from_dict(cls, d: object) -> Schedule:
         if not isinstance(d, dict) or len(d) != 1:
-            raise OrderError(OrderErrorKind.INVALID_JSON,
-                             f"a schedule is {{'uniform': {{}}}} or {{'trapezoid': [...]}}, "
-                             f"got {d!r}")
-        (name, value), = d.items()
+            raise OrderError(
+                OrderErrorKind.INVALID_JSON,
+                f"a schedule is {{'uniform': {{}}}} or {{'trapezoid': [...]}}, got {d!r}",
+            )
+        ((name, value),) = d.items()
         if name == "uniform" and value == {}:
             return cls.uniform()
-        if (name == "trapezoid" and isinstance(value, list) and len(value) == 4
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        if (
+            name == "trapezoid"
+            and isinstance(value, list)
+            and len(value) == 4
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        ):
             return cls.trapezoid(*value)
         raise OrderError(OrderErrorKind.INVALID_JSON, f"unknown schedule {d!r}")
 
@@ -236,6 +252,10 @@ class ScheduleTable:
         self.uniform = uniform
         self.all_uniform = bool(uniform.all())
 
+    def stacked(self) -> np.ndarray:
+        """All columns as one ``(parts, segments, 8)`` array (for the compiled kernels)."""
+        return np.ascontiguousarray(np.stack([getattr(self, c) for c in self._COLS], axis=-1))
+
     def inverse(self, part: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``Q_part(y)`` elementwise (``part``: int array of rows; ``y``: float64 array)."""
         if self.all_uniform:
@@ -249,8 +269,11 @@ class ScheduleTable:
         denom = r0 + root
         with np.errstate(divide="ignore", invalid="ignore"):
             falling = np.where(denom > 0.0, 2.0 * z / denom, 0.0)
-        x = np.where(c == 0.0, z * self.inv_r0[part, seg],
-                     np.where(c > 0.0, root * self.inv_2c[part, seg], falling))
+        x = np.where(
+            c == 0.0,
+            z * self.inv_r0[part, seg],
+            np.where(c > 0.0, root * self.inv_2c[part, seg], falling),
+        )
         return np.minimum(np.maximum(x0 + x, x0), self.x1[part, seg])
 
     def cdf(self, part: np.ndarray, t: float) -> np.ndarray:

@@ -35,8 +35,7 @@ def _u64(value: object, what: str) -> int:
     except TypeError:
         raise TypeError(f"{what} must be an integer, got {type(value).__name__}") from None
     if not 0 <= v <= MASK64:
-        raise OrderError(OrderErrorKind.INVALID_ARGUMENT,
-                         f"{what} must be in [0, 2**64), got {v}")
+        raise OrderError(OrderErrorKind.INVALID_ARGUMENT, f"{what} must be in [0, 2**64), got {v}")
     return v
 
 
@@ -188,9 +187,10 @@ class Seq:
         index = _u64(index, "shard index")
         count = _u64(count, "shard count")
         if count == 0 or index >= count:
-            raise OrderError(OrderErrorKind.INVALID_SHARD,
-                             f"a shard index must satisfy 0 <= index < count, "
-                             f"got index {index} of {count}")
+            raise OrderError(
+                OrderErrorKind.INVALID_SHARD,
+                f"a shard index must satisfy 0 <= index < count, got index {index} of {count}",
+            )
         return Seq("shard", (self,), (index, count))
 
     def split(self, index: int, count: int) -> Seq:
@@ -198,14 +198,15 @@ class Seq:
         index = _u64(index, "split index")
         count = _u64(count, "split count")
         if count == 0 or index >= count:
-            raise OrderError(OrderErrorKind.INVALID_SHARD,
-                             f"a split index must satisfy 0 <= index < count, "
-                             f"got index {index} of {count}")
+            raise OrderError(
+                OrderErrorKind.INVALID_SHARD,
+                f"a split index must satisfy 0 <= index < count, got index {index} of {count}",
+            )
         return Seq("split", (self,), (index, count))
 
     def batches(self, batch_size: int, **loader_options: Any):  # pragma: no cover - issue 3
         """A loader over this order (the loader arrives with the loader core)."""
-        from .. import loader as _loader  # noqa: PLC0415
+        from .. import loader as _loader
 
         return _loader.Loader(self, batch_size, **loader_options)
 
@@ -238,8 +239,11 @@ class Seq:
     # -- configuration as data ----------------------------------------------------------
     def to_dict(self) -> dict:
         """The configuration as plain JSON-ready data (sources by length and salt)."""
-        return {"format": _JSON_FORMAT, "ordering_version": ORDERING_VERSION,
-                "seq": _node_to_dict(self)}
+        return {
+            "format": _JSON_FORMAT,
+            "ordering_version": ORDERING_VERSION,
+            "seq": _node_to_dict(self),
+        }
 
     def to_json(self, indent: int | None = None) -> str:
         """The configuration as JSON; sources are recorded by length and salt."""
@@ -256,18 +260,23 @@ class Seq:
         data = text if isinstance(text, dict) else _loads(text)
         _expect_keys(data, {"format", "ordering_version", "seq"}, "the document")
         if data["format"] != _JSON_FORMAT:
-            raise OrderError(OrderErrorKind.INVALID_JSON,
-                             f"expected format {_JSON_FORMAT!r}, got {data['format']!r}")
+            raise OrderError(
+                OrderErrorKind.INVALID_JSON,
+                f"expected format {_JSON_FORMAT!r}, got {data['format']!r}",
+            )
         if data["ordering_version"] != ORDERING_VERSION:
-            raise OrderError(OrderErrorKind.INVALID_JSON,
-                             f"this feedline reads ordering version {ORDERING_VERSION}, "
-                             f"the document has {data['ordering_version']!r}")
+            raise OrderError(
+                OrderErrorKind.INVALID_JSON,
+                f"this feedline reads ordering version {ORDERING_VERSION}, "
+                f"the document has {data['ordering_version']!r}",
+            )
         counter = [0]
         seq = _node_from_dict(data["seq"], sources, counter)
         if sources is not None and counter[0] != len(sources):
-            raise OrderError(OrderErrorKind.SOURCE_CHANGED,
-                             f"the configuration has {counter[0]} sources, "
-                             f"{len(sources)} were given")
+            raise OrderError(
+                OrderErrorKind.SOURCE_CHANGED,
+                f"the configuration has {counter[0]} sources, {len(sources)} were given",
+            )
         return seq
 
 
@@ -292,8 +301,10 @@ def _loads(text: str | bytes) -> dict:
 def _expect_keys(d: object, keys: set[str], what: str) -> None:
     if not isinstance(d, dict) or set(d) != keys:
         found = sorted(d) if isinstance(d, dict) else type(d).__name__
-        raise OrderError(OrderErrorKind.INVALID_JSON,
-                         f"{what} must have exactly the fields {sorted(keys)}, found {found}")
+        raise OrderError(
+            OrderErrorKind.INVALID_JSON,
+            f"{what} must have exactly the fields {sorted(keys)}, found {found}",
+        )
 
 
 _UNARY_FIELDS = {
@@ -315,8 +326,12 @@ def _node_to_dict(seq: Seq) -> dict:
     if seq.op == "concat":
         return {"concat": [_node_to_dict(c) for c in seq.children]}
     if seq.op == "mix":
-        return {"mix": [{"seq": _node_to_dict(c), "schedule": s.to_dict()}
-                        for c, s in zip(seq.children, seq.args)]}
+        return {
+            "mix": [
+                {"seq": _node_to_dict(c), "schedule": s.to_dict()}
+                for c, s in zip(seq.children, seq.args)
+            ]
+        }
     body = dict(zip(_UNARY_FIELDS[seq.op], seq.args))
     body["seq"] = _node_to_dict(seq.children[0])
     return {seq.op: body}
@@ -325,16 +340,19 @@ def _node_to_dict(seq: Seq) -> dict:
 def _int_field(body: dict, name: str) -> int:
     v = body[name]
     if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MASK64:
-        raise OrderError(OrderErrorKind.INVALID_JSON,
-                         f"field {name!r} must be an integer in [0, 2**64), got {v!r}")
+        raise OrderError(
+            OrderErrorKind.INVALID_JSON,
+            f"field {name!r} must be an integer in [0, 2**64), got {v!r}",
+        )
     return v
 
 
 def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[int]) -> Seq:
     if not isinstance(d, dict) or len(d) != 1:
-        raise OrderError(OrderErrorKind.INVALID_JSON,
-                         f"a node is an object with one operation, got {d!r}")
-    (op, body), = d.items()
+        raise OrderError(
+            OrderErrorKind.INVALID_JSON, f"a node is an object with one operation, got {d!r}"
+        )
+    ((op, body),) = d.items()
     if op == "source":
         _expect_keys(body, {"len", "salt"}, "a source")
         length, salt_ = _int_field(body, "len"), _int_field(body, "salt")
@@ -343,15 +361,19 @@ def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[i
         if sources is None:
             return Seq.source(length if salt_ == 0 else LengthSource(length, salt_))
         if i >= len(sources):
-            raise OrderError(OrderErrorKind.SOURCE_CHANGED,
-                             f"the configuration has more sources than the {len(sources)} given")
+            raise OrderError(
+                OrderErrorKind.SOURCE_CHANGED,
+                f"the configuration has more sources than the {len(sources)} given",
+            )
         src = sources[i]
         got_len, got_salt = source_len(src), source_salt(src)
         if (got_len, got_salt) != (length, salt_):
-            raise OrderError(OrderErrorKind.SOURCE_CHANGED,
-                             f"source {i} was recorded with length {length} and salt {salt_}, "
-                             f"the given one has length {got_len} and salt {got_salt}",
-                             source=i)
+            raise OrderError(
+                OrderErrorKind.SOURCE_CHANGED,
+                f"source {i} was recorded with length {length} and salt {salt_}, "
+                f"the given one has length {got_len} and salt {got_salt}",
+                source=i,
+            )
         return Seq.source(src)
     if op == "concat":
         if not isinstance(body, list):
@@ -363,8 +385,12 @@ def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[i
         parts = []
         for part in body:
             _expect_keys(part, {"seq", "schedule"}, "a mix part")
-            parts.append((_node_from_dict(part["seq"], sources, counter),
-                          Schedule.from_dict(part["schedule"])))
+            parts.append(
+                (
+                    _node_from_dict(part["seq"], sources, counter),
+                    Schedule.from_dict(part["schedule"]),
+                )
+            )
         return Seq.mix(parts)
     if op not in _UNARY_FIELDS:
         raise OrderError(OrderErrorKind.INVALID_JSON, f"unknown operation {op!r}")
