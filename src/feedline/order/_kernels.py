@@ -10,7 +10,6 @@ pay the compile time.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 
@@ -35,430 +34,42 @@ def get():
 
 def _build():
     try:
-        import numba
-        import numpy as np
+        from . import _jit
     except ImportError:
         return None
+    return _jit
 
-    jit = numba.njit(cache=True, nogil=True)
-    # Small helpers are inlined into the kernels at numba's IR level: as plain calls,
-    # each passed ten array structures and cost more than the arithmetic.
-    inline = numba.njit(cache=True, nogil=True, inline="always")
-    u64 = np.uint64
-    M1 = u64(0xBF58476D1CE4E5B9)
-    M2 = u64(0x94D049BB133111EB)
-    S30, S27, S31 = u64(30), u64(27), u64(31)
 
-    @inline
-    def mix64(z):
-        z = (z ^ (z >> S30)) * M1
-        z = (z ^ (z >> S27)) * M2
-        return z ^ (z >> S31)
+def warm_up() -> float:
+    """Load (or compile, the first time on a machine) every kernel; returns the seconds.
 
-    @inline
-    def permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, x):
-        while True:
-            left = x >> rb
-            right = x & rm
-            left, right = right, (left ^ mix64(right + k0)) & lm
-            left, right = right, (left ^ mix64(right + k1)) & rm
-            left, right = right, (left ^ mix64(right + k2)) & lm
-            left, right = right, (left ^ mix64(right + k3)) & rm
-            left, right = right, (left ^ mix64(right + k4)) & lm
-            left, right = right, (left ^ mix64(right + k5)) & rm
-            x = (left << rb) | right
-            if x < n:
-                return x
+    Kernels otherwise load on their first use, which would then carry the cost.
+    """
+    import time
 
-    @inline
-    def rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, x):
-        left = x >> rb
-        right = x & rm
-        left, right = right, (left ^ mix64(right + k0)) & lm
-        left, right = right, (left ^ mix64(right + k1)) & rm
-        left, right = right, (left ^ mix64(right + k2)) & lm
-        left, right = right, (left ^ mix64(right + k3)) & rm
-        left, right = right, (left ^ mix64(right + k4)) & lm
-        left, right = right, (left ^ mix64(right + k5)) & rm
-        return (left << rb) | right
+    import numpy as np
 
-    @jit
-    def permute_block(n, rb, lm, rm, rk, idx, out):
-        # The six rounds of one element form a chain of dependent multiplies; four
-        # independent chains side by side let the CPU overlap them (about 2x faster).
-        k0, k1, k2, k3, k4, k5 = rk[0], rk[1], rk[2], rk[3], rk[4], rk[5]
-        m = idx.shape[0]
-        e = 0
-        while e + 4 <= m:
-            a = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e])
-            b = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e + 1])
-            c = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e + 2])
-            d = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e + 3])
-            out[e] = a if a < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, a)
-            out[e + 1] = b if b < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, b)
-            out[e + 2] = c if c < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, c)
-            out[e + 3] = d if d < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, d)
-            e += 4
-        while e < m:
-            out[e] = permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e])
-            e += 1
+    from ._order import Order
+    from ._schedule import Schedule
+    from ._seq import Seq
 
-    @jit
-    def permute_per_element(n, rb, lm, rm, rk, idx, out):
-        for e in range(idx.shape[0]):
-            out[e] = permute_one(
-                n, rb, lm, rm, rk[0, e], rk[1, e], rk[2, e], rk[3, e], rk[4, e], rk[5, e], idx[e]
-            )
-
-    @jit
-    def permute_parts(n, rb, lm, rm, rk, part, j, offset, out):
-        """out[e] = permutation of part[e] applied to j[e], plus the part's offset."""
-        one = u64(1)
-        for e in range(j.shape[0]):
-            p = part[e]
-            x = j[e]
-            if n[p] > one:
-                x = permute_one(
-                    n[p],
-                    rb[p],
-                    lm[p],
-                    rm[p],
-                    rk[0, p],
-                    rk[1, p],
-                    rk[2, p],
-                    rk[3, p],
-                    rk[4, p],
-                    rk[5, p],
-                    x,
-                )
-            out[e] = x + offset[p]
-
-    # The schedule table T[part, segment, column] has the columns of ScheduleTable:
-    # x0, x1, r0, r1, share, c, inv_r0, inv_2c (unused segments: share = x0 = +inf).
-    @inline
-    def quantile(i, y, T):
-        m = 0
-        for s in range(1, T.shape[1]):
-            if T[i, s, 4] < y:
-                m = s
-        z = max(y - T[i, m, 4], 0.0)
-        ci = T[i, m, 5]
-        if ci == 0.0:
-            x = z * T[i, m, 6]
-        else:
-            a = T[i, m, 2]
-            root = math.sqrt(max(a * a + 4.0 * ci * z, 0.0))
-            if ci > 0.0:
-                x = root * T[i, m, 7]
-            elif a + root > 0.0:
-                x = 2.0 * z / (a + root)
-            else:
-                x = 0.0
-        lo = T[i, m, 0]
-        return min(max(lo + x, lo), T[i, m, 1])
-
-    @inline
-    def key_of(i, j, phi, inv, uniform, T):
-        y = (float(j) + phi[i]) * inv[i]
-        if uniform[i]:
-            return y
-        return quantile(i, y, T)
-
-    @inline
-    def cdf(i, t, T):
-        m = 0
-        for s in range(1, T.shape[1]):
-            if T[i, s, 0] <= t:
-                m = s
-        lo = T[i, m, 0]
-        x = min(max(t - lo, 0.0), T[i, m, 1] - lo)
-        return T[i, m, 4] + x * (T[i, m, 2] + T[i, m, 5] * x)
-
-    @jit
-    def counts(t, n, phi, inv, uniform, T, out):
-        """out[i] = #{j < n[i] : key(i, j) < t}, by a search around the CDF estimate."""
-        for i in range(n.shape[0]):
-            ni = n[i]
-            if uniform[i]:
-                f = min(max(t, 0.0), 1.0)
-            else:
-                f = min(max(cdf(i, t, T), 0.0), 1.0)
-            est = math.ceil(float(ni) * f - phi[i])
-            g = 0
-            if est > 0.0:
-                g = ni if est >= float(ni) else int(est)
-            # Gallop to a bracket [lo, hi], then bisect.
-            lo = g
-            step = 1
-            while lo > 0 and not (key_of(i, lo - 1, phi, inv, uniform, T) < t):
-                lo = max(lo - step, 0)
-                step *= 2
-            hi = g
-            step = 1
-            while hi < ni and key_of(i, hi, phi, inv, uniform, T) < t:
-                hi = min(hi + step, ni)
-                step *= 2
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if key_of(i, mid, phi, inv, uniform, T) < t:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            out[i] = lo
-
-    @inline
-    def heap_less(ka, ra, kb, rb):
-        # Bitwise, not short-circuit: compiles without branches (the comparisons of a
-        # merge are unpredictable, and mispredictions dominated its cost).
-        return (ka < kb) | ((ka == kb) & (ra < rb))
-
-    @jit
-    def walk(taken, n, phi, inv, uniform, T, count, out_part, out_j):
-        """The next ``count`` elements of the merge after ``taken``: a k-way heap merge
-        by (key, part, j). Returns (elements emitted, key of the last one)."""
-        k = n.shape[0]
-        hk = np.empty(k, dtype=np.float64)
-        hr = np.empty(k, dtype=np.int64)
-        size = 0
-        for i in range(k):
-            if taken[i] < n[i]:
-                key = key_of(i, taken[i], phi, inv, uniform, T)
-                pos = size
-                size += 1
-                while pos > 0:
-                    parent = (pos - 1) // 2
-                    if heap_less(key, i, hk[parent], hr[parent]):
-                        hk[pos] = hk[parent]
-                        hr[pos] = hr[parent]
-                        pos = parent
-                    else:
-                        break
-                hk[pos] = key
-                hr[pos] = i
-        last = -np.inf
-        emitted = 0
-        while emitted < count and size > 0:
-            i = hr[0]
-            last = hk[0]
-            out_part[emitted] = i
-            out_j[emitted] = taken[i]
-            emitted += 1
-            taken[i] += 1
-            if taken[i] < n[i]:
-                key = key_of(i, taken[i], phi, inv, uniform, T)
-                rank = i
-            else:
-                size -= 1
-                if size == 0:
-                    break
-                key = hk[size]
-                rank = hr[size]
-            # Bottom-up replacement of the root: move the hole to a leaf along the smaller
-            # children (one comparison a level), then sift the new entry up from there; the
-            # new key is usually large, so it rarely climbs.
-            pos = 0
-            child = 1
-            while child < size:
-                if child + 1 < size:
-                    child += np.int64(heap_less(hk[child + 1], hr[child + 1], hk[child], hr[child]))
-                hk[pos] = hk[child]
-                hr[pos] = hr[child]
-                pos = child
-                child = 2 * pos + 1
-            while pos > 0:
-                parent = (pos - 1) // 2
-                if heap_less(key, rank, hk[parent], hr[parent]):
-                    hk[pos] = hk[parent]
-                    hr[pos] = hr[parent]
-                    pos = parent
-                else:
-                    break
-            hk[pos] = key
-            hr[pos] = rank
-        return emitted, last
-
-    @jit
-    def merge_block(start, stop, phi, inv, uniform, T, out_part, out_j, out_key):
-        """Every element with ``start[i] <= j < stop[i]``, sorted by (key, part, j).
-
-        A bucket sort: keys are spread nearly evenly over the block's clock interval,
-        so a counting sort on the key's bucket, stable in (part, j) order, followed by
-        an insertion sort within each (small) bucket, costs a few passes and no
-        unpredictable comparisons. Bucket indices grow monotonically with the key, so
-        the result is exact whatever the distribution. Returns the element count.
-        """
-        k = start.shape[0]
-        total = 0
-        for i in range(k):
-            total += stop[i] - start[i]
-        if total == 0:
-            return 0
-        keys = np.empty(total, dtype=np.float64)
-        parts = np.empty(total, dtype=np.int64)
-        js = np.empty(total, dtype=np.int64)
-        e = 0
-        lo = np.inf
-        hi = -np.inf
-        for i in range(k):
-            # Per part, not per element: the check inside the loop cost 30 ns an element.
-            uni = uniform[i]
-            for j in range(start[i], stop[i]):
-                key = (float(j) + phi[i]) * inv[i]
-                if not uni:
-                    key = quantile(i, key, T)
-                keys[e] = key
-                parts[e] = i
-                js[e] = j
-                lo = min(lo, key)
-                hi = max(hi, key)
-                e += 1
-        nb = total
-        scale = 0.0
-        if hi > lo:
-            scale = (nb - 1) / (hi - lo)
-        bucket = np.empty(total, dtype=np.int64)
-        fill = np.zeros(nb + 1, dtype=np.int64)
-        for e in range(total):
-            b = int((keys[e] - lo) * scale)
-            b = min(max(b, 0), nb - 1)
-            bucket[e] = b
-            fill[b + 1] += 1
-        for b in range(nb):
-            fill[b + 1] += fill[b]
-        for e in range(total):
-            b = bucket[e]
-            d = fill[b]
-            fill[b] = d + 1
-            out_key[d] = keys[e]
-            out_part[d] = parts[e]
-            out_j[d] = js[e]
-        # fill[b] is now the end of bucket b; sort each bucket by key, stably.
-        begin = 0
-        for b in range(nb):
-            end = fill[b]
-            for x in range(begin + 1, end):
-                key = out_key[x]
-                pp = out_part[x]
-                jj = out_j[x]
-                y = x - 1
-                while y >= begin and out_key[y] > key:
-                    out_key[y + 1] = out_key[y]
-                    out_part[y + 1] = out_part[y]
-                    out_j[y + 1] = out_j[y]
-                    y -= 1
-                out_key[y + 1] = key
-                out_part[y + 1] = pp
-                out_j[y + 1] = jj
-            begin = end
-        return total
-
-    @inline
-    def finish(q, x, n, rb, lm, rm, rk, offset):
-        """Cycle-walk ``x`` (one application of part q's rounds done) into range."""
-        nq = n[q]
-        if x >= nq:
-            x = permute_one(
-                nq,
-                rb[q],
-                lm[q],
-                rm[q],
-                rk[0, q],
-                rk[1, q],
-                rk[2, q],
-                rk[3, q],
-                rk[4, q],
-                rk[5, q],
-                x,
-            )
-        return x + offset[q]
-
-    @inline
-    def first_rounds(q, x, rb, lm, rm, rk):
-        return rounds(
-            rb[q], lm[q], rm[q], rk[0, q], rk[1, q], rk[2, q], rk[3, q], rk[4, q], rk[5, q], x
-        )
-
-    @jit
-    def locate_flat(part, j, n, rb, lm, rm, rk, offset, ordinal, out_ord, out_rec):
-        """Source and record of (part, j) pairs whose parts are sources or shuffled
-        sources, four independent Feistel chains at a time (a source part has n = 1
-        in the shape table and is not permuted)."""
-        one = u64(1)
-        m = j.shape[0]
-        for e in range(m):
-            out_ord[e] = ordinal[part[e]]
-        e = 0
-        while e + 4 <= m:
-            p0 = part[e]
-            p1 = part[e + 1]
-            p2 = part[e + 2]
-            p3 = part[e + 3]
-            a = u64(j[e])
-            b = u64(j[e + 1])
-            c_ = u64(j[e + 2])
-            d = u64(j[e + 3])
-            if n[p0] > one and n[p1] > one and n[p2] > one and n[p3] > one:
-                a = first_rounds(p0, a, rb, lm, rm, rk)
-                b = first_rounds(p1, b, rb, lm, rm, rk)
-                c_ = first_rounds(p2, c_, rb, lm, rm, rk)
-                d = first_rounds(p3, d, rb, lm, rm, rk)
-                out_rec[e] = finish(p0, a, n, rb, lm, rm, rk, offset)
-                out_rec[e + 1] = finish(p1, b, n, rb, lm, rm, rk, offset)
-                out_rec[e + 2] = finish(p2, c_, n, rb, lm, rm, rk, offset)
-                out_rec[e + 3] = finish(p3, d, n, rb, lm, rm, rk, offset)
-                e += 4
-            else:
-                for f in range(e, e + 4):
-                    q = part[f]
-                    x = u64(j[f])
-                    if n[q] > one:
-                        x = permute_one(
-                            n[q],
-                            rb[q],
-                            lm[q],
-                            rm[q],
-                            rk[0, q],
-                            rk[1, q],
-                            rk[2, q],
-                            rk[3, q],
-                            rk[4, q],
-                            rk[5, q],
-                            x,
-                        )
-                    out_rec[f] = x + offset[q]
-                e += 4
-        while e < m:
-            q = part[e]
-            x = u64(j[e])
-            if n[q] > one:
-                x = permute_one(
-                    n[q],
-                    rb[q],
-                    lm[q],
-                    rm[q],
-                    rk[0, q],
-                    rk[1, q],
-                    rk[2, q],
-                    rk[3, q],
-                    rk[4, q],
-                    rk[5, q],
-                    x,
-                )
-            out_rec[e] = x + offset[q]
-            e += 1
-
-    class Kernels:
-        pass
-
-    ns = Kernels()
-    for f in (
-        permute_block,
-        permute_per_element,
-        permute_parts,
-        counts,
-        walk,
-        locate_flat,
-        merge_block,
-    ):
-        setattr(ns, f.__name__, f)
-    return ns
+    t = time.perf_counter()
+    if get() is None:
+        return 0.0
+    parts = [
+        Seq.source(5000).shuffle(1),
+        (Seq.source(3000).shuffle(2), Schedule.ramp(0.1, 0.3)),
+        Seq.source(2000),
+        Seq.source(100).shuffle(3).repeat(3),
+    ]
+    order = Order(Seq.mix(parts).repeat(2))
+    n = len(order)
+    order.lookup(np.arange(0, n, 7))
+    order.lookup(np.arange(n))
+    cur = order.cursor(n // 3)
+    cur.next_block(100)
+    cur.next_block(5000)
+    for p in (1, n // 2, n - 1):
+        order.get(p)
+    Order(Seq.source(10**6).shuffle(4).repeat(3)).lookup(np.arange(999_000, 1_001_000))
+    return time.perf_counter() - t

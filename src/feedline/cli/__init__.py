@@ -7,19 +7,19 @@ import sys
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from ._demo import run_demo
+    from .demo import run_demo
 
     return run_demo(out_dir=args.out)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from ._bench import run_bench
+    from .bench import run_bench
 
     return run_bench(quick=args.quick)
 
 
 def _cmd_order_show(args: argparse.Namespace) -> int:
-    from .order import Order, Seq
+    from ..order import Order, Seq
 
     with open(args.config, encoding="utf-8") as f:
         seq = Seq.from_json(f.read())
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except Exception as e:  # the CLI reports feedline's own errors without a traceback
-        from .errors import FeedlineError
+        from ..errors import FeedlineError
 
         if isinstance(e, FeedlineError):
             print(f"feedline: {type(e).__name__}: {e}", file=sys.stderr)

@@ -1,0 +1,214 @@
+"""The ordering benchmarks: feedline's figures beside baselines run in the same process.
+
+``feedline bench`` (or ``python benchmarks/order.py``) runs them; ``--quick`` uses
+small sizes for a smoke test. Each line prints feedline's figure and a baseline
+measured in the same run, so a ratio is meaningful on whatever machine runs it.
+Peak memory is measured in a child process (``ru_maxrss`` against an idle one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from ..order import Order, Schedule, Seq, _kernels
+
+BLOCK = 1 << 16
+
+
+def _best(f: Callable[[], object], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _naive_feistel(n: int, seed: int, idx: np.ndarray) -> np.ndarray:
+    """The baseline: a straightforward numpy Feistel (4 rounds, cycle walking)."""
+    bits = max(n - 1, 1).bit_length()
+    half = (bits + 1) // 2
+    mask = np.uint64((1 << half) - 1)
+    x = idx.astype(np.uint64)
+    todo = np.arange(len(x))
+    while len(todo):
+        v = x[todo]
+        left, right = v >> np.uint64(half), v & mask
+        for r in range(4):
+            f = (right * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed * 31 + r)) >> np.uint64(
+                64 - half
+            )
+            left, right = right, (left ^ f) & mask
+        v = (left << np.uint64(half)) | right
+        x[todo] = v
+        todo = todo[v >= np.uint64(n)]
+    return x
+
+
+def _line(name: str, ours: str, base: str = "") -> None:
+    print(f"  {name:<44} {ours:>18}   {base}")
+
+
+def bench_shuffle(n: int, repeat: int) -> dict:
+    rng = np.random.default_rng(0)
+    order = Order(Seq.source(n).shuffle(42))
+    pos = rng.integers(0, n, BLOCK)
+    order.lookup(pos)
+    t = _best(lambda: order.lookup(pos), repeat)
+    lookup = BLOCK / t / 1e6
+    cur = order.cursor(n // 2)
+    cur.next_block(BLOCK)
+    walk = BLOCK / _best(lambda: cur.next_block(BLOCK), repeat) / 1e6
+    seeks = rng.integers(0, n, 2000)
+    t0 = time.perf_counter()
+    for p in seeks:
+        order.get(int(p))
+    seek_us = (time.perf_counter() - t0) / len(seeks) * 1e6
+    naive = BLOCK / _best(lambda: _naive_feistel(n, 42, pos), repeat) / 1e6
+    m = min(n, 10**8 if repeat > 3 else 10**6)
+    t0 = time.perf_counter()
+    perm = np.random.default_rng(1).permutation(m)
+    perm_s = time.perf_counter() - t0
+    perm_mb = perm.nbytes / 2**20
+    del perm
+    print(f"shuffle of {n:,} records")
+    _line(
+        "lookup, blocks of 64k random positions",
+        f"{lookup:8.1f} M/s",
+        f"numpy Feistel baseline {naive:.1f} M/s",
+    )
+    _line("walk (cursor blocks of 64k)", f"{walk:8.1f} M/s")
+    _line(
+        "seek (get one random position)",
+        f"{seek_us:8.1f} us",
+        f"numpy.random.permutation({m:,}): {perm_s:.2f} s, {perm_mb:,.0f} MB",
+    )
+    return {
+        "lookup_mps": lookup,
+        "walk_mps": walk,
+        "seek_us": seek_us,
+        "naive_feistel_mps": naive,
+        "permutation_s": perm_s,
+        "permutation_mb": perm_mb,
+        "permutation_n": m,
+    }
+
+
+def _mix_seq(parts: int, part_len: int, scheduled_share: float) -> Seq:
+    items: list = []
+    every = round(1 / scheduled_share) if scheduled_share else 0
+    for i in range(parts):
+        s = Seq.source(part_len + i).shuffle(i)
+        if every and i % every == 0:
+            a = (i % 7) / 20
+            items.append((s, Schedule.trapezoid(a, a + 0.2, 0.7, 0.9)))
+        else:
+            items.append(s)
+    return Seq.mix(items)
+
+
+def bench_mix(parts: int, part_len: int, scheduled_share: float, repeat: int) -> dict:
+    seq = _mix_seq(parts, part_len, scheduled_share)
+    build_ms = _best(lambda: Order(seq), max(repeat, 3)) * 1e3
+    order = Order(seq)
+    n = len(order)
+    rng = np.random.default_rng(0)
+    cur = order.cursor(n // 3)
+    cur.next_block(BLOCK)
+    walk = BLOCK / _best(lambda: cur.next_block(BLOCK), repeat) / 1e6
+    seeks = rng.integers(0, n, 50)
+    order.get(int(seeks[0]))
+    t0 = time.perf_counter()
+    for p in seeks:
+        order.get(int(p))
+    seek_us = (time.perf_counter() - t0) / len(seeks) * 1e6
+    # Baseline: materialise a prefix of the mix by sorting every key (what a simple
+    # implementation does), per element.
+    small = Order(_mix_seq(parts, max(part_len // 1000, 50), scheduled_share))
+    plan = small.root.plan
+    part = np.repeat(np.arange(plan.k), plan.n)
+    j = np.concatenate([np.arange(x) for x in plan.n])
+    t = _best(lambda: np.lexsort((j, part, plan.keys(part, j))), max(repeat // 2, 1))
+    sort_mps = len(part) / t / 1e6
+    label = f"mix of {parts} shuffled parts"
+    if scheduled_share:
+        label += f", {scheduled_share:.0%} scheduled"
+    print(f"{label} ({n:,} records)")
+    _line("Order(...) construction", f"{build_ms:8.2f} ms")
+    _line(
+        "walk (cursor blocks of 64k)",
+        f"{walk:8.2f} M/s",
+        f"materialise-and-sort baseline {sort_mps:.2f} M/s (and O(n) memory)",
+    )
+    _line("seek (get one random position)", f"{seek_us:8.1f} us")
+    return {
+        "build_ms": build_ms,
+        "walk_mps": walk,
+        "seek_us": seek_us,
+        "sort_baseline_mps": sort_mps,
+    }
+
+
+_MEMORY_CHILD = """
+import resource, sys, json
+import numpy as np
+import feedline as fl
+order = fl.Order(fl.Seq.source(10**9).shuffle(42))
+order.lookup(np.arange(10))
+idle = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+cur = order.cursor(0, int(sys.argv[1]))
+while len(cur.next_block(1 << 16)[0]):
+    pass
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"idle_kb": idle, "peak_kb": peak}))
+"""
+
+
+def bench_memory(walk_len: int) -> dict:
+    t0 = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMORY_CHILD, str(walk_len)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=os.environ.copy(),
+    )
+    secs = time.perf_counter() - t0
+    r = json.loads(out.stdout)
+    grow = (r["peak_kb"] - r["idle_kb"]) / 1024
+    perm_mb = walk_len * 8 / 2**20
+    print(f"memory walking {walk_len:,} positions of a 1e9 shuffle")
+    _line(
+        "peak RSS above the idle interpreter",
+        f"{grow:8.1f} MB",
+        f"a permutation array of the walk alone: {perm_mb:,.0f} MB ({secs:.1f} s run)",
+    )
+    return {"peak_growth_mb": grow, "idle_mb": r["idle_kb"] / 1024}
+
+
+def run_bench(quick: bool = False) -> int:
+    compiled = _kernels.enabled()
+    path = "compiled (numba)" if compiled else "numpy"
+    if compiled:
+        _kernels.warm_up()
+    print(f"feedline ordering benchmarks, {path} path, pid {os.getpid()}")
+    results: dict = {"path": path}
+    repeat = 3 if quick else 15
+    results["shuffle"] = bench_shuffle(10**9, repeat)
+    results["mix100"] = bench_mix(100, 10**5 if quick else 10**7, 0.0, repeat)
+    results["mix1000"] = bench_mix(1000, 10**4 if quick else 10**6, 0.2, repeat)
+    results["memory"] = bench_memory(10**6 if quick else 10**8)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"(this process peaked at {peak:,.0f} MB, mostly the permutation baseline)")
+    if os.environ.get("FEEDLINE_BENCH_JSON"):
+        with open(os.environ["FEEDLINE_BENCH_JSON"], "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+    return 0
