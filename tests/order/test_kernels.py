@@ -1,0 +1,123 @@
+"""The compiled kernels and the numpy path give the same orders, bit for bit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.order import _kernels
+
+from .test_oracle import CASES, build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _both_paths(monkeypatch: pytest.MonkeyPatch, f):
+    """``f()`` on the compiled path, then on the numpy path."""
+    compiled = f()
+    monkeypatch.setitem(_kernels._state, "k", None)
+    try:
+        plain = f()
+    finally:
+        monkeypatch.undo()
+    return compiled, plain
+
+
+def _walk(order: fl.Order, start: int, sizes: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    cur = order.cursor(start)
+    blocks = [cur.next_block(k) for k in sizes]
+    return np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_every_oracle_case_is_identical_on_both_paths(case, compiled_path, monkeypatch):
+    order = fl.Order(build(case["seq"])).with_seed(case["seed"])
+    n = len(order)
+    rng = np.random.default_rng(1)
+    probe = rng.integers(0, max(n, 1), 300) if n else np.zeros(0, dtype=np.int64)
+    start = int(rng.integers(0, n)) if n else 0
+
+    def run():
+        return order.lookup(probe), _walk(order, start, [1, 7, 300, 4096])
+
+    (a_lookup, a_walk), (b_lookup, b_walk) = _both_paths(monkeypatch, run)
+    for x, y in zip((*a_lookup, *a_walk), (*b_lookup, *b_walk)):
+        np.testing.assert_array_equal(x, y)
+
+
+def _big_configs() -> list[fl.Seq]:
+    parts = []
+    for i in range(40):
+        s = fl.Seq.source(10_000 + 37 * i).shuffle(i)
+        if i % 5 == 0:
+            parts.append((s, fl.Schedule.trapezoid(0.05 * (i % 4), 0.3, 0.6, 0.95)))
+        elif i % 7 == 0:
+            parts.append((s.repeat(2), fl.Schedule.ramp(0.2, 0.5)))
+        else:
+            parts.append(s)
+    scheduled = fl.Seq.mix(parts)
+    return [
+        scheduled,
+        scheduled.repeat(3),
+        scheduled.shard(2, 5),
+        fl.Seq.mix([fl.Seq.source(3 * 10**6).shuffle(1), fl.Seq.source(10**6)]).repeat(2),
+        fl.Seq.source(10**9).shuffle(5).repeat(3),
+        fl.Seq.concat([fl.Seq.source(1000).shuffle(1), scheduled]).repeat(2).shuffle(9),
+    ]
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_large_orders_are_identical_on_both_paths(index, compiled_path, monkeypatch):
+    order = fl.Order(_big_configs()[index])
+    n = len(order)
+    rng = np.random.default_rng(index)
+    probe = rng.integers(0, n, 2000)
+    starts = [0, n // 3, n - 5000]
+
+    def run():
+        walks = [_walk(order, s, [64, 1, 5000 - 65]) for s in starts]
+        return order.lookup(probe), walks
+
+    (a_lookup, a_walks), (b_lookup, b_walks) = _both_paths(monkeypatch, run)
+    np.testing.assert_array_equal(a_lookup[0], b_lookup[0])
+    np.testing.assert_array_equal(a_lookup[1], b_lookup[1])
+    for (ao, ar), (bo, br) in zip(a_walks, b_walks):
+        np.testing.assert_array_equal(ao, bo)
+        np.testing.assert_array_equal(ar, br)
+
+
+def test_seeks_agree_with_walks_in_a_thousand_part_scheduled_mix(compiled_path):
+    parts = [
+        (fl.Seq.source(500 + i).shuffle(i), fl.Schedule.ramp(0.3, 0.6))
+        if i % 5 == 0
+        else fl.Seq.source(500 + i).shuffle(i)
+        for i in range(1000)
+    ]
+    order = fl.Order(fl.Seq.mix(parts))
+    n = len(order)
+    start = n // 2 - 10_000
+    ords, recs = _walk(order, start, [20_000])
+    for k in (0, 1, 9_999, 10_000, 19_999):
+        item = order[start + k]
+        assert (item.source_ordinal, item.record_index) == (ords[k], recs[k])
+
+
+def test_compiled_kernels_are_cached_on_disk(compiled_path):
+    _kernels.warm_up()
+    cache_dir = Path(_kernels.get().__file__).parent / "__pycache__"
+    cached = {p.name.split(".")[1].split("-")[0] for p in cache_dir.glob("_jit.*.nbi")}
+    assert {"permute_block", "counts", "walk", "merge_block", "locate_flat"} <= cached
+
+
+def test_the_numpy_path_is_used_when_kernels_are_off(numpy_path):
+    assert not _kernels.enabled()
+    order = fl.Order(fl.Seq.source(1000).shuffle(7))
+    assert [order[k].record_index for k in range(6)] == [629, 114, 228, 812, 639, 604]
+
+
+def test_fixture_path_is_the_oracles():
+    assert json.loads((ROOT / "tests" / "fixtures" / "order_oracle.json").read_text())

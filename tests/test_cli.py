@@ -1,0 +1,45 @@
+"""The command line: the demo, order inspection and the benchmark smoke test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import feedline as fl
+from feedline.cli import main
+
+
+def test_the_demo_runs_and_resumes_identically(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "feedline.cli", "demo", "--out", str(tmp_path / "demo")],
+        check=True, capture_output=True, text=True,
+    )
+    assert "each exactly once" in out.stdout
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary["resumed_identical"] is True
+    assert summary["positions"] == 2_000_000_000
+    seq = fl.Seq.from_json((tmp_path / "demo" / "order.json").read_text())
+    assert len(fl.Order(seq)) == 2_000_000_000
+
+
+def test_order_show_prints_the_positions_of_a_saved_configuration(tmp_path, capsys):
+    path = tmp_path / "order.json"
+    path.write_text(fl.Seq.source(1000).shuffle(7).to_json())
+    assert main(["order", "show", str(path), "--count", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "1,000 positions over 1 sources"
+    assert [int(line.split()[-1]) for line in lines[1:]] == [629, 114, 228]
+
+
+def test_a_bad_configuration_is_reported_without_a_traceback(tmp_path, capsys):
+    path = tmp_path / "order.json"
+    path.write_text('{"format": "feedline.order", "ordering_version": 1, "seq": {"x": 1}}')
+    assert main(["order", "show", str(path)]) == 2
+    assert "OrderError" in capsys.readouterr().err
+
+
+def test_the_benchmark_runs_in_quick_mode(capsys):
+    assert main(["bench", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "numpy Feistel baseline" in out and "peak RSS above the idle interpreter" in out

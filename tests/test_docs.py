@@ -1,0 +1,47 @@
+"""Every Python example in the README and in docs/ runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _examples() -> list[tuple[str, int, str]]:
+    out = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for i, m in enumerate(re.finditer(r"```python\n(.*?)```", text, re.S)):
+            out.append((path.name, i, m.group(1)))
+    return out
+
+
+EXAMPLES = _examples()
+
+
+def test_the_readme_has_an_example():
+    assert any(name == "README.md" for name, _, _ in EXAMPLES)
+
+
+@pytest.mark.parametrize("code", [e[2] for e in EXAMPLES], ids=[f"{e[0]}-{e[1]}" for e in EXAMPLES])
+def test_the_example_runs(code: str, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "<example>", "exec"), {"__name__": "__example__"})
+
+
+def test_the_modules_docstring_examples_pass():
+    import doctest
+
+    import feedline.order._hash
+    import feedline.order._order
+    import feedline.order._schedule
+    import feedline.order._seq
+
+    for mod in (feedline.order._hash, feedline.order._order, feedline.order._schedule,
+                feedline.order._seq):
+        result = doctest.testmod(mod)
+        assert result.failed == 0, mod.__name__

@@ -1,0 +1,47 @@
+"""The public surface is pinned: adding or removing a name is a deliberate change."""
+
+import feedline as fl
+
+EXPECTED = [
+    "ORDERING_VERSION",
+    "BoundsError",
+    "Cursor",
+    "DomainError",
+    "FeedlineError",
+    "FormatError",
+    "Item",
+    "Order",
+    "OrderError",
+    "OrderErrorKind",
+    "RecordError",
+    "Schedule",
+    "Seq",
+    "ShapeError",
+    "StateError",
+    "WorkerError",
+    "salt",
+]
+
+
+def test_the_public_names_are_exactly_the_pinned_ones():
+    assert sorted(fl.__all__) == sorted(EXPECTED)
+
+
+def test_every_public_name_exists_and_has_a_docstring():
+    for name in fl.__all__:
+        obj = getattr(fl, name)
+        if callable(obj):
+            assert obj.__doc__, f"{name} has no docstring"
+
+
+def test_every_error_is_a_feedline_error_and_its_builtin():
+    assert issubclass(fl.OrderError, fl.FeedlineError) and issubclass(fl.OrderError, ValueError)
+    assert issubclass(fl.BoundsError, IndexError)
+    assert issubclass(fl.RecordError, TypeError)
+    assert issubclass(fl.ShapeError, ValueError) and issubclass(fl.DomainError, ValueError)
+    assert issubclass(fl.FormatError, ValueError) and issubclass(fl.StateError, ValueError)
+    assert issubclass(fl.WorkerError, RuntimeError)
+
+
+def test_the_ordering_version_is_one():
+    assert fl.ORDERING_VERSION == 1
