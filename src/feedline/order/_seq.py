@@ -17,7 +17,6 @@ import json
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import OrderError, OrderErrorKind
 from ._hash import MASK64
@@ -203,12 +202,6 @@ class Seq:
                 f"a split index must satisfy 0 <= index < count, got index {index} of {count}",
             )
         return Seq("split", (self,), (index, count))
-
-    def batches(self, batch_size: int, **loader_options: Any):  # pragma: no cover - issue 3
-        """A loader over this order (the loader arrives with the loader core)."""
-        from .. import loader as _loader
-
-        return _loader.Loader(self, batch_size, **loader_options)
 
     # -- inspection ---------------------------------------------------------------------
     def sources(self) -> list[object]:
