@@ -155,11 +155,21 @@ class Schedule:
 
     def finite(self) -> bool:
         """Whether every derived coefficient is a finite float."""
-        return all(
-            math.isfinite(v) and math.isfinite(4.0 * seg[5])
-            for seg in self.segments()
-            for v in (seg[2], seg[3], seg[4], seg[5], seg[6], seg[7])
-        )
+        rows = self.rows()[: len(self.segments())]
+        return bool(np.isfinite(rows[:, 2:]).all() and np.isfinite(4.0 * rows[:, 5]).all())
+
+    def rows(self) -> np.ndarray:
+        """The segments as a ``(MAX_SEGMENTS, 8)`` array, padded with never-selected rows."""
+        cached = self.__dict__.get("_rows")
+        if cached is None:
+            segs = self.segments()
+            cached = np.zeros((MAX_SEGMENTS, 8))
+            cached[:, 0] = np.inf  # x0: never the segment of a clock time
+            cached[:, 4] = np.inf  # share: never the segment of a quantile
+            cached[: len(segs)] = segs
+            cached.flags.writeable = False
+            object.__setattr__(self, "_rows", cached)
+        return cached
 
     def peak_rate(self) -> float:
         """The highest rate of any kept segment (what the steepness limit applies to)."""
@@ -236,25 +246,19 @@ class ScheduleTable:
     _COLS = ("x0", "x1", "r0", "r1", "share", "c", "inv_r0", "inv_2c")
 
     def __init__(self, schedules: list[Schedule]) -> None:
-        k = len(schedules)
-        cols = {name: np.zeros((k, MAX_SEGMENTS)) for name in self._COLS}
-        cols["share"][:] = np.inf
-        cols["x0"][:] = np.inf
         uniform = np.array([s.is_uniform for s in schedules], dtype=bool)
-        for name, v in zip(self._COLS, _UNIFORM.segments()[0]):
-            cols[name][uniform, 0] = v
+        table = np.broadcast_to(_UNIFORM.rows(), (len(schedules), MAX_SEGMENTS, 8)).copy()
         for i in np.flatnonzero(~uniform):
-            for m, seg in enumerate(schedules[i].segments()):
-                for name, v in zip(self._COLS, seg):
-                    cols[name][i, m] = v
-        for name, arr in cols.items():
-            setattr(self, name, arr)
+            table[i] = schedules[i].rows()
+        self._table = table
+        for c, name in enumerate(self._COLS):
+            setattr(self, name, table[:, :, c])
         self.uniform = uniform
         self.all_uniform = bool(uniform.all())
 
     def stacked(self) -> np.ndarray:
         """All columns as one ``(parts, segments, 8)`` array (for the compiled kernels)."""
-        return np.ascontiguousarray(np.stack([getattr(self, c) for c in self._COLS], axis=-1))
+        return self._table
 
     def inverse(self, part: np.ndarray, y: np.ndarray) -> np.ndarray:
         """``Q_part(y)`` elementwise (``part``: int array of rows; ``y``: float64 array)."""
