@@ -259,15 +259,19 @@ def walk(taken, n, phi, inv, uniform, T, count, out_part, out_j):
     return emitted, last
 
 
+_PACK = np.int64(46)  # j < 2**46 in any mix; the part index goes above it
+
+
 @jit
 def merge_block(start, stop, phi, inv, uniform, T, out_part, out_j, out_key):
     """Every element with ``start[i] <= j < stop[i]``, sorted by (key, part, j).
 
-    A bucket sort: keys are spread nearly evenly over the block's clock interval,
-    so a counting sort on the key's bucket, stable in (part, j) order, followed by
-    an insertion sort within each (small) bucket, costs a few passes and no
-    unpredictable comparisons. Bucket indices grow monotonically with the key, so
-    the result is exact whatever the distribution. Returns the element count.
+    A bucket sort: keys are spread nearly evenly over the block's clock interval, so
+    a counting sort on the key's bucket, stable in (part, j) order, then an insertion
+    sort within each (small) bucket costs a few passes and no unpredictable
+    comparisons. Bucket indices grow monotonically with the key, so the result is
+    exact whatever the distribution. (part, j) travel packed in one word while
+    sorting. Returns the element count.
     """
     k = start.shape[0]
     total = 0
@@ -276,8 +280,6 @@ def merge_block(start, stop, phi, inv, uniform, T, out_part, out_j, out_key):
     if total == 0:
         return 0
     keys = np.empty(total, dtype=np.float64)
-    parts = np.empty(total, dtype=np.int64)
-    js = np.empty(total, dtype=np.int64)
     e = 0
     lo = np.inf
     hi = -np.inf
@@ -289,8 +291,6 @@ def merge_block(start, stop, phi, inv, uniform, T, out_part, out_j, out_key):
             if not uni:
                 key = quantile(i, key, T)
             keys[e] = key
-            parts[e] = i
-            js[e] = j
             lo = min(lo, key)
             hi = max(hi, key)
             e += 1
@@ -298,136 +298,102 @@ def merge_block(start, stop, phi, inv, uniform, T, out_part, out_j, out_key):
     scale = 0.0
     if hi > lo:
         scale = (nb - 1) / (hi - lo)
-    bucket = np.empty(total, dtype=np.int64)
     fill = np.zeros(nb + 1, dtype=np.int64)
     for e in range(total):
-        b = int((keys[e] - lo) * scale)
-        b = min(max(b, 0), nb - 1)
-        bucket[e] = b
+        b = min(max(int((keys[e] - lo) * scale), 0), nb - 1)
         fill[b + 1] += 1
     for b in range(nb):
         fill[b + 1] += fill[b]
-    for e in range(total):
-        b = bucket[e]
-        d = fill[b]
-        fill[b] = d + 1
-        out_key[d] = keys[e]
-        out_part[d] = parts[e]
-        out_j[d] = js[e]
+    e = 0
+    for i in range(k):
+        base = np.int64(i) << _PACK
+        for j in range(start[i], stop[i]):
+            key = keys[e]
+            b = min(max(int((key - lo) * scale), 0), nb - 1)
+            d = fill[b]
+            fill[b] = d + 1
+            out_key[d] = key
+            out_j[d] = base | j
+            e += 1
     # fill[b] is now the end of bucket b; sort each bucket by key, stably.
     begin = 0
     for b in range(nb):
         end = fill[b]
         for x in range(begin + 1, end):
             key = out_key[x]
-            pp = out_part[x]
-            jj = out_j[x]
+            packed = out_j[x]
             y = x - 1
             while y >= begin and out_key[y] > key:
                 out_key[y + 1] = out_key[y]
-                out_part[y + 1] = out_part[y]
                 out_j[y + 1] = out_j[y]
                 y -= 1
             out_key[y + 1] = key
-            out_part[y + 1] = pp
-            out_j[y + 1] = jj
+            out_j[y + 1] = packed
         begin = end
+    low = (np.int64(1) << _PACK) - 1
+    for d in range(total):
+        packed = out_j[d]
+        out_part[d] = packed >> _PACK
+        out_j[d] = packed & low
     return total
-
-
-@inline
-def finish(q, x, n, rb, lm, rm, rk, offset):
-    """Cycle-walk ``x`` (one application of part q's rounds done) into range."""
-    nq = n[q]
-    if x >= nq:
-        x = permute_one(
-            nq,
-            rb[q],
-            lm[q],
-            rm[q],
-            rk[0, q],
-            rk[1, q],
-            rk[2, q],
-            rk[3, q],
-            rk[4, q],
-            rk[5, q],
-            x,
-        )
-    return x + offset[q]
-
-
-@inline
-def first_rounds(q, x, rb, lm, rm, rk):
-    return rounds(
-        rb[q], lm[q], rm[q], rk[0, q], rk[1, q], rk[2, q], rk[3, q], rk[4, q], rk[5, q], x
-    )
 
 
 @jit
 def locate_flat(part, j, n, rb, lm, rm, rk, offset, ordinal, out_ord, out_rec):
-    """Source and record of (part, j) pairs whose parts are sources or shuffled
-    sources, four independent Feistel chains at a time (a source part has n = 1
-    in the shape table and is not permuted)."""
-    one = u64(1)
+    """Source and record of (part, j) pairs whose parts are sources or shuffled sources.
+
+    Elements are grouped by part first (a counting sort), so each part's keys and
+    shape stay in registers, and four independent Feistel chains run side by side
+    (a source part has n = 1 in the shape table and is not permuted).
+    """
+    k = n.shape[0]
     m = j.shape[0]
+    start = np.zeros(k + 1, dtype=np.int64)
     for e in range(m):
-        out_ord[e] = ordinal[part[e]]
-    e = 0
-    while e + 4 <= m:
-        p0 = part[e]
-        p1 = part[e + 1]
-        p2 = part[e + 2]
-        p3 = part[e + 3]
-        a = u64(j[e])
-        b = u64(j[e + 1])
-        c_ = u64(j[e + 2])
-        d = u64(j[e + 3])
-        if n[p0] > one and n[p1] > one and n[p2] > one and n[p3] > one:
-            a = first_rounds(p0, a, rb, lm, rm, rk)
-            b = first_rounds(p1, b, rb, lm, rm, rk)
-            c_ = first_rounds(p2, c_, rb, lm, rm, rk)
-            d = first_rounds(p3, d, rb, lm, rm, rk)
-            out_rec[e] = finish(p0, a, n, rb, lm, rm, rk, offset)
-            out_rec[e + 1] = finish(p1, b, n, rb, lm, rm, rk, offset)
-            out_rec[e + 2] = finish(p2, c_, n, rb, lm, rm, rk, offset)
-            out_rec[e + 3] = finish(p3, d, n, rb, lm, rm, rk, offset)
-            e += 4
-        else:
-            for f in range(e, e + 4):
-                q = part[f]
-                x = u64(j[f])
-                if n[q] > one:
-                    x = permute_one(
-                        n[q],
-                        rb[q],
-                        lm[q],
-                        rm[q],
-                        rk[0, q],
-                        rk[1, q],
-                        rk[2, q],
-                        rk[3, q],
-                        rk[4, q],
-                        rk[5, q],
-                        x,
-                    )
-                out_rec[f] = x + offset[q]
-            e += 4
-    while e < m:
+        start[part[e] + 1] += 1
+    for q in range(k):
+        start[q + 1] += start[q]
+    fill = start[:k].copy()
+    idx = np.empty(m, dtype=np.int64)
+    for e in range(m):
         q = part[e]
-        x = u64(j[e])
-        if n[q] > one:
-            x = permute_one(
-                n[q],
-                rb[q],
-                lm[q],
-                rm[q],
-                rk[0, q],
-                rk[1, q],
-                rk[2, q],
-                rk[3, q],
-                rk[4, q],
-                rk[5, q],
-                x,
-            )
-        out_rec[e] = x + offset[q]
-        e += 1
+        idx[fill[q]] = e
+        fill[q] += 1
+        out_ord[e] = ordinal[q]
+    one = u64(1)
+    for q in range(k):
+        lo = start[q]
+        hi = start[q + 1]
+        nq = n[q]
+        off = offset[q]
+        if nq <= one:
+            for f in range(lo, hi):
+                e = idx[f]
+                out_rec[e] = u64(j[e]) + off
+            continue
+        b, lmq, rmq = rb[q], lm[q], rm[q]
+        k0, k1, k2, k3, k4, k5 = rk[0, q], rk[1, q], rk[2, q], rk[3, q], rk[4, q], rk[5, q]
+        f = lo
+        while f + 4 <= hi:
+            e0, e1, e2, e3 = idx[f], idx[f + 1], idx[f + 2], idx[f + 3]
+            x0 = rounds(b, lmq, rmq, k0, k1, k2, k3, k4, k5, u64(j[e0]))
+            x1 = rounds(b, lmq, rmq, k0, k1, k2, k3, k4, k5, u64(j[e1]))
+            x2 = rounds(b, lmq, rmq, k0, k1, k2, k3, k4, k5, u64(j[e2]))
+            x3 = rounds(b, lmq, rmq, k0, k1, k2, k3, k4, k5, u64(j[e3]))
+            if x0 >= nq:
+                x0 = permute_one(nq, b, lmq, rmq, k0, k1, k2, k3, k4, k5, x0)
+            if x1 >= nq:
+                x1 = permute_one(nq, b, lmq, rmq, k0, k1, k2, k3, k4, k5, x1)
+            if x2 >= nq:
+                x2 = permute_one(nq, b, lmq, rmq, k0, k1, k2, k3, k4, k5, x2)
+            if x3 >= nq:
+                x3 = permute_one(nq, b, lmq, rmq, k0, k1, k2, k3, k4, k5, x3)
+            out_rec[e0] = x0 + off
+            out_rec[e1] = x1 + off
+            out_rec[e2] = x2 + off
+            out_rec[e3] = x3 + off
+            f += 4
+        while f < hi:
+            e = idx[f]
+            out_rec[e] = permute_one(nq, b, lmq, rmq, k0, k1, k2, k3, k4, k5, u64(j[e])) + off
+            f += 1

@@ -24,6 +24,9 @@ from ._schedule import Schedule, ScheduleTable
 # element below a threshold and bucket-sort the block.
 _HEAP_WALK_MAX = 2048
 
+# The compiled block merge packs (part, j) into one word: j < 2**46, part below this.
+_MAX_PACKED_PARTS = 1 << 17
+
 # A seek stops narrowing when its clock interval holds at most this many elements
 # (plus one per part); sorting that many keys is cheaper than more count rounds.
 _SEEK_WINDOW = 256
@@ -204,7 +207,7 @@ class MixPlan:
                 end = self.seek(target)
                 thr, c = end.floor, end.taken
         stop = np.maximum(c, state.taken)
-        if kern is not None:
+        if kern is not None and self.k < _MAX_PACKED_PARTS:
             m = int((stop - state.taken).sum())
             part = np.empty(m, dtype=np.int64)
             j = np.empty(m, dtype=np.int64)
