@@ -51,7 +51,6 @@ class OrderErrorKind(enum.Enum):
     INVALID_SCHEDULE = "invalid_schedule"
     SCHEDULE_TOO_STEEP = "schedule_too_steep"
     EMPTY_CYCLE = "empty_cycle"
-    SHUFFLE_CONTAINS_MIX = "shuffle_contains_mix"
     INVALID_SHARD = "invalid_shard"
     INVALID_ARGUMENT = "invalid_argument"
     SOURCE_CHANGED = "source_changed"

@@ -24,8 +24,8 @@ def _cmd_order_show(args: argparse.Namespace) -> int:
     with open(args.config, encoding="utf-8") as f:
         seq = Seq.from_json(f.read())
     order = Order(seq, seed=args.seed)
-    print(f"{len(order):,} positions over {len(order.sources)} sources")
-    stop = min(len(order), args.start + args.count)
+    print(f"{order.length:,} positions over {len(order.sources)} sources")
+    stop = min(order.length, args.start + args.count)
     ords, recs = order.lookup(list(range(args.start, stop)))
     for pos, o, r in zip(range(args.start, stop), ords, recs):
         print(f"{pos:>14,}  source {o:>4}  record {r:,}")

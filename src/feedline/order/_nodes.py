@@ -287,6 +287,8 @@ class Mix(Node):
 
     def merge(self, pos: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray]:
         """(part, j) of every position, by seeks and walks over runs of nearby positions."""
+        if len(pos) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         first = int(pos[0])
         if int(pos[-1]) - first == len(pos) - 1 and (np.diff(pos) == 1).all():
             return self._walk_range(first, len(pos), cache)

@@ -67,6 +67,11 @@ class Order:
         return self._root.n
 
     @property
+    def length(self) -> int:
+        """The number of positions (also for orders of 2**63 or more, which ``len`` refuses)."""
+        return self._root.n
+
+    @property
     def sources(self) -> tuple[object, ...]:
         """The source handles, indexed by ``source_ordinal`` (tree order)."""
         return self._sources
@@ -81,7 +86,7 @@ class Order:
         return other
 
     def __repr__(self) -> str:
-        return f"Order(len={len(self)}, seed={self.seed}, sources={len(self._sources)})"
+        return f"Order(len={self.length}, seed={self.seed}, sources={len(self._sources)})"
 
     @property
     def root(self) -> Node:
@@ -91,7 +96,7 @@ class Order:
     def get(self, pos: int) -> Item | None:
         """The item at ``pos``, or None when ``pos`` is not in ``[0, len)``."""
         pos = operator.index(pos)
-        if not 0 <= pos < len(self):
+        if not 0 <= pos < self._root.n:
             return None
         ords, recs = self._root.locate(np.array([pos], dtype=np.uint64), self.seed, {})
         o = int(ords[0])
@@ -99,7 +104,7 @@ class Order:
 
     def __getitem__(self, pos: int) -> Item:
         pos = operator.index(pos)
-        n = len(self)
+        n = self._root.n
         if pos < 0:
             pos += n
         if not 0 <= pos < n:
@@ -109,8 +114,9 @@ class Order:
     def lookup(self, positions) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised lookup: positions in, ``(source_ordinals, record_indices)`` out.
 
-        Both outputs are ``int64`` arrays of the positions' shape. Every position must
-        be in ``[0, len)``; a ``BoundsError`` names the first one that is not.
+        Both outputs are ``int64`` arrays of the positions' shape (records of 2**63 or
+        more, which no real dataset has, come back as ``uint64``). Every position must be
+        in ``[0, len)``; a ``BoundsError`` names the first one that is not.
         """
         arr = np.asarray(positions)
         if arr.dtype.kind not in "iu":
@@ -119,7 +125,7 @@ class Order:
             else:
                 raise TypeError(f"positions must be integers, got dtype {arr.dtype}")
         flat = arr.reshape(-1)
-        n = len(self)
+        n = self._root.n
         if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= n):
             bad = (flat < 0) | (flat >= n)
             first = int(flat[np.flatnonzero(bad)[0]])
@@ -140,7 +146,11 @@ class Order:
 
 def _as_int64(recs: np.ndarray) -> np.ndarray:
     recs = np.ascontiguousarray(recs)
-    return recs.view(np.int64) if recs.dtype == np.uint64 else recs.astype(np.int64)
+    if recs.dtype != np.uint64:
+        return recs.astype(np.int64)
+    if recs.size and int(recs.max()) >= 1 << 63:
+        return recs
+    return recs.view(np.int64)
 
 
 def _check_range(n: int, start: int, stop: int | None) -> tuple[int, int]:
@@ -170,7 +180,7 @@ class Cursor:
 
     def __init__(self, order: Order, start: int = 0, stop: int | None = None) -> None:
         self._order = order
-        self._start, self._stop = _check_range(len(order), start, stop)
+        self._start, self._stop = _check_range(order.length, start, stop)
         self._offset = self._start
         self._cache: dict = {}
         self._buf: tuple[np.ndarray, np.ndarray] | None = None
@@ -186,11 +196,12 @@ class Cursor:
         return self._stop
 
     def __len__(self) -> int:
+        """Positions left in the range."""
         return self._stop - self._offset
 
     def reset(self, start: int = 0, stop: int | None = None) -> None:
         """Move to ``[start, stop)`` (absolute positions; ``stop`` defaults to the end)."""
-        self._start, self._stop = _check_range(len(self._order), start, stop)
+        self._start, self._stop = _check_range(self._order.length, start, stop)
         self._offset = self._start
         self._buf = None
 
@@ -200,7 +211,7 @@ class Cursor:
         if k < 0:
             raise ValueError(f"block size must be >= 0, got {k}")
         if self._buf is not None:
-            # Items left over from iteration come first.
+            # Items fetched ahead by iteration come first, then fresh positions.
             o, r = self._buf
             i = self._buf_at
             take = min(k, len(o) - i)
@@ -208,7 +219,11 @@ class Cursor:
             if self._buf_at >= len(o):
                 self._buf = None
             self._offset += take
-            return o[i : i + take], r[i : i + take]
+            head = (o[i : i + take], r[i : i + take])
+            if take == k or self._buf is not None:
+                return head
+            tail = self.next_block(k - take)
+            return np.concatenate((head[0], tail[0])), np.concatenate((head[1], tail[1]))
         end = min(self._offset + k, self._stop)
         if end <= self._offset:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
