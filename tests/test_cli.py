@@ -42,4 +42,4 @@ def test_a_bad_configuration_is_reported_without_a_traceback(tmp_path, capsys):
 def test_the_benchmark_runs_in_quick_mode(capsys):
     assert main(["bench", "--quick"]) == 0
     out = capsys.readouterr().out
-    assert "numpy Feistel baseline" in out and "peak RSS above the idle interpreter" in out
+    assert "plain numpy Feistel" in out and "peak RSS above the idle interpreter" in out

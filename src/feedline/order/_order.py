@@ -61,6 +61,8 @@ class Order:
         self._root, _ = compile_seq(seq)
         self.seed = operator.index(seed) & MASK64
         self._sources = tuple(seq.sources())
+        # Records fit int64 unless a source has 2**63 records or more.
+        self._wide = any(leaf.length > 1 << 63 for leaf in self._root.leaves())
 
     # -- basics -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -82,6 +84,7 @@ class Order:
         other.seq = self.seq
         other._root = self._root
         other._sources = self._sources
+        other._wide = self._wide
         other.seed = operator.index(seed) & MASK64
         return other
 
@@ -133,7 +136,7 @@ class Order:
         ords, recs = self._root.locate(flat.astype(np.uint64, copy=True), self.seed, {})
         # Records are below 2**63 (orders are addressed by int64 positions), so a view
         # reinterprets them without a copy.
-        return ords.reshape(arr.shape), _as_int64(recs).reshape(arr.shape)
+        return ords.reshape(arr.shape), _records(recs, self._wide).reshape(arr.shape)
 
     # -- walking ------------------------------------------------------------------------
     def cursor(self, start: int = 0, stop: int | None = None) -> Cursor:
@@ -144,11 +147,10 @@ class Order:
         return iter(self.cursor())
 
 
-def _as_int64(recs: np.ndarray) -> np.ndarray:
-    recs = np.ascontiguousarray(recs)
-    if recs.dtype != np.uint64:
-        return recs.astype(np.int64)
-    if recs.size and int(recs.max()) >= 1 << 63:
+def _records(recs: np.ndarray, wide: bool) -> np.ndarray:
+    """Record indices as int64 (a view, no copy), or uint64 for sources of 2**63+ records."""
+    recs = np.ascontiguousarray(recs, dtype=np.uint64)
+    if wide and recs.size and int(recs.max()) >= 1 << 63:
         return recs
     return recs.view(np.int64)
 
@@ -230,7 +232,7 @@ class Cursor:
         pos = np.arange(self._offset, end, dtype=np.uint64)
         ords, recs = self._order.root.locate(pos, self._order.seed, self._cache)
         self._offset = end
-        return ords, _as_int64(recs)
+        return ords, _records(recs, self._order._wide)
 
     def __iter__(self) -> Iterator[Item]:
         return self
