@@ -9,29 +9,36 @@ and takes fewer than two steps on average. No permutation array is ever built.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from . import _hash, _kernels
 from ._hash import MASK64, mix64
 
 
-@dataclass(frozen=True)
 class Shape:
     """The domain ``[0, n)`` and the widths and masks of the two Feistel halves."""
 
-    n: int
-    rb: int
-    lmask: int
-    rmask: int
+    __slots__ = ("lmask", "n", "rb", "rmask")
+
+    def __init__(self, n: int, rb: int, lmask: int, rmask: int) -> None:
+        self.n, self.rb, self.lmask, self.rmask = n, rb, lmask, rmask
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Shape) and (self.n, self.rb, self.lmask, self.rmask) == (
+            other.n, other.rb, other.lmask, other.rmask)
+
+    def __hash__(self) -> int:
+        return hash((self.n, self.rb))
+
+    def __repr__(self) -> str:
+        return f"Shape(n={self.n}, rb={self.rb})"
 
     def widths(self) -> tuple[np.uint64, np.uint64, np.uint64]:
         return np.uint64(self.rb), np.uint64(self.lmask), np.uint64(self.rmask)
 
     @classmethod
     def of(cls, n: int) -> Shape:
-        bits = max(n - 1, 0).bit_length()
+        bits = (n - 1).bit_length() if n > 0 else 0
         lb = bits // 2
         rb = bits - lb
         return cls(n, rb, (1 << lb) - 1, (1 << rb) - 1)

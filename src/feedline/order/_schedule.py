@@ -96,6 +96,13 @@ class Schedule:
         """Why this schedule is invalid, or None."""
         if self.is_uniform:
             return None
+        if "_problem" in self.__dict__:
+            return self.__dict__["_problem"]
+        found = self._find_problem()
+        object.__setattr__(self, "_problem", found)
+        return found
+
+    def _find_problem(self) -> str | None:
         pts = (self.start, self.full, self.fade_start, self.off)
         if not all(math.isfinite(p) for p in pts):
             return "a breakpoint is not finite"
@@ -155,8 +162,9 @@ class Schedule:
 
     def finite(self) -> bool:
         """Whether every derived coefficient is a finite float."""
-        rows = self.rows()[: len(self.segments())]
-        return bool(np.isfinite(rows[:, 2:]).all() and np.isfinite(4.0 * rows[:, 5]).all())
+        return all(
+            math.isfinite(v) for seg in self.segments() for v in (*seg[2:], 4.0 * seg[5])
+        )
 
     def rows(self) -> np.ndarray:
         """The segments as a ``(MAX_SEGMENTS, 8)`` array, padded with never-selected rows."""
@@ -249,7 +257,8 @@ class ScheduleTable:
         uniform = np.array([s.is_uniform for s in schedules], dtype=bool)
         table = np.broadcast_to(_UNIFORM.rows(), (len(schedules), MAX_SEGMENTS, 8)).copy()
         for i in np.flatnonzero(~uniform):
-            table[i] = schedules[i].rows()
+            segs = schedules[i].segments()
+            table[i, : len(segs)] = segs
         self._table = table
         for c, name in enumerate(self._COLS):
             setattr(self, name, table[:, :, c])
