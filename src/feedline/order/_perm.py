@@ -158,32 +158,32 @@ class Shapes:
         )
 
 
-# Chunk size of permute_many: its cycle-walking tail costs numpy calls per chunk, so
-# it takes bigger chunks than permute_array (measured best at 64k).
-_MANY_CHUNK = 1 << 16
-
-
 def permute_many(shapes: Shapes, rk: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """Each ``idx[e]`` permuted in its own domain ``shapes[e]`` with keys ``rk[:, e]``.
 
-    Elements whose domain has at most one element are returned unchanged. Works in
-    chunks (cache-sized) and shrinks each chunk's working set as elements land in
-    range, so cycle walking costs only what is left to walk.
+    Elements whose domain has at most one element are returned unchanged. The first
+    application of the rounds runs in cache-sized chunks; the cycle-walking tail
+    (the elements still out of range) runs over the whole block at once, shrinking
+    as elements land in range.
     """
     x = idx.astype(np.uint64, copy=True)
-    for a in range(0, len(x), _MANY_CHUNK):
-        b = min(a + _MANY_CHUNK, len(x))
+    walking = []
+    for a in range(0, len(x), _CHUNK):
+        b = min(a + _CHUNK, len(x))
         todo = a + np.flatnonzero(shapes.n[a:b] > np.uint64(1))
         sub = shapes.take(todo)
-        keys = rk[:, todo]
-        v = x[todo]
-        while len(todo):
-            v = _rounds(sub, keys, v)
-            x[todo] = v
-            walking = np.flatnonzero(v >= sub.n)
-            if len(walking) == 0:
-                break
-            todo, v, keys, sub = todo[walking], v[walking], keys[:, walking], sub.take(walking)
+        v = _rounds(sub, rk[:, todo], x[todo])
+        x[todo] = v
+        walking.append(todo[v >= sub.n])
+    todo = np.concatenate(walking) if walking else np.zeros(0, dtype=np.int64)
+    sub = shapes.take(todo)
+    keys = rk[:, todo]
+    v = x[todo]
+    while len(todo):
+        v = _rounds(sub, keys, v)
+        x[todo] = v
+        out = np.flatnonzero(v >= sub.n)
+        todo, v, keys, sub = todo[out], v[out], keys[:, out], sub.take(out)
     return x
 
 
