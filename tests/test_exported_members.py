@@ -4,8 +4,17 @@ import feedline as fl
 
 EXPECTED = [
     "ORDERING_VERSION",
+    "Batch",
     "BoundsError",
     "Cursor",
+    "Dataset",
+    "Field",
+    "Index",
+    "Loader",
+    "Mask",
+    "Range",
+    "Record",
+    "field",
     "DomainError",
     "FeedlineError",
     "FormatError",

@@ -12,26 +12,38 @@ from .errors import (
     StateError,
     WorkerError,
 )
+from .loader import Batch, Loader
 from .order import ORDERING_VERSION, Cursor, Item, Order, Schedule, Seq, salt
+from .records import Field, Index, Mask, Range, Record, field
+from .sources import Dataset
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ORDERING_VERSION",
+    "Batch",
     "BoundsError",
     "Cursor",
+    "Dataset",
     "DomainError",
     "FeedlineError",
+    "Field",
     "FormatError",
+    "Index",
     "Item",
+    "Loader",
+    "Mask",
     "Order",
     "OrderError",
     "OrderErrorKind",
+    "Range",
+    "Record",
     "RecordError",
     "Schedule",
     "Seq",
     "ShapeError",
     "StateError",
     "WorkerError",
+    "field",
     "salt",
 ]

@@ -15,6 +15,7 @@ import threading
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}
+_local = threading.local()
 
 
 def enabled() -> bool:
@@ -23,13 +24,45 @@ def enabled() -> bool:
 
 
 def get():
-    """The kernel namespace, or None when numba is missing or disabled."""
+    """The kernel namespace, or None when numba is missing or disabled.
+
+    Inside ``deferred()``, a thread that finds the kernels not yet loaded gets None
+    (the numpy path, same results) instead of waiting for numba to load.
+    """
     if "k" in _state:
         return _state["k"]
+    if getattr(_local, "defer", False):
+        return None
     with _lock:
         if "k" not in _state:
             _state["k"] = _build() if os.environ.get("FEEDLINE_NUMBA", "1") != "0" else None
     return _state["k"]
+
+
+class deferred:
+    """Within this block, use the numpy path until the kernels have loaded.
+
+    A loader's first batch should not wait a third of a second for numba to import;
+    ``load_in_background`` loads them meanwhile.
+    """
+
+    def __enter__(self) -> None:
+        self._before = getattr(_local, "defer", False)
+        _local.defer = True
+
+    def __exit__(self, *exc: object) -> None:
+        _local.defer = self._before
+
+
+def load_in_background() -> None:
+    """Start loading the kernels in a daemon thread (once); returns at once."""
+    if "k" in _state or "loading" in _state:
+        return
+    with _lock:
+        if "k" in _state or "loading" in _state:
+            return
+        _state["loading"] = True
+    threading.Thread(target=get, name="feedline-kernels", daemon=True).start()
 
 
 def _build():

@@ -17,10 +17,15 @@ import json
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import OrderError, OrderErrorKind
 from ._hash import MASK64
 from ._schedule import Schedule
+
+# The loader class, registered by ``feedline.loader`` when it is imported, so that
+# ``Seq.batches`` works without the order layer importing the loader layer.
+LOADER: list | None = None
 
 ORDERING_VERSION = 1
 """Orders are identical for every feedline version with the same ordering version."""
@@ -202,6 +207,12 @@ class Seq:
                 f"a split index must satisfy 0 <= index < count, got index {index} of {count}",
             )
         return Seq("split", (self,), (index, count))
+
+    def batches(self, batch_size: int, **loader_options: Any) -> Any:
+        """A ``fl.Loader`` over this order: batches of ``batch_size`` (see ``Loader``)."""
+        if LOADER is None:
+            raise RuntimeError("feedline's loader is not imported; `import feedline` first")
+        return LOADER[0](self, batch_size, **loader_options)
 
     # -- inspection ---------------------------------------------------------------------
     def sources(self) -> list[object]:

@@ -1,0 +1,467 @@
+"""``Loader``: batches from an order over typed datasets (data.nu's DataLoader).
+
+Semantics
+    One pass yields every position of the order once, in batches of ``batch_size``:
+    all full but the last, which is partial, dropped (``drop_last``) or padded to full
+    size with ``mask`` False (``pad``). ``len(loader)`` is the number of batches in a
+    pass. A ``for`` loop over the loader continues where the last one stopped; after a
+    finished pass the next loop starts the next pass, reshuffled (pass ``e`` runs in its
+    own context, hashed from the seed and ``e``). ``reset(seed)`` rewinds to the start
+    of pass 0 as a pure function of the seed. ``state_dict`` / ``load_state_dict``
+    resume exactly after the last batch delivered.
+
+With a plain source
+    ``seed`` shuffles (``None`` or ``<= 0``: in order) and ``shard=(index, count)`` takes
+    data.nu's contiguous slice ``[index*n//count, (index+1)*n//count)`` before shuffling.
+
+With a ``Seq`` or an ``Order``
+    ``seed`` reseeds every shuffle (the order seed); ``shard=(index, count)`` deals the
+    order's positions round-robin; ``shard="auto"`` does so for this process's rank.
+
+Cost
+    The order is read in blocks of about 64k positions; each batch is one gather per
+    field per source (``np.take`` for in-memory arrays), done outside the lock, so
+    threads sharing a loader gather in parallel and each batch goes to exactly one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import RecordError, StateError
+from ..order import Order, Seq, _hash, _kernels, _seq
+from ..sources import Dataset
+from ._batch import Batch
+from ._ranks import detect_rank
+
+STATE_FORMAT = "feedline.loader.state"
+STATE_VERSION = 1
+
+# The order is fetched this many positions at a time (rounded to whole batches): one
+# lookup amortised over many batches, small enough to stay in cache.
+_BLOCK = 1 << 16
+# Pass e > 0 of a loader runs in the context epoch_ctx(seed, e, _PASS_LEVEL): a level no
+# repeat inside a configuration can have (they are at most 16 deep).
+_PASS_LEVEL = 255
+
+
+def _as_dataset(src: Any) -> Dataset:
+    if isinstance(src, Dataset):
+        return src
+    if isinstance(src, Mapping):
+        return Dataset.from_arrays(**src)
+    record = getattr(src, "record", None)
+    if record is not None and hasattr(src, "__len__"):
+        return Dataset(record, src)
+    raise TypeError(
+        f"the loader reads typed records: give it a fl.Dataset(Record, source), a dict of "
+        f"arrays, or a Seq / Order over datasets, not a {type(src).__name__}")
+
+
+def _check_int(name: str, value: Any, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+class Loader:
+    """Batches of typed examples from a dataset, a ``Seq`` or an ``Order``.
+
+    >>> import numpy as np, feedline as fl
+    >>> ds = fl.Dataset.from_arrays(x=np.arange(10.0).reshape(5, 2))
+    >>> [b.size for b in fl.Loader(ds, 2)]
+    [2, 2, 1]
+    """
+
+    def __init__(self, source: Any, batch_size: int, *, seed: int | None = None,
+                 shard: tuple[int, int] | Literal["auto"] | None = None, even: bool = False,
+                 drop_last: bool = False, pad: bool = False, workers: int = 0,
+                 prefetch: int = 2, device: Any = None,
+                 output: Literal["numpy", "torch"] = "numpy", check_values: bool = False,
+                 batch_transform: Callable[[Batch], Any] | None = None) -> None:
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        if seed is not None:
+            seed = _check_int("seed", seed)
+        workers = _check_int("workers", workers, 0)
+        _check_int("prefetch", prefetch, 1)
+        if workers:
+            raise ValueError("workers > 0 needs the worker-process loader, which this version "
+                             "of feedline does not have yet; use workers=0")
+        if drop_last and pad:
+            raise ValueError("drop_last and pad exclude each other: the last partial batch is "
+                             "either dropped or padded")
+        if output not in ("numpy", "torch"):
+            raise ValueError(f"output must be 'numpy' or 'torch', got {output!r}")
+        if device is not None:
+            output = "torch"
+        self.drop_last, self.pad, self.even = bool(drop_last), bool(pad), bool(even)
+        self.check_values = bool(check_values)
+        self.output, self.device = output, device
+        self.batch_transform = batch_transform
+
+        if shard == "auto":
+            shard = detect_rank()
+        elif shard is not None:
+            if not (isinstance(shard, tuple) and len(shard) == 2):
+                raise ValueError(f"shard is None, 'auto' or (index, count), got {shard!r}")
+            index = _check_int("shard index", shard[0], 0)
+            count = _check_int("shard count", shard[1], 1)
+            if index >= count:
+                raise ValueError(f"shard index must be < count, got {index} of {count}")
+            shard = (index, count)
+        self.shard = shard
+
+        if isinstance(source, Order):
+            self._plain: Dataset | None = None
+            self._seq = source.seq if shard is None else source.seq.shard(*shard)
+            self._base_seed = source.seed if seed is None else seed
+        elif isinstance(source, Seq):
+            self._plain = None
+            self._seq = source if shard is None else source.shard(*shard)
+            self._base_seed = 0 if seed is None else seed
+        else:
+            self._plain = _as_dataset(source)
+            seq = Seq.source(self._plain)
+            self._seq = seq if shard is None else seq.split(*shard)
+            self._base_seed = seed
+        # Unsharded length, for even steps across ranks.
+        self._full_len = self._full_length(source)
+        self._datasets = self._check_sources()
+        self.record = self._datasets[0].record
+        self._fingerprint = self._make_fingerprint()
+        self._lock = threading.Lock()
+        self._orders: dict[int | None, Order] = {}
+        self._seed = self._base_seed
+        self._epoch = 0
+        self._claimed = 0
+        self._ended = False
+        self._block: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._cursor = None
+        self._closed = False
+        self._values_checked = False
+        self._steps = self._count_steps()
+
+    # -- construction helpers -----------------------------------------------------------
+    def _full_length(self, source: Any) -> int:
+        if self.shard is None:
+            return -1
+        if isinstance(source, Order):
+            return source.length
+        if isinstance(source, Seq):
+            return Order(source).length
+        return len(self._plain)
+
+    def _check_sources(self) -> list[Dataset]:
+        sources = self._seq.sources()
+        if not sources:
+            raise TypeError("the loader's order has no sources")
+        datasets = []
+        for src in sources:
+            if not isinstance(src, Dataset):
+                raise TypeError(
+                    f"the loader reads typed records: every source of its order must be a "
+                    f"fl.Dataset, found {type(src).__name__}")
+            datasets.append(src)
+        first = datasets[0].record
+        for ds in datasets[1:]:
+            if ds.record is not first:
+                raise RecordError(
+                    f"one loader reads one record: its datasets are of {first.__name__} and "
+                    f"{ds.record.__name__}")
+        return datasets
+
+    def _make_fingerprint(self) -> str:
+        rec = self._datasets[0].record
+        doc = {
+            "seq": self._seq.to_dict(),
+            "plain": self._plain is not None,
+            "record": {n: [list(f.shape), str(f.dtype)] for n, f in rec.fields.items()},
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "pad": self.pad,
+            "even": self.even,
+            "shard": list(self.shard) if self.shard else None,
+        }
+        text = json.dumps(doc, sort_keys=True).encode()
+        return hashlib.sha256(text).hexdigest()
+
+    def _order(self, seed: int | None) -> Order:
+        order = self._orders.get(seed)
+        if order is None:
+            if self._plain is not None:
+                seq = self._seq if seed is None or seed <= 0 else self._seq.shuffle(seed)
+                order = Order(seq)
+            else:
+                order = Order(self._seq, seed=seed or 0)
+            self._orders[seed] = order
+        return order
+
+    def _pass_order(self) -> Order:
+        order = self._order(self._seed)
+        if self._epoch == 0:
+            return order
+        return order.with_seed(_hash.epoch_ctx(order.seed, self._epoch, _PASS_LEVEL))
+
+    def _count_steps(self) -> int:
+        n = self._order(self._seed).length
+        b = self.batch_size
+        if self.even and self.shard is not None:
+            count = self.shard[1]
+            longest = -(-self._full_len // count)
+            return -(-longest // b)
+        return n // b if self.drop_last else -(-n // b)
+
+    # -- the stream ---------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Batches in one pass (data.nu's ``dl_num_batches``)."""
+        return self._steps
+
+    @property
+    def epoch(self) -> int:
+        """The pass the loader is in (0 after construction or ``reset``)."""
+        return self._epoch
+
+    @property
+    def seed(self) -> int | None:
+        return self._seed
+
+    def _claim(self) -> tuple[int, int, np.ndarray, np.ndarray] | None:
+        """Under the lock: the next batch's (start, stop, ordinals, records), or None."""
+        with self._lock:
+            if self._closed:
+                raise ValueError("the loader is closed")
+            if self._claimed >= self._steps:
+                return None
+            b = self.batch_size
+            start = self._claimed * b
+            order_len = self._pass_order().length
+            stop = min(start + b, order_len)
+            self._claimed += 1
+            if start >= stop:  # an all-padding step of a short rank (even=True)
+                empty = np.zeros(0, dtype=np.int64)
+                return start, start, empty, empty
+            block = self._block
+            if block is None or not block[0] <= start or stop > block[0] + len(block[1]):
+                block = self._fetch(start)
+            offset = block[0]
+            return (start, stop, block[1][start - offset:stop - offset],
+                    block[2][start - offset:stop - offset])
+
+    def _fetch(self, start: int) -> tuple[int, np.ndarray, np.ndarray]:
+        b = self.batch_size
+        length = max(b, -(-_BLOCK // b) * b)
+        if self._cursor is None or self._cursor.offset != start:
+            self._cursor = self._pass_order().cursor(start)
+        _kernels.load_in_background()
+        with _kernels.deferred():
+            ords, recs = self._cursor.next_block(length)
+        self._block = (start, ords, recs)
+        return self._block
+
+    def _gather(self, ords: np.ndarray, recs: np.ndarray, rows: int,
+                out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """The fields of the given records, stacked; padded with zeros to ``rows``."""
+        size = len(recs)
+        if self.check_values and not self._values_checked:
+            for ds in self._datasets:
+                ds.check_values()
+            self._values_checked = True
+        fields = self.record.fields
+        if len(self._datasets) == 1 or (size and ords.min() == ords.max()):
+            ds = self._datasets[int(ords[0]) if size else 0]
+            if out is None and rows == size:
+                return ds.getitems(recs, check_values=self.check_values)
+            target = out if out is not None else {
+                n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
+            ds.getitems(recs, check_values=self.check_values, out=target)
+            return target
+        target = out if out is not None else {
+            n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
+        for o in np.unique(ords):
+            sel = np.flatnonzero(ords == o)
+            cols = self._datasets[int(o)].getitems(recs[sel], check_values=self.check_values)
+            for n, col in cols.items():
+                target[n][sel] = col
+        return target
+
+    def _rows_for(self, size: int) -> int:
+        if self.pad or (self.even and self.shard is not None):
+            return self.batch_size
+        return size
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._lock:
+            if self._ended:
+                self._epoch += 1
+                self._claimed = 0
+                self._ended = False
+                self._block = None
+                self._cursor = None
+        return self
+
+    def __next__(self) -> Any:
+        claim = self._claim()
+        if claim is None:
+            with self._lock:
+                self._ended = True
+            raise StopIteration
+        start, stop, ords, recs = claim
+        size = stop - start
+        rows = self._rows_for(size)
+        fields = self._gather(ords, recs, rows)
+        if self.output == "torch":
+            fields = self._to_torch(fields)
+        batch = Batch(fields, size, rows, start, ords, recs)
+        if self.batch_transform is not None:
+            return self.batch_transform(batch)
+        return batch
+
+    def next_into(self, out: Mapping[str, np.ndarray]) -> int:
+        """Gather the next batch into caller-provided arrays; returns its real row count.
+
+        ``out`` maps each field to an array with at least ``batch_size`` rows; rows past
+        the count are left as they were (zeroed when padding). 0 marks the end of a pass;
+        the call after it starts the next pass.
+        """
+        for n, f in self.record.fields.items():
+            a = out.get(n)
+            if a is None or a.shape[1:] != f.shape or len(a) < self.batch_size:
+                raise ValueError(f"next_into needs out[{n!r}] of shape (>= {self.batch_size}, "
+                                 f"*{f.shape}), got {None if a is None else a.shape}")
+        with self._lock:
+            if self._ended:
+                self._epoch += 1
+                self._claimed = 0
+                self._ended = False
+                self._block = None
+                self._cursor = None
+        claim = self._claim()
+        if claim is None:
+            with self._lock:
+                self._ended = True
+            return 0
+        start, stop, ords, recs = claim
+        size = stop - start
+        rows = self._rows_for(size)
+        self._gather(ords, recs, size, out=dict(out))
+        if rows > size:
+            for n in self.record.fields:
+                out[n][size:rows] = 0
+        return size
+
+    def _to_torch(self, fields: dict[str, np.ndarray]) -> dict[str, Any]:
+        try:
+            import torch
+        except ImportError as e:
+            raise ImportError("output='torch' needs PyTorch: pip install 'feedline[torch]'") from e
+        out = {}
+        for n, a in fields.items():
+            t = torch.from_numpy(np.ascontiguousarray(a))
+            if self.device is not None:
+                dev = torch.device(self.device)
+                if dev.type == "cuda":
+                    t = t.pin_memory().to(dev, non_blocking=True)
+                else:
+                    t = t.to(dev)
+            out[n] = t
+        return out
+
+    # -- control ------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> None:
+        """Rewind to the start of pass 0: a pure function of ``seed`` (None: the current)."""
+        if seed is not None:
+            seed = _check_int("seed", seed)
+        with self._lock:
+            if seed is not None:
+                self._seed = seed
+            self._epoch = 0
+            self._claimed = 0
+            self._ended = False
+            self._block = None
+            self._cursor = None
+            self._steps = self._count_steps()
+
+    def state_dict(self) -> dict:
+        """The state after the last batch delivered: a small JSON-ready dict."""
+        with self._lock:
+            return {
+                "format": STATE_FORMAT,
+                "version": STATE_VERSION,
+                "fingerprint": self._fingerprint,
+                "seed": self._seed,
+                "epoch": self._epoch,
+                "batches": self._claimed,
+                "ended": self._ended,
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue exactly after the batches the saved loader had delivered.
+
+        Raises ``StateError`` when the state is not a loader state, has another version,
+        or was saved by a loader of another configuration (order, sources' lengths and
+        salts, record, batch size, drop_last, pad, shard).
+        """
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise StateError(f"not a feedline loader state (format "
+                             f"{state.get('format') if isinstance(state, Mapping) else state!r})")
+        if state.get("version") != STATE_VERSION:
+            raise StateError(f"loader state version {state.get('version')!r}; this feedline "
+                             f"reads version {STATE_VERSION}")
+        if state.get("fingerprint") != self._fingerprint:
+            raise StateError("the state was saved by a loader of another configuration (order, "
+                             "sources, record, batch size or options differ); fingerprint "
+                             f"{str(state.get('fingerprint'))[:12]}... is not "
+                             f"{self._fingerprint[:12]}...")
+        try:
+            seed = state["seed"]
+            epoch = operator.index(state["epoch"])
+            batches = operator.index(state["batches"])
+            ended = bool(state["ended"])
+        except (KeyError, TypeError) as e:
+            raise StateError(f"the loader state is incomplete or malformed: {e}") from e
+        if seed is not None:
+            seed = operator.index(seed)
+        with self._lock:
+            self._seed = seed
+            steps = self._count_steps()
+            if not 0 <= batches <= steps or epoch < 0:
+                raise StateError(f"the state's position (epoch {epoch}, batch {batches}) does "
+                                 f"not fit a pass of {steps} batches")
+            self._steps = steps
+            self._epoch = epoch
+            self._claimed = batches
+            self._ended = ended
+            self._block = None
+            self._cursor = None
+
+    def close(self) -> None:
+        """Release the loader's share of its sources; later use raises ValueError."""
+        with self._lock:
+            self._closed = True
+            self._datasets = []
+            self._orders.clear()
+            self._block = None
+            self._cursor = None
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Loader({self.record.__name__}, batch_size={self.batch_size}, "
+                f"{self._steps} batches a pass, epoch {self._epoch})")
+
+
+_seq.LOADER = [Loader]

@@ -1,0 +1,104 @@
+"""Domains: which values a field may hold, checked when value checks are on.
+
+=================  ==========================================  ======================
+domain             values                                      fits dtypes
+=================  ==========================================  ======================
+``Index(n)``       integers in ``[0, n)``; ``n`` an int or dim  integers (and bool)
+``Mask``           booleans                                    bool
+``Range(lo, hi)``  numbers with ``lo <= v <= hi``               numbers
+=================  ==========================================  ======================
+
+Checks are vectorised: one pass over a whole batch (or a whole in-memory array).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Index:
+    """Integers in ``[0, n)``; ``n`` is an int or the name of one of the record's dims."""
+
+    n: int | str
+
+    def describe(self, dims: dict[str, int]) -> str:
+        if isinstance(self.n, int):
+            return f"Index[{self.n}]"
+        return f"Index[{self.n}] = [0, {dims[self.n]})"
+
+    def bound(self, dims: dict[str, int]) -> int:
+        return self.n if isinstance(self.n, int) else dims[self.n]
+
+    def violations(self, values: np.ndarray, dims: dict[str, int]) -> np.ndarray:
+        """Boolean mask of the values outside the domain (same shape as ``values``)."""
+        return (values < 0) | (values >= self.bound(dims))
+
+    def to_dict(self) -> dict:
+        return {"index": self.n}
+
+
+class _MaskDomain:
+    """Booleans (the domain of a mask field)."""
+
+    _instance: _MaskDomain | None = None
+
+    def __new__(cls) -> _MaskDomain:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "Mask"
+
+    def describe(self, dims: dict[str, int]) -> str:
+        return "Mask"
+
+    def violations(self, values: np.ndarray, dims: dict[str, int]) -> np.ndarray:
+        if values.dtype == np.bool_:
+            return np.zeros(values.shape, dtype=bool)
+        return (values != 0) & (values != 1)
+
+    def to_dict(self) -> dict:
+        return {"mask": True}
+
+
+Mask = _MaskDomain()
+
+
+@dataclass(frozen=True)
+class Range:
+    """Numbers ``v`` with ``lo <= v <= hi`` (either bound may be None: unbounded)."""
+
+    lo: float | None
+    hi: float | None
+
+    def describe(self, dims: dict[str, int]) -> str:
+        return f"Range[{self.lo}, {self.hi}]"
+
+    def violations(self, values: np.ndarray, dims: dict[str, int]) -> np.ndarray:
+        bad = np.isnan(values) if values.dtype.kind in "fc" else np.zeros(values.shape, bool)
+        if self.lo is not None:
+            bad |= values < self.lo
+        if self.hi is not None:
+            bad |= values > self.hi
+        return bad
+
+    def to_dict(self) -> dict:
+        return {"range": [self.lo, self.hi]}
+
+
+Domain = Index | _MaskDomain | Range
+
+
+def domain_from_dict(d: dict) -> Domain:
+    """Inverse of ``to_dict`` (used by self-describing files)."""
+    if set(d) == {"index"}:
+        return Index(d["index"])
+    if set(d) == {"mask"}:
+        return Mask
+    if set(d) == {"range"} and len(d["range"]) == 2:
+        return Range(*d["range"])
+    raise ValueError(f"not a domain: {d!r}")

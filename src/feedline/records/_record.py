@@ -1,0 +1,363 @@
+"""Typed records: what one example of a dataset is (ShapeScript's ``data`` records).
+
+::
+
+    class Digit(fl.Record, dims={"D": 64, "C": 10}):
+        \"\"\"One labelled image.\"\"\"
+        img = fl.field("D", "float32", doc="pixels, row-major")
+        label = fl.field((), "int64", domain=fl.Index("C"))
+
+A field's shape is made of ints and the record's named dims, so every example has
+the same shapes and examples stack into batches. A wrong declaration raises
+``RecordError`` when the class is created. ``Record.check`` checks one item;
+``Record.check_columns`` checks a whole batch (or a whole in-memory array) at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import DomainError, RecordError, ShapeError
+from ._domain import Index, Range, _MaskDomain
+
+# Which source kinds (numpy dtype.kind) each field kind takes: a float field takes
+# any numbers, an integer field integers or booleans, a bool field only booleans.
+_ACCEPTS = {
+    "f": "biuf",
+    "c": "biufc",
+    "i": "biu",
+    "u": "biu",
+    "b": "b",
+}
+_KIND_WORDS = {
+    "f": "numbers",
+    "c": "numbers",
+    "i": "integers or booleans",
+    "u": "integers or booleans",
+    "b": "booleans",
+}
+
+
+class _FieldSpec:
+    """What ``fl.field(...)`` returns inside a record's class body (bound on creation)."""
+
+    __slots__ = ("doc", "domain", "dtype", "shape", "where")
+
+    def __init__(self, shape, dtype, domain, doc, where: str) -> None:
+        self.shape, self.dtype, self.domain, self.doc, self.where = shape, dtype, domain, doc, where
+
+
+def field(shape: int | str | tuple | list, dtype: Any, domain: Any = None,
+          doc: str | None = None) -> Any:
+    """Declare a field of a record: its shape (ints and dims), dtype, domain and doc.
+
+    ``shape`` is ``()`` for a scalar, a dim name or an int for one axis, or a tuple
+    of them. ``domain`` is ``fl.Index(n)``, ``fl.Mask`` or ``fl.Range(lo, hi)``.
+    """
+    frame = sys._getframe(1)
+    where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return _FieldSpec(shape, dtype, domain, doc, where)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a record: ``shape`` (resolved ints), ``dtype``, ``domain``, ``doc``,
+    ``dims`` (the declared shape, with dim names), ``name`` and ``where`` (file:line)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    domain: Any
+    doc: str | None
+    dims: tuple[int | str, ...]
+    where: str
+
+    @property
+    def declared(self) -> str:
+        """The declared shape in ShapeScript's notation, e.g. ``[D]`` or ``[28 28]``."""
+        return "[" + " ".join(str(d) for d in self.dims) + "]"
+
+
+class _Namespace(dict):
+    """A class body namespace that notices a field name assigned twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.duplicates: list[str] = []
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in self and isinstance(dict.__getitem__(self, key), _FieldSpec):
+            self.duplicates.append(key)
+        super().__setitem__(key, value)
+
+
+class _RecordMeta(type):
+    @classmethod
+    def __prepare__(mcs, name, bases, **kwargs):
+        return _Namespace()
+
+    def __new__(mcs, name, bases, namespace, **kwargs):
+        if namespace.duplicates:
+            raise RecordError(f"record {name} declares field `{namespace.duplicates[0]}` twice")
+        return super().__new__(mcs, name, bases, dict(namespace), **kwargs)
+
+
+class Record(metaclass=_RecordMeta):
+    """Base of typed records. Subclass it with ``dims={...}`` and ``fl.field`` attributes.
+
+    ``Record.fields`` is the ordered mapping name -> ``Field``; ``Record.dims`` the
+    named sizes; the class docstring and the fields' docs are kept.
+    """
+
+    fields: ClassVar[Mapping[str, Field]] = MappingProxyType({})
+    dims: ClassVar[Mapping[str, int]] = MappingProxyType({})
+
+    def __init_subclass__(cls, dims: Mapping[str, int] | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__name__
+        all_dims = dict(getattr(cls, "dims", {}))
+        for k, v in (dims or {}).items():
+            if not isinstance(k, str) or not k.isidentifier():
+                raise RecordError(f"record {name}: dim name {k!r} is not an identifier")
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise RecordError(f"record {name}: dim {k} must be a non-negative int, got {v!r}")
+            all_dims[k] = int(v)
+        fields: dict[str, Field] = dict(getattr(cls, "fields", {}))
+        for attr, value in list(cls.__dict__.items()):
+            if isinstance(value, _FieldSpec):
+                if attr in fields:
+                    raise RecordError(f"record {name} declares field `{attr}` twice "
+                                      f"(it is inherited from a base record)")
+                fields[attr] = _bind(name, attr, value, all_dims)
+            elif not attr.startswith("_") and _looks_like_data(value) and not isinstance(
+                    value, Field):
+                raise RecordError(
+                    f"record {name}: attribute `{attr}` = {value!r} is not a field; declare "
+                    f"fields with fl.field(shape, dtype, ...)")
+        for attr in inspect.get_annotations(cls):
+            if attr not in fields and not attr.startswith("_"):
+                raise RecordError(f"record {name}: `{attr}` is annotated but not a field; declare "
+                                  f"fields with fl.field(shape, dtype, ...)")
+        cls.dims = MappingProxyType(all_dims)
+        cls.fields = MappingProxyType(fields)
+        for attr, f in fields.items():
+            setattr(cls, attr, f)  # Digit.img is the Field (introspection)
+
+    # -- checking -----------------------------------------------------------------------
+    @classmethod
+    def check(cls, item: Any, index: int | None = None, *,
+              check_values: bool = True) -> dict[str, np.ndarray]:
+        """Check one item against the record and convert it to the fields' dtypes.
+
+        ``item`` is a dict with the fields (other keys ignored), a tuple or list in field
+        order, or, for a one-field record, the bare value. ``index`` is the item's index
+        in its source, for the error message. Raises ``ShapeError`` or ``DomainError``.
+        """
+        values = cls._split(item, index)
+        out = {}
+        for f, v in zip(cls.fields.values(), values):
+            arr = cls._convert(f, v, index)
+            if arr.shape != f.shape:
+                raise cls._shape_error(f, index, arr.shape)
+            out[f.name] = arr
+        if check_values:
+            for f in cls.fields.values():
+                cls._check_domain(f, out[f.name], None if index is None else np.array([index]),
+                                  batched=False)
+        return out
+
+    @classmethod
+    def check_columns(cls, columns: Mapping[str, Any], indices: Any = None, *,
+                      check_values: bool = False) -> dict[str, np.ndarray]:
+        """Check a batch given as columns (batch axis first), converting dtypes.
+
+        ``indices`` are the rows' item indices in their source (for messages). One
+        vectorised check per field: shape, kind, and (``check_values``) domain.
+        """
+        out = {}
+        n = None
+        for f in cls.fields.values():
+            if f.name not in columns:
+                raise ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` is missing from "
+                                 f"the batch (it has {sorted(columns)})")
+            arr = cls._convert(f, columns[f.name], None if indices is None else -1, batch=True,
+                               indices=indices)
+            if n is None:
+                n = arr.shape[0] if arr.ndim else 0
+            if arr.ndim == 0 or arr.shape[1:] != f.shape or arr.shape[0] != n:
+                first = None if indices is None or len(indices) == 0 else int(indices[0])
+                got = arr.shape[1:] if arr.ndim else arr.shape
+                raise cls._shape_error(f, first, got, rows=arr.shape[0] if arr.ndim else None)
+            out[f.name] = arr
+        if check_values:
+            for f in cls.fields.values():
+                cls._check_domain(f, out[f.name], indices, batched=True)
+        return out
+
+    # -- helpers ------------------------------------------------------------------------
+    @classmethod
+    def _split(cls, item: Any, index: int | None) -> list[Any]:
+        fields = list(cls.fields.values())
+        if isinstance(item, Mapping):
+            values = []
+            for f in fields:
+                if f.name not in item:
+                    raise ShapeError(
+                        f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} is "
+                        f"missing (the item has keys {sorted(map(str, item))})")
+                values.append(item[f.name])
+            return values
+        if len(fields) == 1:
+            if isinstance(item, tuple) and len(item) == 1:
+                return [item[0]]
+            return [item]
+        if isinstance(item, (tuple, list)):
+            if len(item) != len(fields):
+                names = ", ".join(f.name for f in fields)
+                raise ShapeError(
+                    f"{cls.__name__}: {_item(index)} should have {len(fields)} fields "
+                    f"({names}), got a {type(item).__name__} of {len(item)}")
+            return list(item)
+        raise ShapeError(
+            f"{cls.__name__}: {_item(index)} should be a dict or a tuple of the fields "
+            f"({', '.join(f.name for f in fields)}), got {type(item).__name__}")
+
+    @classmethod
+    def _convert(cls, f: Field, value: Any, index: int | None, batch: bool = False,
+                 indices: Any = None) -> np.ndarray:
+        try:
+            arr = np.asarray(value)
+        except Exception as e:  # a value numpy cannot even look at
+            raise ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} "
+                             f"is not an array-like value: {e}") from e
+        kind = f.dtype.kind
+        if arr.dtype.kind not in _ACCEPTS[kind] and not (arr.size == 0 and arr.dtype == object):
+            where = _item(index) if not batch else _rows(indices)
+            raise ShapeError(
+                f"{f.where}: {cls.__name__} field `{f.name}` of {where} should be {f.dtype} "
+                f"({_KIND_WORDS[kind]}), got {arr.dtype} values")
+        if arr.dtype != f.dtype:
+            arr = arr.astype(f.dtype)
+        return arr
+
+    @classmethod
+    def _shape_error(cls, f: Field, index: int | None, got: tuple,
+                     rows: int | None = None) -> ShapeError:
+        what = f"items from {_item(index)}" if rows is not None else _item(index)
+        return ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` of {what} should be "
+                          f"{f.declared} = {f.shape}, got shape {got}")
+
+    @classmethod
+    def _check_domain(cls, f: Field, arr: np.ndarray, indices: Any, batched: bool) -> None:
+        if f.domain is None or arr.size == 0:
+            return
+        bad = f.domain.violations(arr, dict(cls.dims))
+        if not bad.any():
+            return
+        if batched:
+            flat = bad.reshape(len(arr), -1).any(axis=1)
+            row = int(np.flatnonzero(flat)[0])
+            value = arr[row][bad[row]].reshape(-1)[0]
+            index = None if indices is None else int(np.asarray(indices)[row])
+        else:
+            value = arr[bad].reshape(-1)[0]
+            index = None if indices is None else int(np.asarray(indices)[0])
+        value = value.item() if hasattr(value, "item") else value
+        raise DomainError(f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} "
+                          f"should be in {f.domain.describe(dict(cls.dims))}, got {value!r}")
+
+    @classmethod
+    def describe(cls) -> str:
+        """The record in ShapeScript's notation, one line per field."""
+        lines = [f"data {cls.__name__}:  # dims {dict(cls.dims)}"]
+        for f in cls.fields.values():
+            dom = f" {f.domain.describe(dict(cls.dims))}" if f.domain is not None else ""
+            doc = f"  # {f.doc}" if f.doc else ""
+            lines.append(f"    {f.name}: {f.declared} {f.dtype}{dom}{doc}")
+        return "\n".join(lines)
+
+
+def _item(index: int | None) -> str:
+    return "an item" if index is None or index < 0 else f"item {index}"
+
+
+def _rows(indices: Any) -> str:
+    if indices is None or len(indices) == 0:
+        return "a batch"
+    return f"the batch of items from {int(np.asarray(indices)[0])}"
+
+
+def _looks_like_data(value: Any) -> bool:
+    """A plain data attribute (not a method, property, descriptor or nested class)."""
+    if isinstance(value, (classmethod, staticmethod, property, type)) or callable(value):
+        return False
+    return not hasattr(value, "__get__")
+
+
+def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Field:
+    if keyword.iskeyword(name) or name.startswith("_"):
+        raise RecordError(f"{spec.where}: record {record} field `{name}` is a Python keyword or "
+                          f"starts with _")
+    raw = spec.shape
+    if isinstance(raw, (str, int, np.integer)) and not isinstance(raw, bool):
+        raw = (raw,)
+    if not isinstance(raw, (tuple, list)):
+        raise RecordError(f"{spec.where}: record {record} field `{name}`: a shape is a tuple of "
+                          f"ints and dim names, got {spec.shape!r}")
+    shape = []
+    for d in raw:
+        if isinstance(d, str):
+            if d not in dims:
+                raise RecordError(f"{spec.where}: record {record} field `{name}` uses dim `{d}`, "
+                                  f"which the record does not declare (dims: {sorted(dims)})")
+            shape.append(dims[d])
+        elif isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0:
+            shape.append(int(d))
+        else:
+            raise RecordError(f"{spec.where}: record {record} field `{name}`: shape entry {d!r} "
+                              f"is not a dim name or a non-negative int")
+    try:
+        dtype = np.dtype(spec.dtype)
+    except TypeError as e:
+        raise RecordError(f"{spec.where}: record {record} field `{name}`: numpy does not know "
+                          f"the dtype {spec.dtype!r}") from e
+    if dtype.kind not in _ACCEPTS:
+        raise RecordError(f"{spec.where}: record {record} field `{name}`: dtype {dtype} is not "
+                          f"a number or bool dtype")
+    dom = spec.domain
+    if dom is not None:
+        if isinstance(dom, Index):
+            if isinstance(dom.n, str) and dom.n not in dims:
+                raise RecordError(f"{spec.where}: record {record} field `{name}`: Index uses dim "
+                                  f"`{dom.n}`, which the record does not declare")
+            if dtype.kind not in "iub":
+                raise RecordError(f"{spec.where}: record {record} field `{name}`: Index needs an "
+                                  f"integer dtype, got {dtype}")
+        elif isinstance(dom, _MaskDomain):
+            if dtype.kind not in "biu":
+                raise RecordError(f"{spec.where}: record {record} field `{name}`: Mask needs a "
+                                  f"bool (or integer) dtype, got {dtype}")
+        elif not isinstance(dom, Range):
+            raise RecordError(f"{spec.where}: record {record} field `{name}`: a domain is "
+                              f"fl.Index(n), fl.Mask or fl.Range(lo, hi), got {dom!r}")
+    return Field(name, tuple(shape), dtype, dom, spec.doc, tuple(raw), spec.where)
+
+
+def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
+                doc: str | None = None) -> type[Record]:
+    """A record class built at run time: ``specs`` maps field name -> (shape, dtype)."""
+    namespace = _Namespace()
+    for fname, (shape, dtype) in specs.items():
+        namespace[fname] = _FieldSpec(tuple(shape), dtype, None, None, f"<{name}>")
+    if doc:
+        namespace["__doc__"] = doc
+    return _RecordMeta(name, (Record,), namespace)

@@ -1,0 +1,5 @@
+"""Sources: typed views of anything indexable."""
+
+from ._dataset import Dataset
+
+__all__ = ["Dataset"]

@@ -1,0 +1,241 @@
+"""``Dataset``: a typed view of any map-style source.
+
+=====================================  ============================================
+source                                 how a batch is read
+=====================================  ============================================
+dict of arrays, ``from_arrays``,       checked once as a whole; one ``np.take`` per
+torch ``TensorDataset``                field per batch, no per-item work
+an object with ``getitems(indices)``   one call per batch returning columns (feedline
+(feedline's files)                     files), checked per batch, vectorised
+HuggingFace ``datasets.Dataset``       one ``ds[indices]`` per batch (columns)
+an object with ``__getitems__``        one call per batch returning items (torch's
+                                       batched protocol), stacked and checked
+a list, a torch ``Dataset``, any       one ``__getitem__`` per item, stacked and
+``__len__`` + ``__getitem__``          checked
+=====================================  ============================================
+
+Items are dicts with the record's fields (other keys ignored), tuples or lists in
+field order, or, for a one-field record, the bare value.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import FeedlineError, ShapeError
+from ..order import Seq, _seq
+from ..order import salt as name_salt
+from ..records import Record, make_record
+
+
+def _is_tensor_dataset(src: Any) -> bool:
+    """A torch ``TensorDataset`` whose items are its rows (not a subclass that changes them)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    TensorDataset = torch.utils.data.TensorDataset
+    cls = type(src)
+    return (isinstance(src, TensorDataset) and cls.__getitem__ is TensorDataset.__getitem__
+            and cls.__len__ is TensorDataset.__len__ and not hasattr(cls, "__getitems__"))
+
+
+def _is_hf_dataset(src: Any) -> bool:
+    return type(src).__module__.startswith("datasets.") and hasattr(src, "with_format")
+
+
+def _to_numpy(x: Any) -> np.ndarray:
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+class Dataset:
+    """A typed view of a map-style source: every item is checked against ``record``.
+
+    ``len(ds)``, ``ds[i]`` (a dict of the fields' arrays), ``ds.getitems(indices)``
+    (a batch as columns, batch axis first), ``ds.shuffle(seed)`` (a ``Seq``) and
+    ``ds.batches(n, ...)`` (a ``Loader``). ``salt`` (for shuffles that do not change
+    when the data moves) comes from ``name``, else from the source's own ``salt``.
+
+    >>> import feedline as fl
+    >>> ds = fl.Dataset.from_arrays(x=np.zeros((10, 3)), y=np.ones((10, 1)))
+    >>> len(ds), ds.getitems(np.array([1, 2]))["x"].shape
+    (10, (2, 3))
+    """
+
+    def __init__(self, record: type[Record], source: Any, *, name: str | None = None,
+                 salt: int | None = None) -> None:
+        if not (isinstance(record, type) and issubclass(record, Record)):
+            raise TypeError(f"a Dataset's first argument is a fl.Record subclass, got {record!r}")
+        if not record.fields:
+            raise TypeError(f"record {record.__name__} has no fields")
+        self.record = record
+        self.source = source
+        self.name = name
+        if salt is not None:
+            self.salt = int(salt)
+        elif name is not None:
+            self.salt = name_salt(name)
+        else:
+            own = getattr(source, "salt", 0)
+            self.salt = int(own() if callable(own) else own or 0)
+        self._columns: dict[str, np.ndarray] | None = None
+        self._values_checked = False
+        if isinstance(source, Mapping):
+            self._columns = self._check_whole(
+                {f: _to_numpy(source[f]) for f in record.fields if f in source}, "dict")
+        elif _is_tensor_dataset(source):
+            tensors = source.tensors
+            if len(tensors) != len(record.fields):
+                raise ShapeError(f"{record.__name__}: the TensorDataset has {len(tensors)} "
+                                 f"tensors, the record has {len(record.fields)} fields")
+            self._columns = self._check_whole(
+                {f: _to_numpy(t) for f, t in zip(record.fields, tensors)}, "TensorDataset")
+        elif not hasattr(source, "__len__") or not (
+                hasattr(source, "__getitem__") or hasattr(source, "getitems")):
+            raise TypeError(f"a Dataset's source is map-style (__len__ and __getitem__), got "
+                            f"{type(source).__name__}")
+        self._len = len(self._columns[next(iter(record.fields))]) if self._columns else len(
+            source)
+
+    def _check_whole(self, columns: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
+        lengths = {len(c) if c.ndim else None for c in columns.values()}
+        if len(lengths) > 1:
+            sizes = {k: (len(v) if v.ndim else None) for k, v in columns.items()}
+            raise ShapeError(f"{self.record.__name__}: the {what}'s columns have different "
+                             f"lengths: {sizes}")
+        checked = self.record.check_columns(columns, np.array([0]), check_values=False)
+        return {k: np.ascontiguousarray(v) for k, v in checked.items()}
+
+    # -- building -----------------------------------------------------------------------
+    @classmethod
+    def from_arrays(cls, *, name: str | None = None, **arrays: Any) -> Dataset:
+        """An in-memory dataset (data.nu's ``data_new``) with a record built from the arrays.
+
+        Fields are named by the keywords; ``x`` is ``n x d``, ``y`` is ``n x l`` (or
+        absent). Each field's shape is its array's shape past the first axis.
+        """
+        if not arrays:
+            raise TypeError("from_arrays needs at least one array, e.g. x=...")
+        cols = {k: _to_numpy(v) for k, v in arrays.items()}
+        specs = {}
+        for k, v in cols.items():
+            if v.ndim == 0:
+                raise ShapeError(f"from_arrays: `{k}` must have a first (example) axis, got a "
+                                 f"scalar")
+            specs[k] = (v.shape[1:], v.dtype)
+        record = make_record(name or "Arrays", specs, doc="Fields inferred from arrays.")
+        return cls(record, cols, name=name)
+
+    # -- reading ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._len
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the data are arrays held in memory (gathered by index, checked once)."""
+        return self._columns is not None
+
+    @property
+    def columns(self) -> dict[str, np.ndarray] | None:
+        """The checked in-memory arrays (None for other sources)."""
+        return self._columns
+
+    def check_values(self) -> None:
+        """Check every value of in-memory arrays against the fields' domains (once)."""
+        if self._columns is not None and not self._values_checked:
+            self.record.check_columns(self._columns, np.arange(self._len), check_values=True)
+            self._values_checked = True
+
+    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+        i = int(index)
+        if not 0 <= i < self._len:
+            raise IndexError(f"item {i} is outside the dataset of {self._len}")
+        if self._columns is not None:
+            return {k: v[i] for k, v in self._columns.items()}
+        return self.record.check(self.source[i], i, check_values=False)
+
+    def getitems(self, indices: Any, *, check_values: bool = False,
+                 out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """A batch of items as columns (batch axis first), one gather per field.
+
+        With ``out``, in-memory arrays are gathered into the given arrays' first rows.
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        if self._columns is not None:
+            if check_values:
+                self.check_values()
+            if out is not None:
+                for k, col in self._columns.items():
+                    np.take(col, idx, axis=0, out=out[k][: len(idx)])
+                return {k: out[k][: len(idx)] for k in self._columns}
+            return {k: np.take(col, idx, axis=0) for k, col in self._columns.items()}
+        src = self.source
+        if hasattr(src, "getitems"):
+            cols = src.getitems(idx)
+            batch = self.record.check_columns(cols, idx, check_values=check_values)
+        elif _is_hf_dataset(src):
+            cols = src.with_format("numpy")[idx.tolist()] if len(idx) else {}
+            batch = self._stack_or_explain(None, idx, check_values, cols)
+        elif hasattr(src, "__getitems__"):
+            items = src.__getitems__(idx.tolist())
+            batch = self._stack_or_explain(items, idx, check_values)
+        else:
+            items = [src[int(i)] for i in idx]
+            batch = self._stack_or_explain(items, idx, check_values)
+        if out is not None:
+            for k, v in batch.items():
+                out[k][: len(idx)] = v
+        return batch
+
+    def _stack_or_explain(self, items: list | None, idx: np.ndarray, check_values: bool,
+                          columns: Mapping | None = None) -> dict[str, np.ndarray]:
+        rec = self.record
+        if columns is None:
+            fields = list(rec.fields)
+            per_field: dict[str, list] = {f: [] for f in fields}
+            for item, i in zip(items, idx):
+                for f, v in zip(fields, rec._split(item, int(i))):
+                    per_field[f].append(v)
+            columns = per_field
+        try:
+            cols = {}
+            for f, field in rec.fields.items():
+                values = columns[f]
+                if len(idx) == 0:
+                    cols[f] = np.zeros((0, *field.shape), dtype=field.dtype)
+                else:
+                    cols[f] = np.stack([_to_numpy(v) for v in values]) if isinstance(
+                        values, list) else _to_numpy(values)
+            return rec.check_columns(cols, idx, check_values=check_values)
+        except (ValueError, TypeError, FeedlineError) as batch_error:
+            # Find the first item that does not fit, for a message naming it.
+            if items is not None:
+                for item, i in zip(items, idx):
+                    rec.check(item, int(i), check_values=check_values)
+            raise batch_error
+
+    # -- ordering -----------------------------------------------------------------------
+    def to_seq(self) -> Seq:
+        """This dataset as the source of an ordering configuration."""
+        return Seq.source(self)
+
+    def shuffle(self, seed: int) -> Seq:
+        """A seeded shuffle of this dataset (a ``Seq``; ``seed`` must be an int)."""
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        return Seq.source(self).shuffle(int(seed))
+
+    def batches(self, batch_size: int, **loader_options: Any):
+        """A loader over this dataset, in order unless ``seed`` shuffles (see ``Loader``)."""
+        if _seq.LOADER is None:
+            raise RuntimeError("feedline's loader is not imported; `import feedline` first")
+        return _seq.LOADER[0](self, batch_size, **loader_options)
+
+    def __repr__(self) -> str:
+        kind = "in memory" if self.in_memory else type(self.source).__name__
+        return f"Dataset({self.record.__name__}, {self._len:,} items, {kind})"
