@@ -215,9 +215,87 @@ def run_bench(quick: bool = False) -> int:
     results["mix100"] = bench_mix(100, 10**5 if quick else 10**7, 0.0, repeat)
     results["mix1000"] = bench_mix(1000, 10**4 if quick else 10**6, 0.2, repeat)
     results["memory"] = bench_memory(10**6 if quick else 10**8)
+    results["loader"] = bench_loader(10**5 if quick else 4 * 10**6, 2 if quick else 3)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"(this process peaked at {peak:,.0f} MB, mostly the permutation baseline)")
     if os.environ.get("FEEDLINE_BENCH_JSON"):
         with open(os.environ["FEEDLINE_BENCH_JSON"], "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
     return 0
+
+
+def bench_loader(n: int, repeat: int) -> dict:
+    """The in-process loader over in-memory arrays against numpy and torch baselines."""
+    from .. import Dataset, Loader, Record, field
+
+    class Example(Record, dims={"D": 64}):
+        x = field("D", "float32")
+        y = field((), "int64")
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((n, 64), dtype=np.float32)
+    y = rng.integers(0, 10, n)
+    b = 512
+    out = {"x": np.empty((b, 64), np.float32), "y": np.empty(b, np.int64)}
+
+    def numpy_epoch() -> int:
+        perm = np.random.default_rng(1).permutation(n)
+        rows = 0
+        for s in range(0, n, b):
+            idx = perm[s:s + b]
+            np.take(x, idx, axis=0, out=out["x"][: len(idx)], mode="clip")
+            np.take(y, idx, axis=0, out=out["y"][: len(idx)], mode="clip")
+            rows += len(idx)
+        return rows
+
+    ds = Dataset(Example, {"x": x, "y": y})
+
+    def feedline_epoch() -> int:
+        rows = 0
+        for batch in Loader(ds, b, seed=1):
+            rows += batch.size
+        return rows
+
+    def feedline_into() -> int:
+        loader = Loader(ds, b, seed=1)
+        rows = 0
+        while (k := loader.next_into(out)):
+            rows += k
+        return rows
+
+    t_np = _best(numpy_epoch, repeat)
+    t_fl = _best(feedline_epoch, repeat)
+    t_into = _best(feedline_into, repeat)
+    t0 = time.perf_counter()
+    next(iter(Loader(Dataset(Example, {"x": x, "y": y}), b, seed=2)))
+    first_ms = (time.perf_counter() - t0) * 1e3
+    torch_rate = None
+    try:
+        import torch
+        from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
+
+        tds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
+
+        def torch_epoch() -> int:
+            sampler = BatchSampler(RandomSampler(tds, generator=torch.Generator().manual_seed(1)),
+                                   b, drop_last=False)
+            rows = 0
+            for xb, _yb in DataLoader(tds, sampler=sampler, batch_size=None):
+                rows += len(xb)
+            return rows
+
+        torch_rate = n / _best(torch_epoch, max(1, repeat - 1)) / 1e6
+    except ImportError:
+        pass
+    rate_np, rate_fl, rate_into = n / t_np / 1e6, n / t_fl / 1e6, n / t_into / 1e6
+    print(f"loader over {n:,} in-memory examples (64 float32 + int64), shuffled, batches of {b}")
+    _line("iteration (fresh arrays per batch)", f"{rate_fl:8.2f} M/s",
+          f"{rate_fl / rate_np:.2f}x numpy's take into preallocated arrays ({rate_np:.2f} M/s)")
+    _line("next_into (caller's arrays)", f"{rate_into:8.2f} M/s",
+          f"{rate_into / rate_np:.2f}x numpy")
+    if torch_rate:
+        _line("", "", f"{rate_fl / torch_rate:.2f}x torch DataLoader + BatchSampler "
+                      f"({torch_rate:.2f} M/s)")
+    _line("time to first batch", f"{first_ms:8.1f} ms")
+    return {"numpy_mps": rate_np, "feedline_mps": rate_fl, "next_into_mps": rate_into,
+            "torch_mps": torch_rate, "first_batch_ms": first_ms}

@@ -170,8 +170,11 @@ class Dataset:
             if check_values:
                 self.check_values()
             if out is not None:
+                if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
+                    raise IndexError(f"indices outside the dataset of {self._len}")
                 for k, col in self._columns.items():
-                    np.take(col, idx, axis=0, out=out[k][: len(idx)])
+                    # mode="clip": with the bounds checked above, numpy need not buffer `out`.
+                    np.take(col, idx, axis=0, out=out[k][: len(idx)], mode="clip")
                 return {k: out[k][: len(idx)] for k in self._columns}
             return {k: np.take(col, idx, axis=0) for k, col in self._columns.items()}
         src = self.source
