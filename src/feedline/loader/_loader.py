@@ -12,7 +12,8 @@ Semantics
 
 With a plain source
     ``seed`` shuffles (``None`` or ``<= 0``: in order) and ``shard=(index, count)`` takes
-    data.nu's contiguous slice ``[index*n//count, (index+1)*n//count)`` before shuffling.
+    data.nu's contiguous slice ``[index*n//count, (index+1)*n//count)`` before shuffling;
+    ``shard="auto"`` deals the shuffled order's positions to the job's ranks.
 
 With a ``Seq`` or an ``Order``
     ``seed`` reseeds every shuffle (the order seed); ``shard=(index, count)`` deals the
@@ -109,8 +110,10 @@ class Loader:
         self.output, self.device = output, device
         self.batch_transform = batch_transform
 
+        self._deal: tuple[int, int] | None = None
         if shard == "auto":
             shard = detect_rank()
+            self._deal = shard
         elif shard is not None:
             if not (isinstance(shard, tuple) and len(shard) == 2):
                 raise ValueError(f"shard is None, 'auto' or (index, count), got {shard!r}")
@@ -130,9 +133,11 @@ class Loader:
             self._seq = source if shard is None else source.shard(*shard)
             self._base_seed = 0 if seed is None else seed
         else:
+            # A plain source: data.nu's contiguous shard before shuffling; with "auto",
+            # the shuffled order's positions are dealt to the ranks instead.
             self._plain = _as_dataset(source)
             seq = Seq.source(self._plain)
-            self._seq = seq if shard is None else seq.split(*shard)
+            self._seq = seq if shard is None or self._deal else seq.split(*shard)
             self._base_seed = seed
         # Unsharded length, for even steps across ranks.
         self._full_len = self._full_length(source)
@@ -191,6 +196,7 @@ class Loader:
             "pad": self.pad,
             "even": self.even,
             "shard": list(self.shard) if self.shard else None,
+            "deal": self._deal is not None,
         }
         text = json.dumps(doc, sort_keys=True).encode()
         return hashlib.sha256(text).hexdigest()
@@ -200,6 +206,8 @@ class Loader:
         if order is None:
             if self._plain is not None:
                 seq = self._seq if seed is None or seed <= 0 else self._seq.shuffle(seed)
+                if self._deal is not None:
+                    seq = seq.shard(*self._deal)
                 order = Order(seq)
             else:
                 order = Order(self._seq, seed=seed or 0)

@@ -85,6 +85,7 @@ class Dataset:
             self.salt = int(own() if callable(own) else own or 0)
         self._columns: dict[str, np.ndarray] | None = None
         self._values_checked = False
+        self._hf = source.with_format("numpy") if _is_hf_dataset(source) else None
         if isinstance(source, Mapping):
             self._columns = self._check_whole(
                 {f: _to_numpy(source[f]) for f in record.fields if f in source}, "dict")
@@ -181,8 +182,8 @@ class Dataset:
         if hasattr(src, "getitems"):
             cols = src.getitems(idx)
             batch = self.record.check_columns(cols, idx, check_values=check_values)
-        elif _is_hf_dataset(src):
-            cols = src.with_format("numpy")[idx.tolist()] if len(idx) else {}
+        elif self._hf is not None:
+            cols = self._hf[idx.tolist()] if len(idx) else {}
             batch = self._stack_or_explain(None, idx, check_values, cols)
         elif hasattr(src, "__getitems__"):
             items = src.__getitems__(idx.tolist())
