@@ -12,6 +12,7 @@ from .errors import (
     StateError,
     WorkerError,
 )
+from .formats import ndf, recfile
 from .loader import Batch, Loader
 from .order import ORDERING_VERSION, Cursor, Item, Order, Schedule, Seq, salt
 from .records import Field, Index, Mask, Range, Record, field
@@ -45,5 +46,7 @@ __all__ = [
     "StateError",
     "WorkerError",
     "field",
+    "ndf",
+    "recfile",
     "salt",
 ]

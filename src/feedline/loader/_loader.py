@@ -179,7 +179,7 @@ class Loader:
             datasets.append(src)
         first = datasets[0].record
         for ds in datasets[1:]:
-            if ds.record is not first:
+            if ds.record is not first and not first.same_schema(ds.record):
                 raise RecordError(
                     f"one loader reads one record: its datasets are of {first.__name__} and "
                     f"{ds.record.__name__}")

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import DomainError, RecordError, ShapeError
-from ._domain import Index, Range, _MaskDomain
+from ._domain import Index, Range, _MaskDomain, domain_from_dict
 
 # Which source kinds (numpy dtype.kind) each field kind takes: a float field takes
 # any numbers, an integer field integers or booleans, a bool field only booleans.
@@ -276,6 +276,27 @@ class Record(metaclass=_RecordMeta):
                           f"should be in {f.domain.describe(dict(cls.dims))}, got {value!r}")
 
     @classmethod
+    def schema(cls) -> dict:
+        """The record as plain JSON-ready data (what self-describing files store)."""
+        return {
+            "name": cls.__name__,
+            "doc": cls.__doc__ if cls.__doc__ is not Record.__doc__ else None,
+            "dims": dict(cls.dims),
+            "fields": [
+                {"name": f.name, "dims": list(f.dims), "shape": list(f.shape),
+                 "dtype": f.dtype.str, "domain": None if f.domain is None else f.domain.to_dict(),
+                 "doc": f.doc}
+                for f in cls.fields.values()
+            ],
+        }
+
+    @classmethod
+    def same_schema(cls, other: type[Record]) -> bool:
+        """Whether two records have the same fields (names, shapes, dtypes, domains)."""
+        return [(f.name, f.shape, f.dtype, f.domain) for f in cls.fields.values()] == [
+            (f.name, f.shape, f.dtype, f.domain) for f in other.fields.values()]
+
+    @classmethod
     def describe(cls) -> str:
         """The record in ShapeScript's notation, one line per field."""
         lines = [f"data {cls.__name__}:  # dims {dict(cls.dims)}"]
@@ -350,6 +371,26 @@ def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Fie
             raise RecordError(f"{spec.where}: record {record} field `{name}`: a domain is "
                               f"fl.Index(n), fl.Mask or fl.Range(lo, hi), got {dom!r}")
     return Field(name, tuple(shape), dtype, dom, spec.doc, tuple(raw), spec.where)
+
+
+def record_from_schema(schema: Mapping[str, Any], where: str) -> type[Record]:
+    """Rebuild a record class from ``Record.schema()`` data (``where`` names its origin).
+
+    Raises ``RecordError`` (or ``KeyError``/``TypeError`` on malformed data) when the
+    schema does not declare a valid record.
+    """
+    namespace = _Namespace()
+    for f in schema["fields"]:
+        dom = None if f.get("domain") is None else domain_from_dict(f["domain"])
+        dims = tuple(d if isinstance(d, str) else int(d) for d in f["dims"])
+        namespace[str(f["name"])] = _FieldSpec(dims, f["dtype"], dom, f.get("doc"),
+                                               f"{where}:{f['name']}")
+    if schema.get("doc"):
+        namespace["__doc__"] = str(schema["doc"])
+    name = str(schema["name"])
+    if not name.isidentifier():
+        raise RecordError(f"{where}: record name {name!r} is not an identifier")
+    return _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {})))
 
 
 def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],

@@ -1,0 +1,5 @@
+"""Files: data.nu's ``.ndf``, feedline's ``.flr`` and neuralnet.cpp's ``.nndataset``."""
+
+from . import ndf, recfile
+
+__all__ = ["ndf", "recfile"]

@@ -1,0 +1,164 @@
+"""File plumbing shared by the formats: atomic writes and shared read handles.
+
+Writers are atomic: they write a temporary file in the target directory, flush and
+fsync it, and rename it into place (then fsync the directory), so a crash or an
+exception never leaves a partial file, nor a temporary, under the target path.
+
+Readers share one descriptor per open file among all copies of a handle; reads are
+positional (``os.pread``), so threads never move a shared file position; the
+descriptor closes when the last share is given up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import BinaryIO
+
+import numpy as np
+
+from ..errors import FormatError
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """Open a temporary file beside ``path``; on success it replaces ``path`` atomically.
+
+    On any exception the temporary is removed and ``path`` is left as it was.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # not every file system lets a directory be fsynced
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+class _Descriptor:
+    """One open descriptor and its memory map, counted by the handles sharing it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{path}: no such file") from e
+        self.size = os.fstat(self.fd).st_size
+        self.shares = 1
+        self.lock = threading.Lock()
+        self._map: mmap.mmap | None = None
+
+    def map(self) -> mmap.mmap | None:
+        """The whole file memory-mapped read-only (None for an empty file)."""
+        if self._map is None and self.size:
+            with self.lock:
+                if self._map is None:
+                    self._map = mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ)
+        return self._map
+
+    def release(self) -> None:
+        with self.lock:
+            self.shares -= 1
+            last = self.shares == 0
+        if last:
+            if self._map is not None:
+                with contextlib.suppress(BufferError):  # arrays still view it: GC closes it
+                    self._map.close()
+            os.close(self.fd)
+
+
+class SharedFile:
+    """A read handle on a file: positional reads and a memory map, shared by copies.
+
+    ``share()`` returns another handle on the same descriptor; ``close()`` gives up
+    this handle's share (idempotent). The descriptor closes with the last share.
+    Pickling a handle (for a worker process) records the path; unpickling reopens it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], _desc: _Descriptor | None = None) -> None:
+        self.path = os.fspath(path)
+        self._desc = _desc if _desc is not None else _Descriptor(self.path)
+        self._closed = False
+
+    @property
+    def size(self) -> int:
+        return self._desc.size
+
+    def share(self) -> SharedFile:
+        """Another handle on the same open file."""
+        self._check()
+        with self._desc.lock:
+            self._desc.shares += 1
+        return SharedFile(self.path, self._desc)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.path}: this handle is closed")
+
+    def pread(self, size: int, offset: int, what: str = "data") -> bytes:
+        """Exactly ``size`` bytes at ``offset``; a ``FormatError`` if the file is shorter."""
+        self._check()
+        if offset < 0 or size < 0 or offset + size > self._desc.size:
+            raise FormatError(f"{what} needs bytes [{offset}, {offset + size}) but the file "
+                              f"has {self._desc.size}", self.path, offset)
+        data = os.pread(self._desc.fd, size, offset)
+        if len(data) != size:
+            raise FormatError(f"{what}: read {len(data)} of {size} bytes (the file shrank?)",
+                              self.path, offset)
+        return data
+
+    def array(self, dtype: np.dtype | str, offset: int, count: int,
+              shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """A read-only numpy view of ``count`` items of ``dtype`` at ``offset`` (no copy)."""
+        self._check()
+        dtype = np.dtype(dtype)
+        nbytes = count * dtype.itemsize
+        if offset < 0 or offset + nbytes > self._desc.size:
+            raise FormatError(f"an array of {count} x {dtype} needs bytes [{offset}, "
+                              f"{offset + nbytes}) but the file has {self._desc.size}",
+                              self.path, offset)
+        if count == 0:
+            arr = np.zeros(0, dtype=dtype)
+        else:
+            arr = np.frombuffer(self._desc.map(), dtype=dtype, count=count, offset=offset)
+        return arr.reshape(shape) if shape is not None else arr
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._desc.release()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __reduce__(self):
+        return (SharedFile, (self.path,))
+
+    def __enter__(self) -> SharedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

@@ -1,0 +1,153 @@
+"""data.nu's ``.ndf`` rows, byte for byte.
+
+Layout (little-endian)::
+
+    offset  size        field
+    0       4           magic  b"NDF1"
+    4       8           u64 n  (rows)
+    12      8           u64 d  (features per row)
+    20      8           u64 l  (labels per row; may be 0)
+    28      n*(d+l)*8   rows: d f64 features, then l f64 labels
+
+Row ``i`` starts at ``28 + i * (d + l) * 8``. feedline checks what data.nu does not:
+the file's length against the header (so a truncated file, or a header whose
+``n * (d + l) * 8`` overflows or exceeds the file, is a ``FormatError`` at open, never an
+allocation), and reads rows from a memory map, one gather per batch.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError
+from ..records import Record, make_record
+from ._io import SharedFile, atomic_write
+
+MAGIC = b"NDF1"
+HEADER = 28
+_HEADER = struct.Struct("<4sQQQ")
+_records: dict[tuple[int, int], type[Record]] = {}
+
+
+def record_for(d: int, l: int) -> type[Record]:  # noqa: E741
+    """The record of ``.ndf`` rows with ``d`` features and ``l`` labels (one class per shape)."""
+    key = (d, l)
+    if key not in _records:
+        _records[key] = make_record(f"NdfRow{d}x{l}", {"x": ((d,), np.float64),
+                                                       "y": ((l,), np.float64)},
+                                    doc=f"A data.nu row: {d} f64 features and {l} f64 labels.")
+    return _records[key]
+
+
+def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
+    """Write ``x`` (n x d) and ``y`` (n x l, or None for l = 0) as an ``.ndf``, atomically."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"x must be n x d, got shape {x.shape}")
+    n, d = x.shape
+    y = np.zeros((n, 0)) if y is None else np.asarray(y, dtype=np.float64)
+    if y.ndim == 1 and n:
+        y = y.reshape(n, -1)
+    if y.ndim != 2 or y.shape[0] != n:
+        raise ValueError(f"y must be n x l with n = {n}, got shape {y.shape}")
+    l = y.shape[1]  # noqa: E741
+    rows_per_chunk = max(1, (8 << 20) // max(8 * (d + l), 1))
+    with atomic_write(path) as f:
+        f.write(_HEADER.pack(MAGIC, n, d, l))
+        for a in range(0, n, rows_per_chunk):
+            chunk = np.concatenate((x[a:a + rows_per_chunk], y[a:a + rows_per_chunk]), axis=1)
+            f.write(chunk.astype("<f8", copy=False).tobytes())
+
+
+class NdfFile:
+    """An open ``.ndf``: a typed source of ``{"x": f64[d], "y": f64[l]}`` items.
+
+    ``len(f)``, ``f.d``, ``f.l``, ``f.read_row(i) -> (x, y)``, ``f.rows(indices) -> (X, Y)``
+    (one gather), ``f.getitems(indices)`` (columns for the loader), ``f.record``,
+    ``f.share()`` and ``f.close()`` (the file closes with its last share).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None) -> None:
+        self._file = _file if _file is not None else SharedFile(path)
+        self.path = self._file.path
+        try:
+            self._parse()
+        except BaseException:
+            if _file is None:
+                self._file.close()
+            raise
+
+    def _parse(self) -> None:
+        size = self._file.size
+        if size < HEADER:
+            raise FormatError(f"an .ndf header is {HEADER} bytes, the file has {size}",
+                              self.path, 0)
+        magic, n, d, l = _HEADER.unpack(self._file.pread(HEADER, 0, "the .ndf header"))  # noqa: E741
+        if magic != MAGIC:
+            raise FormatError(f"expected magic {MAGIC!r}, found {magic!r}", self.path, 0)
+        expected = HEADER + n * (d + l) * 8
+        if expected != size:
+            raise FormatError(
+                f"the header says n={n}, d={d}, l={l}: {expected} bytes in all, the file has "
+                f"{size}", self.path, 4)
+        self.n, self.d, self.l = n, d, l
+        self._rows = self._file.array("<f8", HEADER, n * (d + l), (n, d + l))
+        self.record = record_for(d, l)
+        self.salt = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row ``i`` as (features, labels), copies."""
+        i = int(i)
+        if not 0 <= i < self.n:
+            raise IndexError(f"row {i} is outside the file's {self.n} rows")
+        row = np.array(self._rows[i])
+        return row[: self.d], row[self.d:]
+
+    def rows(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``indices`` as (X: len x d, Y: len x l): one gather from the memory map."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
+            raise IndexError(f"row indices must be in [0, {self.n})")
+        block = np.take(self._rows, idx, axis=0)
+        return block[:, : self.d], block[:, self.d:]
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        x, y = self.read_row(i)
+        return {"x": x, "y": y}
+
+    def getitems(self, indices: Any) -> dict[str, np.ndarray]:
+        x, y = self.rows(indices)
+        return {"x": x, "y": y}
+
+    def share(self) -> NdfFile:
+        """Another handle on the same open file."""
+        return NdfFile(self.path, self._file.share())
+
+    def close(self) -> None:
+        """Give up this handle's share; the file closes with the last one."""
+        self._rows = None
+        self._file.close()
+
+    def __enter__(self) -> NdfFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self):
+        return (NdfFile, (self.path,))
+
+    def __repr__(self) -> str:
+        return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l})"
+
+
+def open(path: str | os.PathLike[str]) -> NdfFile:
+    """Open an ``.ndf`` for random access; every header field is checked first."""
+    return NdfFile(path)

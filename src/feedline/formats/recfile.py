@@ -1,0 +1,343 @@
+"""feedline's typed record file, ``.flr``: a record's schema, then one column per field.
+
+The layout is specified byte by byte in ``docs/formats.md``. In short::
+
+    0     64 B   preamble: magic, version, flags, header offset and length, rows,
+                 data offset, file length, header CRC-32, preamble CRC-32
+    64    H B    header: UTF-8 JSON (the record's schema, the columns' offsets,
+                 lengths and CRC-32s)
+    ...          columns, each starting at a multiple of 64 bytes: the field's
+                 values for every row, row-major, little-endian
+
+Each column memory-maps as a numpy array of shape ``(n, *field.shape)``; a batch is
+one gather per field. Writing is atomic; from an iterable of items it is streamed
+(columns are spooled beside the target, so memory stays O(chunk)). Reading checks
+every preamble and header field against the file before trusting it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import struct
+import tempfile
+import zlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import FeedlineError, FormatError
+from ..records import Record, record_from_schema
+from ._io import SharedFile, atomic_write
+
+MAGIC = b"\x89FLR\r\n\x1a\n"
+VERSION = 1
+PREAMBLE = 64
+ALIGN = 64
+_PRE = struct.Struct("<8sIIQQQQQI")  # up to the preamble CRC (60 bytes)
+_CRC = struct.Struct("<I")
+FORMAT_NAME = "feedline.recfile"
+# Items are checked and spooled this many at a time when streaming.
+_CHUNK_ITEMS = 4096
+# Checksums and copies run over slices of this many bytes.
+_SLICE = 8 << 20
+
+
+def _align(x: int) -> int:
+    return -(-x // ALIGN) * ALIGN
+
+
+def _crc(buf: Any, crc: int = 0) -> int:
+    mv = memoryview(buf).cast("B")
+    for a in range(0, len(mv), _SLICE):
+        crc = zlib.crc32(mv[a:a + _SLICE], crc)
+    return crc
+
+
+def _le(dtype: np.dtype) -> np.dtype:
+    return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+
+
+def _layout(record: type[Record], n: int, crcs: list[int]) -> tuple[bytes, list[dict], int]:
+    """The header JSON and column table for ``n`` rows; returns (header, columns, end)."""
+    fields = list(record.fields.values())
+    columns = [{"field": f.name, "kind": "fixed", "offset": 0,
+                "length": n * _le(f.dtype).itemsize * int(np.prod(f.shape, dtype=np.int64)),
+                "crc32": crc} for f, crc in zip(fields, crcs)]
+    # The header's size depends on the offsets it records: settle them by iteration.
+    data_offset = 0
+    for _ in range(8):
+        doc = {"format": FORMAT_NAME, "version": VERSION, "rows": n,
+               "record": record.schema(), "columns": columns}
+        header = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        start = _align(PREAMBLE + len(header))
+        if start == data_offset:
+            break
+        data_offset = start
+        off = start
+        for c in columns:
+            c["offset"] = off
+            off = _align(off + c["length"])
+    end = columns[-1]["offset"] + columns[-1]["length"] if columns else data_offset
+    return header, columns, end
+
+
+def _preamble(header: bytes, n: int, data_offset: int, file_length: int) -> bytes:
+    body = _PRE.pack(MAGIC, VERSION, 0, PREAMBLE, len(header), n, data_offset, file_length,
+                     zlib.crc32(header))
+    return body + _CRC.pack(zlib.crc32(body))
+
+
+def _write_pad(f: Any, upto: int) -> None:
+    pos = f.tell()
+    if upto > pos:
+        f.write(b"\0" * (upto - pos))
+
+
+def write(path: str | os.PathLike[str], record: type[Record], data: Any, *,
+          check_values: bool = True) -> int:
+    """Write a typed record file atomically; returns the number of rows.
+
+    ``data`` is a dict of column arrays (batch axis first; checked as a whole), or an
+    iterable of items (dicts, tuples or bare values, checked one by one and streamed:
+    memory stays O(chunk)). Values are checked against the fields' domains unless
+    ``check_values`` is False.
+    """
+    if not (isinstance(record, type) and issubclass(record, Record)):
+        raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
+    if isinstance(data, Mapping):
+        return _write_columns(path, record, data, check_values)
+    return _write_stream(path, record, data, check_values)
+
+
+def _write_columns(path: Any, record: type[Record], data: Mapping[str, Any],
+                   check_values: bool) -> int:
+    cols = {k: data[k] for k in record.fields if k in data}
+    n_rows = len(next(iter(cols.values()))) if cols else 0
+    cols = record.check_columns(cols, np.arange(n_rows), check_values=check_values)
+    lengths = {len(c) for c in cols.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"columns of different lengths: { {k: len(v) for k, v in cols.items()} }")
+    n = lengths.pop() if lengths else 0
+    arrays = [np.ascontiguousarray(cols[f], dtype=_le(record.fields[f].dtype))
+              for f in record.fields]
+    crcs = [_crc(a) for a in arrays]
+    header, columns, end = _layout(record, n, crcs)
+    with atomic_write(path) as f:
+        f.write(_preamble(header, n, columns[0]["offset"] if columns else 0, end))
+        f.write(header)
+        for c, a in zip(columns, arrays):
+            _write_pad(f, c["offset"])
+            mv = memoryview(a).cast("B")
+            for s in range(0, len(mv), _SLICE):
+                f.write(mv[s:s + _SLICE])
+    return n
+
+
+def _write_stream(path: Any, record: type[Record], items: Iterable[Any],
+                  check_values: bool) -> int:
+    directory = os.path.dirname(os.path.abspath(os.fspath(path)))
+    fields = list(record.fields.values())
+    spools = []
+    try:
+        for f in fields:
+            fd, name = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.",
+                                        suffix=f".{f.name}.spool", dir=directory)
+            spools.append((os.fdopen(fd, "w+b"), name))
+        crcs = [0] * len(fields)
+        n = 0
+        chunk: list[Any] = []
+
+        def flush() -> None:
+            nonlocal n
+            if not chunk:
+                return
+            checked = [record.check(item, n + i, check_values=check_values)
+                       for i, item in enumerate(chunk)]
+            for k, (f, (spool, _)) in enumerate(zip(fields, spools)):
+                block = np.stack([c[f.name] for c in checked]).astype(_le(f.dtype), copy=False)
+                raw = block.tobytes()
+                crcs[k] = zlib.crc32(raw, crcs[k])
+                spool.write(raw)
+            n += len(chunk)
+            chunk.clear()
+
+        for item in items:
+            chunk.append(item)
+            if len(chunk) >= _CHUNK_ITEMS:
+                flush()
+        flush()
+        header, columns, end = _layout(record, n, crcs)
+        with atomic_write(path) as out:
+            out.write(_preamble(header, n, columns[0]["offset"] if columns else 0, end))
+            out.write(header)
+            for c, (spool, _) in zip(columns, spools):
+                _write_pad(out, c["offset"])
+                spool.flush()
+                spool.seek(0)
+                shutil.copyfileobj(spool, out, _SLICE)
+        return n
+    finally:
+        for spool, name in spools:
+            spool.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+
+
+class RecFile:
+    """An open ``.flr``: a typed, memory-mapped source.
+
+    ``record`` is the ``Record`` class rebuilt from the file; ``len``, ``f[i]`` (a dict),
+    ``getitems(indices)`` (one gather per field), ``columns`` (read-only memory-mapped
+    arrays), ``verify()`` (checksums), ``share()`` and ``close()``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None) -> None:
+        self._file = _file if _file is not None else SharedFile(path)
+        self.path = self._file.path
+        try:
+            self._parse()
+        except BaseException:
+            if _file is None:
+                self._file.close()
+            raise
+
+    def _fail(self, message: str, offset: int) -> FormatError:
+        return FormatError(message, self.path, offset)
+
+    def _parse(self) -> None:
+        size = self._file.size
+        if size < PREAMBLE:
+            raise self._fail(f"an .flr preamble is {PREAMBLE} bytes, the file has {size}", 0)
+        pre = self._file.pread(PREAMBLE, 0, "the .flr preamble")
+        magic, version, flags, h_off, h_len, n, d_off, f_len, h_crc = _PRE.unpack(pre[:60])
+        if magic != MAGIC:
+            raise self._fail(f"expected the .flr magic {MAGIC!r}, found {magic!r}", 0)
+        (p_crc,) = _CRC.unpack(pre[60:])
+        if zlib.crc32(pre[:60]) != p_crc:
+            raise self._fail(f"preamble checksum {zlib.crc32(pre[:60]):#010x} does not match the "
+                             f"stored {p_crc:#010x}", 60)
+        if version != VERSION:
+            raise self._fail(f"this feedline reads .flr version {VERSION}, the file is version "
+                             f"{version}", 8)
+        if flags != 0:
+            raise self._fail(f"unknown flags {flags:#x} (this version writes 0)", 12)
+        if f_len != size:
+            raise self._fail(f"the preamble records a file of {f_len} bytes, the file has {size}"
+                             f" (truncated or appended to)", 48)
+        if h_off != PREAMBLE or h_len > size - PREAMBLE:
+            raise self._fail(f"header at {h_off} of {h_len} bytes does not fit a file of {size}",
+                             16)
+        header = self._file.pread(h_len, h_off, "the .flr header")
+        if zlib.crc32(header) != h_crc:
+            raise self._fail("header checksum does not match", h_off)
+        try:
+            doc = json.loads(header.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise self._fail(f"the header is not UTF-8 JSON: {e}", h_off) from e
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
+            raise self._fail(f"the header is not a {FORMAT_NAME} header", h_off)
+        if doc.get("version") != VERSION or doc.get("rows") != n:
+            raise self._fail(f"the header's version {doc.get('version')!r} and rows "
+                             f"{doc.get('rows')!r} disagree with the preamble ({VERSION}, {n})",
+                             h_off)
+        try:
+            self.record = record_from_schema(doc["record"], os.path.basename(self.path))
+        except (FeedlineError, KeyError, TypeError, ValueError, AttributeError) as e:
+            raise self._fail(f"the header's record does not declare a valid record: {e}",
+                             h_off) from e
+        columns = doc.get("columns")
+        fields = list(self.record.fields.values())
+        if not isinstance(columns, list) or len(columns) != len(fields):
+            raise self._fail(f"expected {len(fields)} columns in the header, found "
+                             f"{len(columns) if isinstance(columns, list) else columns!r}", h_off)
+        self.n = n
+        self._columns: dict[str, np.ndarray] = {}
+        self._crcs: dict[str, tuple[int, int, int]] = {}
+        low = _align(PREAMBLE + h_len)
+        if fields and d_off != columns[0].get("offset"):
+            raise self._fail(f"the preamble's data offset {d_off} is not the first column's "
+                             f"{columns[0].get('offset')!r}", 40)
+        for f, c in zip(fields, columns):
+            if not isinstance(c, dict) or c.get("field") != f.name:
+                raise self._fail(f"column for field `{f.name}` expected, found {c!r}", h_off)
+            if c.get("kind") != "fixed":
+                raise self._fail(f"column `{f.name}` is of kind {c.get('kind')!r}; this feedline "
+                                 f"reads fixed-shape columns only", h_off)
+            off, length, crc = c.get("offset"), c.get("length"), c.get("crc32")
+            if not all(isinstance(v, int) and v >= 0 for v in (off, length, crc)):
+                raise self._fail(f"column `{f.name}` has a malformed offset, length or crc32",
+                                 h_off)
+            dtype = _le(f.dtype)
+            per_row = dtype.itemsize * int(np.prod(f.shape, dtype=np.int64))
+            if length != n * per_row:
+                raise self._fail(f"column `{f.name}` should hold {n} rows of {per_row} bytes = "
+                                 f"{n * per_row}, its length is {length}", h_off)
+            if off % ALIGN or off < low or off + length > size:
+                raise self._fail(f"column `{f.name}` at [{off}, {off + length}) is not an "
+                                 f"aligned range after the header inside the file of {size}",
+                                 h_off)
+            low = off + length
+            count = n * int(np.prod(f.shape, dtype=np.int64))
+            self._columns[f.name] = self._file.array(dtype, off, count, (n, *f.shape))
+            self._crcs[f.name] = (off, length, crc)
+        self.salt = 0
+
+    # -- reading ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """The columns as read-only memory-mapped arrays (batch axis first)."""
+        return dict(self._columns)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        i = int(i)
+        if not 0 <= i < self.n:
+            raise IndexError(f"row {i} is outside the file's {self.n} rows")
+        return {k: np.array(v[i]) for k, v in self._columns.items()}
+
+    def getitems(self, indices: Any) -> dict[str, np.ndarray]:
+        """Rows ``indices`` as columns: one gather per field from the memory map."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
+            raise IndexError(f"row indices must be in [0, {self.n})")
+        return {k: np.take(v, idx, axis=0) for k, v in self._columns.items()}
+
+    def verify(self) -> None:
+        """Check every column's CRC-32; a ``FormatError`` names the first bad column."""
+        for name, (off, length, crc) in self._crcs.items():
+            got = _crc(self._file.array(np.uint8, off, length)) if length else 0
+            if got != crc:
+                raise self._fail(f"column `{name}` checksum {got:#010x} does not match the "
+                                 f"stored {crc:#010x}", off)
+
+    def share(self) -> RecFile:
+        """Another handle on the same open file."""
+        return RecFile(self.path, self._file.share())
+
+    def close(self) -> None:
+        """Give up this handle's share; the file closes with the last one."""
+        self._columns = {}
+        self._file.close()
+
+    def __enter__(self) -> RecFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self):
+        return (RecFile, (self.path,))
+
+    def __repr__(self) -> str:
+        return f"RecFile({self.path!r}, {self.record.__name__}, {self.n:,} rows)"
+
+
+def open(path: str | os.PathLike[str]) -> RecFile:
+    """Open an ``.flr``: the record is rebuilt from the file; every field is checked first."""
+    return RecFile(path)
