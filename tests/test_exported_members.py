@@ -28,6 +28,8 @@ EXPECTED = [
     "ShapeError",
     "StateError",
     "WorkerError",
+    "ndf",
+    "recfile",
     "salt",
 ]
 
