@@ -17,12 +17,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import RecordError
+
 
 @dataclass(frozen=True)
 class Index:
     """Integers in ``[0, n)``; ``n`` is an int or the name of one of the record's dims."""
 
     n: int | str
+
+    def __post_init__(self) -> None:
+        n = self.n
+        if isinstance(n, str):
+            if not n.isidentifier():
+                raise RecordError(f"Index({n!r}): a bound is a count or a dim name")
+            return
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise RecordError(f"Index({n!r}): a bound is a non-negative int or a dim name")
+        object.__setattr__(self, "n", int(n))
 
     def describe(self, dims: dict[str, int]) -> str:
         if isinstance(self.n, int):
@@ -74,6 +86,16 @@ class Range:
 
     lo: float | None
     hi: float | None
+
+    def __post_init__(self) -> None:
+        for name in ("lo", "hi"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.number))
+                                  or v != v):
+                raise RecordError(f"Range({self.lo!r}, {self.hi!r}): {name} must be a number or "
+                                  f"None")
+        if self.lo is not None and self.hi is not None and self.lo > self.hi:
+            raise RecordError(f"Range({self.lo!r}, {self.hi!r}): lo is above hi")
 
     def describe(self, dims: dict[str, int]) -> str:
         return f"Range[{self.lo}, {self.hi}]"

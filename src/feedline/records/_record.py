@@ -131,7 +131,12 @@ class Record(metaclass=_RecordMeta):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
                 raise RecordError(f"record {name}: dim {k} must be a non-negative int, got {v!r}")
             all_dims[k] = int(v)
-        fields: dict[str, Field] = dict(getattr(cls, "fields", {}))
+        fields: dict[str, Field] = {}
+        for name_, inherited in getattr(cls, "fields", {}).items():
+            # Inherited fields are bound again, so they follow dims this record redeclares.
+            spec = _FieldSpec(inherited.dims, inherited.dtype, inherited.domain, inherited.doc,
+                              inherited.where)
+            fields[name_] = _bind(name, name_, spec, all_dims)
         for attr, value in list(cls.__dict__.items()):
             if isinstance(value, _FieldSpec):
                 if attr in fields:
@@ -193,7 +198,10 @@ class Record(metaclass=_RecordMeta):
                                indices=indices)
             if n is None:
                 n = arr.shape[0] if arr.ndim else 0
-            if arr.ndim == 0 or arr.shape[1:] != f.shape or arr.shape[0] != n:
+            if arr.ndim and arr.shape[1:] == f.shape and arr.shape[0] != n:
+                raise ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` has {arr.shape[0]} "
+                                 f"rows, the batch's first field has {n}")
+            if arr.ndim == 0 or arr.shape[1:] != f.shape:
                 first = None if indices is None or len(indices) == 0 else int(indices[0])
                 got = arr.shape[1:] if arr.ndim else arr.shape
                 raise cls._shape_error(f, first, got, rows=arr.shape[0] if arr.ndim else None)
@@ -235,7 +243,7 @@ class Record(metaclass=_RecordMeta):
     def _convert(cls, f: Field, value: Any, index: int | None, batch: bool = False,
                  indices: Any = None) -> np.ndarray:
         try:
-            arr = np.asarray(value)
+            arr = to_numpy(value)
         except Exception as e:  # a value numpy cannot even look at
             raise ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} "
                              f"is not an array-like value: {e}") from e
@@ -246,7 +254,7 @@ class Record(metaclass=_RecordMeta):
                 f"{f.where}: {cls.__name__} field `{f.name}` of {where} should be {f.dtype} "
                 f"({_KIND_WORDS[kind]}), got {arr.dtype} values")
         if arr.dtype != f.dtype:
-            arr = arr.astype(f.dtype)
+            arr = _cast(arr, f, cls.__name__, index if not batch else None)
         return arr
 
     @classmethod
@@ -305,6 +313,38 @@ class Record(metaclass=_RecordMeta):
             doc = f"  # {f.doc}" if f.doc else ""
             lines.append(f"    {f.name}: {f.declared} {f.dtype}{dom}{doc}")
         return "\n".join(lines)
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A value as a numpy array: torch tensors are detached and moved to the CPU (bfloat16,
+    which numpy lacks, becomes float32)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        t = value.detach().cpu()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.numpy()
+    return np.asarray(value)
+
+
+def _cast(arr: np.ndarray, f: Field, record: str, index: int | None) -> np.ndarray:
+    """``arr`` as the field's dtype, refusing values the dtype cannot hold."""
+    target = f.dtype
+    if target.kind in "iu" and arr.dtype.kind in "iu" and not np.can_cast(arr.dtype, target):
+        info = np.iinfo(target)
+        if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
+            bad = arr[(arr < info.min) | (arr > info.max)].reshape(-1)[0]
+            raise ShapeError(f"{f.where}: {record} field `{f.name}` of {_item(index)}: "
+                             f"{bad.item()!r} does not fit {target}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(target)
+    if (target.kind in "fc" and arr.dtype.kind in "fc" and arr.dtype.itemsize > target.itemsize
+            and arr.size):
+        lost = np.isinf(out) & np.isfinite(arr)
+        if lost.any():
+            bad = arr[lost].reshape(-1)[0]
+            raise ShapeError(f"{f.where}: {record} field `{f.name}` of {_item(index)}: "
+                             f"{bad.item()!r} does not fit {target}")
+    return out
 
 
 def _item(index: int | None) -> str:

@@ -30,6 +30,7 @@ from ..errors import FeedlineError, ShapeError
 from ..order import Seq, _seq
 from ..order import salt as name_salt
 from ..records import Record, make_record
+from ..records._record import to_numpy
 
 
 def _is_tensor_dataset(src: Any) -> bool:
@@ -47,10 +48,7 @@ def _is_hf_dataset(src: Any) -> bool:
     return type(src).__module__.startswith("datasets.") and hasattr(src, "with_format")
 
 
-def _to_numpy(x: Any) -> np.ndarray:
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor
-        x = x.detach().cpu().numpy()
-    return np.asarray(x)
+_to_numpy = to_numpy
 
 
 class Dataset:
@@ -157,7 +155,9 @@ class Dataset:
         if not 0 <= i < self._len:
             raise IndexError(f"item {i} is outside the dataset of {self._len}")
         if self._columns is not None:
-            return {k: v[i] for k, v in self._columns.items()}
+            return {k: np.array(v[i]) for k, v in self._columns.items()}
+        if not hasattr(self.source, "__getitem__") or hasattr(self.source, "getitems"):
+            return {k: np.array(v[0]) for k, v in self.getitems(np.array([i])).items()}
         return self.record.check(self.source[i], i, check_values=False)
 
     def getitems(self, indices: Any, *, check_values: bool = False,

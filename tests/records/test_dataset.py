@@ -1,0 +1,544 @@
+"""``fl.Dataset``: a typed view of every kind of map-style source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset as TorchDataset
+from torch.utils.data import TensorDataset
+
+import feedline as fl
+
+HERE = Path(__file__)
+N = 12
+
+
+def declared_at(marker: str) -> str:
+    """``file:line`` of the line of this file that carries the comment ``# <marker>``."""
+    for number, text in enumerate(HERE.read_text().splitlines(), start=1):
+        if text.rstrip().endswith(f"# <{marker}>"):
+            return f"{HERE.name}:{number}"
+    raise AssertionError(f"no line is marked <{marker}>")
+
+
+class Digit(fl.Record, dims={"D": 4, "C": 10}):
+    """One labelled image."""
+
+    img = fl.field("D", "float32")  # <img>
+    label = fl.field((), "int64", domain=fl.Index("C"))  # <label>
+
+
+IMGS = np.arange(N * 4, dtype=np.float64).reshape(N, 4)
+LABELS = np.arange(N) % 10
+
+
+def expected(indices) -> dict[str, np.ndarray]:
+    idx = np.asarray(indices, dtype=np.int64)
+    return {"img": IMGS[idx].astype(np.float32), "label": LABELS[idx].astype(np.int64)}
+
+
+# -- sources --------------------------------------------------------------------------------------
+
+
+class Batched:
+    """torch's batched protocol: ``__getitems__`` returns a list of items."""
+
+    def __init__(self, items):
+        self.items = items
+        self.calls: list[list] = []
+        self.item_calls = 0
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        self.item_calls += 1
+        return self.items[i]
+
+    def __getitems__(self, indices):
+        self.calls.append(indices)
+        return [self.items[i] for i in indices]
+
+
+class Columns:
+    """feedline's files: ``getitems(indices)`` returns a batch as columns."""
+
+    def __init__(self, cols):
+        self.cols = cols
+        self.calls: list = []
+
+    def __len__(self):
+        return len(next(iter(self.cols.values())))
+
+    def __getitem__(self, i):
+        return {k: v[i] for k, v in self.cols.items()}
+
+    def getitems(self, indices):
+        self.calls.append(np.array(indices))
+        return {k: v[np.asarray(indices)] for k, v in self.cols.items()}
+
+
+class TorchItems(TorchDataset):
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return torch.tensor(IMGS[i]), torch.tensor(LABELS[i])
+
+
+class Augmented(TensorDataset):
+    """A TensorDataset subclass that changes its items (read item by item)."""
+
+    calls = 0
+
+    def __getitem__(self, i):
+        type(self).calls += 1
+        return super().__getitem__(i)
+
+
+class Plain(TensorDataset):
+    """A TensorDataset subclass that changes nothing (still in memory)."""
+
+
+def dict_items():
+    return [{"img": IMGS[i], "label": int(LABELS[i]), "path": f"{i}.png"} for i in range(N)]
+
+
+SOURCES = {
+    "dict of numpy arrays": (lambda: {"img": IMGS, "label": LABELS, "extra": np.zeros(3)}, True),
+    "dict of torch tensors": (
+        lambda: {"img": torch.tensor(IMGS, requires_grad=True), "label": torch.tensor(LABELS)},
+        True),
+    "TensorDataset": (lambda: TensorDataset(torch.tensor(IMGS), torch.tensor(LABELS)), True),
+    "plain TensorDataset subclass": (
+        lambda: Plain(torch.tensor(IMGS), torch.tensor(LABELS)), True),
+    "augmenting TensorDataset subclass": (
+        lambda: Augmented(torch.tensor(IMGS), torch.tensor(LABELS)), False),
+    "list of dicts": (dict_items, False),
+    "list of tuples": (lambda: [(IMGS[i], LABELS[i]) for i in range(N)], False),
+    "list of lists": (lambda: [[IMGS[i].tolist(), int(LABELS[i])] for i in range(N)], False),
+    "__getitems__": (lambda: Batched(dict_items()), False),
+    "getitems columns": (lambda: Columns({"img": IMGS, "label": LABELS}), False),
+    "torch Dataset": (TorchItems, False),
+}
+
+
+@pytest.fixture(params=list(SOURCES))
+def source_kind(request):
+    return request.param
+
+
+def make(kind: str, **kwargs) -> fl.Dataset:
+    return fl.Dataset(Digit, SOURCES[kind][0](), **kwargs)
+
+
+def assert_columns(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for k in want:
+        assert isinstance(got[k], np.ndarray)
+        assert got[k].dtype == want[k].dtype, k
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+# -- every source ---------------------------------------------------------------------------------
+
+
+def test_every_source_kind_gives_columns_batch_first_with_the_field_dtypes(source_kind):
+    ds = make(source_kind)
+    assert len(ds) == N
+    assert ds.in_memory is SOURCES[source_kind][1]
+    assert_columns(ds.getitems([3, 0, 11, 3]), expected([3, 0, 11, 3]))
+    assert_columns(ds.getitems(np.array([5])), expected([5]))
+
+
+def test_every_source_kind_gives_an_empty_batch(source_kind):
+    out = make(source_kind).getitems(np.zeros(0, np.int64))
+    assert out["img"].shape == (0, 4) and out["img"].dtype == np.float32
+    assert out["label"].shape == (0,) and out["label"].dtype == np.int64
+
+
+def test_every_source_kind_gives_one_item_as_a_dict_of_field_values(source_kind):
+    ds = make(source_kind)
+    item = ds[7]
+    assert list(item) == ["img", "label"]
+    assert item["img"].dtype == np.float32 and item["img"].tolist() == IMGS[7].tolist()
+    assert item["label"].dtype == np.int64 and item["label"] == LABELS[7]
+
+
+@pytest.mark.parametrize("i", [N, N + 5, -1, -N])
+def test_an_item_outside_the_dataset_is_an_index_error(source_kind, i):
+    with pytest.raises(IndexError):
+        make(source_kind)[i]
+
+
+def test_getitems_out_fills_the_given_arrays(source_kind):
+    ds = make(source_kind)
+    out = {"img": np.full((5, 4), -1, np.float32), "label": np.full(5, -1, np.int64)}
+    got = ds.getitems([9, 2, 4], out=out)
+    assert_columns(got, expected([9, 2, 4]))
+    assert_columns({k: v[:3] for k, v in out.items()}, expected([9, 2, 4]))
+    assert (out["img"][3:] == -1).all() and (out["label"][3:] == -1).all()
+
+
+def test_columns_are_the_checked_arrays_of_an_in_memory_source(source_kind):
+    ds = make(source_kind)
+    if ds.in_memory:
+        assert_columns(ds.columns, expected(np.arange(N)))
+    else:
+        assert ds.columns is None
+
+
+def test_one_item_is_a_dict_of_arrays_whatever_the_source():
+    for kind in ("list of tuples", "dict of numpy arrays"):
+        item = make(kind)[7]
+        assert all(isinstance(v, np.ndarray) for v in item.values()), (kind, item)
+
+
+def test_a_source_that_is_not_map_style_is_a_type_error():
+    for source in (5, iter([1, 2]), (x for x in range(3)), object()):
+        with pytest.raises(TypeError, match="map-style"):
+            fl.Dataset(Digit, source)
+
+
+def test_the_record_must_be_a_record_class_with_fields():
+    class Empty(fl.Record):
+        pass
+
+    with pytest.raises(TypeError, match=r"fl\.Record subclass"):
+        fl.Dataset(int, [])
+    with pytest.raises(TypeError, match=r"fl\.Record subclass"):
+        fl.Dataset(Digit.img, [])
+    with pytest.raises(TypeError, match="no fields"):
+        fl.Dataset(Empty, [])
+
+
+# -- dict of arrays -------------------------------------------------------------------------------
+
+
+def test_a_dict_of_arrays_is_checked_once_at_construction():
+    with pytest.raises(fl.ShapeError) as info:
+        fl.Dataset(Digit, {"img": np.zeros((N, 5)), "label": LABELS})
+    msg = str(info.value)
+    assert msg.startswith(declared_at("img") + ": Digit field `img`")
+    assert msg.endswith("should be [D] = (4,), got shape (5,)")
+
+
+def test_a_dict_of_arrays_of_the_wrong_kind_is_a_shape_error_at_construction():
+    with pytest.raises(fl.ShapeError, match=r"`label` .* should be int64"):
+        fl.Dataset(Digit, {"img": IMGS, "label": LABELS.astype(np.float32)})
+    with pytest.raises(fl.ShapeError, match="`img`"):
+        fl.Dataset(Digit, {"img": IMGS.astype(str), "label": LABELS})
+
+
+def test_a_dict_of_arrays_of_different_lengths_is_a_shape_error():
+    with pytest.raises(fl.ShapeError, match=r"different lengths: \{'img': 12, 'label': 11\}"):
+        fl.Dataset(Digit, {"img": IMGS, "label": LABELS[:-1]})
+
+
+def test_a_dict_missing_a_field_is_a_shape_error():
+    with pytest.raises(fl.ShapeError, match="`label` is missing"):
+        fl.Dataset(Digit, {"img": IMGS, "labels": LABELS})
+
+
+def test_a_dict_of_torch_tensors_with_the_wrong_shape_is_a_shape_error():
+    with pytest.raises(fl.ShapeError, match=r"got shape \(3,\)"):
+        fl.Dataset(Digit, {"img": torch.zeros(N, 3), "label": torch.tensor(LABELS)})
+
+
+def test_domains_of_arrays_are_checked_on_demand_naming_the_item():
+    labels = LABELS.copy()
+    labels[8] = 10
+    ds = fl.Dataset(Digit, {"img": IMGS, "label": labels})  # no value check yet
+    assert ds.getitems([8])["label"].tolist() == [10]
+    with pytest.raises(fl.DomainError) as info:
+        ds.check_values()
+    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 8 should "
+                               f"be in Index[C] = [0, 10), got 10")
+    with pytest.raises(fl.DomainError, match="of item 8 "):
+        ds.getitems([7, 8], check_values=True)
+
+
+def test_valid_arrays_pass_the_value_check():
+    ds = make("dict of numpy arrays")
+    ds.check_values()
+    assert_columns(ds.getitems([1, 2], check_values=True), expected([1, 2]))
+
+
+# -- TensorDataset --------------------------------------------------------------------------------
+
+
+def test_a_tensor_dataset_needs_one_tensor_per_field():
+    with pytest.raises(fl.ShapeError, match="1 tensors, the record has 2 fields"):
+        fl.Dataset(Digit, TensorDataset(torch.tensor(IMGS)))
+
+
+def test_a_tensor_dataset_of_the_wrong_shape_is_a_shape_error_at_construction():
+    with pytest.raises(fl.ShapeError, match=r"`img` .* got shape \(4, 1\)"):
+        fl.Dataset(Digit, TensorDataset(torch.zeros(N, 4, 1), torch.tensor(LABELS)))
+
+
+def test_a_tensor_dataset_is_converted_to_the_field_dtypes_once():
+    ds = make("TensorDataset")
+    assert ds.columns["img"].dtype == np.float32
+    assert ds.columns["label"].dtype == np.int64
+
+
+def test_a_tensor_dataset_subclass_that_changes_items_is_read_item_by_item():
+    Augmented.calls = 0
+    ds = make("augmenting TensorDataset subclass")
+    assert not ds.in_memory
+    ds.getitems([1, 2, 3])
+    assert Augmented.calls == 3
+
+
+def test_a_tensor_dataset_subclass_with_getitems_is_read_by_batch():
+    class WithBatches(TensorDataset):
+        calls = 0
+
+        def __getitems__(self, indices):
+            type(self).calls += 1
+            return [self[i] for i in indices]
+
+    ds = fl.Dataset(Digit, WithBatches(torch.tensor(IMGS), torch.tensor(LABELS)))
+    assert not ds.in_memory
+    assert_columns(ds.getitems([4, 5]), expected([4, 5]))
+    assert WithBatches.calls == 1
+
+
+# -- sources read item by item --------------------------------------------------------------------
+
+
+def bad_list(item7):
+    items = [(IMGS[i], LABELS[i]) for i in range(N)]
+    items[7] = item7
+    return fl.Dataset(Digit, items)
+
+
+def test_an_item_of_the_wrong_shape_is_a_shape_error_naming_its_index():
+    ds = bad_list((np.zeros(3), 7))
+    assert_columns(ds.getitems([5, 6, 8]), expected([5, 6, 8]))
+    want = f"{declared_at('img')}: Digit field `img` of item 7 should be [D] = (4,), got shape (3,)"
+    with pytest.raises(fl.ShapeError) as info:
+        ds.getitems([5, 6, 7, 8])
+    assert str(info.value) == want
+    with pytest.raises(fl.ShapeError) as info:
+        ds[7]
+    assert str(info.value) == want
+
+
+@pytest.mark.parametrize(
+    ("item7", "pattern"),
+    [
+        ((IMGS[7], 7.0), r"`label` of item 7 should be int64 \(integers or booleans\)"),
+        ((IMGS[7],), r"item 7 should have 2 fields \(img, label\), got a tuple of 1"),
+        ({"img": IMGS[7]}, r"`label` of item 7 is missing"),
+        ((np.zeros(4), [7]), r"`label` of item 7 should be \[\] = \(\), got shape \(1,\)"),
+        (None, r"item 7 should be a dict or a tuple"),
+    ],
+)
+def test_a_bad_item_in_a_batch_is_named_by_its_index(item7, pattern):
+    with pytest.raises(fl.ShapeError, match=pattern):
+        bad_list(item7).getitems([6, 7, 8])
+
+
+def test_every_item_of_the_wrong_shape_names_the_first_in_the_batch():
+    ds = fl.Dataset(Digit, [(np.zeros(3), 1)] * N)
+    with pytest.raises(fl.ShapeError, match="of item 9 "):
+        ds.getitems([9, 2])
+
+
+def test_an_item_outside_its_domain_is_a_domain_error_naming_its_index_when_checked():
+    ds = bad_list((IMGS[7], 17))
+    assert ds.getitems([6, 7])["label"].tolist() == [6, 17]
+    assert ds[7]["label"] == 17
+    with pytest.raises(fl.DomainError) as info:
+        ds.getitems([6, 7, 8], check_values=True)
+    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 7 should "
+                               f"be in Index[C] = [0, 10), got 17")
+
+
+def test_getitems_of_a_batched_source_is_one_call_per_batch():
+    src = Batched(dict_items())
+    ds = fl.Dataset(Digit, src)
+    ds.getitems([1, 2, 3, 4])
+    ds.getitems(np.array([0]))
+    assert src.calls == [[1, 2, 3, 4], [0]]
+    assert src.item_calls == 0
+    assert all(type(i) is int for call in src.calls for i in call)
+
+
+def test_a_bad_item_of_a_batched_source_is_named_without_reading_it_again():
+    items = dict_items()
+    items[3] = {"img": np.zeros(5), "label": 3}
+    src = Batched(items)
+    with pytest.raises(fl.ShapeError, match="`img` of item 3 "):
+        fl.Dataset(Digit, src).getitems([2, 3, 4])
+    assert src.calls == [[2, 3, 4]]
+    assert src.item_calls == 0
+
+
+def test_getitems_of_a_columns_source_is_one_call_per_batch():
+    src = Columns({"img": IMGS, "label": LABELS})
+    ds = fl.Dataset(Digit, src)
+    assert_columns(ds.getitems([8, 1, 1]), expected([8, 1, 1]))
+    assert_columns(ds.getitems([2]), expected([2]))
+    assert [c.tolist() for c in src.calls] == [[8, 1, 1], [2]]
+
+
+def test_a_columns_source_with_a_bad_value_names_the_offending_row():
+    labels = LABELS.copy()
+    labels[5] = -3
+    ds = fl.Dataset(Digit, Columns({"img": IMGS, "label": labels}))
+    with pytest.raises(fl.DomainError, match=r"`label` of item 5 .* got -3$"):
+        ds.getitems([4, 5, 6], check_values=True)
+
+
+def test_a_columns_source_of_the_wrong_shape_is_a_shape_error():
+    ds = fl.Dataset(Digit, Columns({"img": np.zeros((N, 2)), "label": LABELS}))
+    with pytest.raises(fl.ShapeError, match=r"`img` of items from item 4 .* got shape \(2,\)"):
+        ds.getitems([4, 5, 6])
+
+
+class OnlyGetitems:
+    """A source with ``__len__`` and ``getitems`` only (no ``__getitem__``)."""
+
+    def __len__(self):
+        return N
+
+    def getitems(self, indices):
+        return expected(indices)
+
+
+def test_a_getitems_only_source_is_a_dataset():
+    ds = fl.Dataset(Digit, OnlyGetitems())
+    assert_columns(ds.getitems([3, 4]), expected([3, 4]))
+
+
+def test_a_getitems_only_source_reads_one_item():
+    item = fl.Dataset(Digit, OnlyGetitems())[3]
+    assert item["label"] == 3
+
+
+def test_a_torch_dataset_of_tensors_with_the_wrong_dtype_is_named_by_its_index():
+    class Floats(TorchDataset):
+        def __len__(self):
+            return N
+
+        def __getitem__(self, i):
+            return {"img": torch.zeros(4), "label": torch.tensor(float(i))}
+
+    with pytest.raises(fl.ShapeError, match="`label` of item 2 should be int64"):
+        fl.Dataset(Digit, Floats()).getitems([2, 3])
+
+
+def test_huggingface_datasets_are_read_by_batch():
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.Dataset.from_dict({"img": IMGS.tolist(), "label": LABELS.tolist()})
+    ds = fl.Dataset(Digit, hf)
+    assert len(ds) == N
+    assert_columns(ds.getitems([3, 1]), expected([3, 1]))
+
+
+# -- salt, from_arrays, ordering ------------------------------------------------------------------
+
+
+def test_the_salt_comes_from_the_name():
+    assert make("list of tuples", name="mnist").salt == fl.salt("mnist")
+    assert make("dict of numpy arrays", name="mnist").salt == fl.salt("mnist")
+
+
+def test_the_salt_comes_from_the_sources_salt_attribute_or_method():
+    class WithSalt(Batched):
+        salt = 1234
+
+    class WithSaltMethod(Batched):
+        def salt(self):
+            return 99
+
+    assert fl.Dataset(Digit, WithSalt(dict_items())).salt == 1234
+    assert fl.Dataset(Digit, WithSaltMethod(dict_items())).salt == 99
+    assert fl.Dataset(Digit, WithSalt(dict_items()), name="web").salt == fl.salt("web")
+    assert fl.Dataset(Digit, WithSalt(dict_items()), salt=7).salt == 7
+    assert make("list of tuples").salt == 0
+
+
+def test_the_salt_changes_the_shuffle_but_the_seed_fixes_it():
+    a, b = make("list of tuples", name="a"), make("list of tuples", name="b")
+
+    def order(ds, seed):
+        return [it.record_index for it in fl.Order(ds.shuffle(seed))]
+
+    assert order(a, 3) == order(make("list of tuples", name="a"), 3)
+    assert order(a, 3) != order(b, 3) or order(a, 4) != order(b, 4)
+
+
+def test_from_arrays_builds_a_record_named_by_the_keywords():
+    ds = fl.Dataset.from_arrays(x=np.zeros((10, 3), np.float32), y=np.arange(10),
+                                m=np.ones((10, 2, 2), bool))
+    rec = ds.record
+    assert issubclass(rec, fl.Record)
+    assert list(rec.fields) == ["x", "y", "m"]
+    assert [f.shape for f in rec.fields.values()] == [(3,), (), (2, 2)]
+    assert [f.dtype for f in rec.fields.values()] == [np.float32, np.int64, np.bool_]
+    assert ds.in_memory and len(ds) == 10
+    assert ds.getitems([9])["y"].tolist() == [9]
+
+
+def test_from_arrays_takes_a_name_for_the_record_and_the_salt():
+    ds = fl.Dataset.from_arrays(x=torch.zeros(4, 2), name="web")
+    assert ds.record.__name__ == "web"
+    assert ds.salt == fl.salt("web")
+    assert ds.record.x.dtype == np.float32
+
+
+def test_from_arrays_refuses_what_has_no_example_axis_or_different_lengths():
+    with pytest.raises(TypeError):
+        fl.Dataset.from_arrays()
+    with pytest.raises(fl.ShapeError, match="`x`"):
+        fl.Dataset.from_arrays(x=np.float32(3))
+    with pytest.raises(fl.ShapeError, match="different lengths"):
+        fl.Dataset.from_arrays(x=np.zeros((10, 3)), y=np.zeros(9))
+    with pytest.raises(fl.RecordError):
+        fl.Dataset.from_arrays(x=np.array(["a", "b"]))
+
+
+def test_shuffle_is_a_seeded_seq_over_every_item():
+    ds = make("dict of numpy arrays")
+    seq = ds.shuffle(1)
+    assert isinstance(seq, fl.Seq)
+    order = fl.Order(seq)
+    assert len(order) == len(ds)
+    assert sorted(it.record_index for it in order) == list(range(N))
+    assert [it.record_index for it in order] == [it.record_index for it in fl.Order(ds.shuffle(1))]
+    assert fl.Order(ds.shuffle(np.int64(1))).lookup(np.arange(N))[1].tolist() == [
+        it.record_index for it in order]
+
+
+@pytest.mark.parametrize("seed", [1.5, True, False, "1", None, 1.0])
+def test_shuffle_takes_only_an_int_seed(seed):
+    with pytest.raises(TypeError, match="seed must be an int"):
+        make("list of tuples").shuffle(seed)
+
+
+def test_to_seq_is_the_dataset_in_order():
+    ds = make("list of tuples")
+    seq = ds.to_seq()
+    assert isinstance(seq, fl.Seq)
+    assert [it.record_index for it in fl.Order(seq)] == list(range(N))
+
+
+def test_batches_is_a_loader_in_order():
+    ds = make("dict of numpy arrays")
+    loader = ds.batches(5)
+    assert isinstance(loader, fl.Loader)
+    labels = [b.label[: b.size].tolist() for b in loader]
+    assert [x for b in labels for x in b] == LABELS.tolist()
+    assert [len(x) for x in labels] == [5, 5, 2]
+
+
+def test_the_repr_says_what_the_dataset_is():
+    assert repr(make("dict of numpy arrays")) == "Dataset(Digit, 12 items, in memory)"
+    assert repr(make("__getitems__")) == "Dataset(Digit, 12 items, Batched)"

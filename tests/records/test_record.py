@@ -1,0 +1,506 @@
+"""Declaring records, reading their fields, and checking one item against a record."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import feedline as fl
+
+HERE = Path(__file__)
+
+
+def declared_at(marker: str) -> str:
+    """``file:line`` of the line of this file that carries the comment ``# <marker>``."""
+    for number, text in enumerate(HERE.read_text().splitlines(), start=1):
+        if text.rstrip().endswith(f"# <{marker}>"):
+            return f"{HERE.name}:{number}"
+    raise AssertionError(f"no line is marked <{marker}>")
+
+
+class Digit(fl.Record, dims={"D": 64, "C": 10}):
+    """One labelled image."""
+
+    img = fl.field("D", "float32", doc="pixels")  # <img>
+    label = fl.field((), "int64", domain=fl.Index("C"))  # <label>
+
+
+class Patch(fl.Record, dims={"H": 2}):
+    grid = fl.field(("H", 3), "float64")
+    flags = fl.field(4, "bool")
+
+
+class Scalar(fl.Record):
+    value = fl.field((), "float32")
+
+
+class Vector(fl.Record):
+    value = fl.field(3, "int32")
+
+
+def record(body: dict, dims: dict | None = None, bases: tuple = (fl.Record,), name: str = "R"):
+    """Create a record class from a namespace (for names a class statement cannot spell)."""
+    return types.new_class(name, bases, {"dims": dims} if dims else {}, lambda ns: ns.update(body))
+
+
+def image(n: int = 64, value: float = 0.5) -> np.ndarray:
+    return np.full(n, value, dtype=np.float64)
+
+
+# -- declaring ----------------------------------------------------------------------------------
+
+
+def test_fields_keep_their_declaration_order_shape_dtype_domain_and_doc():
+    assert list(Digit.fields) == ["img", "label"]
+    img, label = Digit.fields.values()
+    assert isinstance(img, fl.Field)
+    assert (img.name, img.shape, img.dtype, img.domain, img.doc, img.dims) == (
+        "img", (64,), np.dtype("float32"), None, "pixels", ("D",))
+    assert (label.name, label.shape, label.dtype, label.domain, label.doc, label.dims) == (
+        "label", (), np.dtype("int64"), fl.Index("C"), None, ())
+
+
+def test_a_field_knows_the_file_and_line_that_declared_it():
+    assert Digit.img.where == declared_at("img")
+    assert Digit.label.where == declared_at("label")
+
+
+def test_the_record_keeps_its_dims_and_docstring():
+    assert dict(Digit.dims) == {"D": 64, "C": 10}
+    assert Digit.__doc__ == "One labelled image."
+
+
+def test_a_field_attribute_is_the_field_in_the_mapping():
+    assert Digit.img is Digit.fields["img"]
+    assert Digit.label is Digit.fields["label"]
+
+
+def test_fields_and_dims_cannot_be_changed_after_creation():
+    with pytest.raises(TypeError):
+        Digit.fields["x"] = Digit.img  # type: ignore[index]
+    with pytest.raises(TypeError):
+        Digit.dims["D"] = 3  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Digit.img.shape = (3,)  # type: ignore[misc]
+
+
+def test_a_shape_mixes_ints_and_dims_and_reads_in_shapescript_notation():
+    assert Patch.grid.shape == (2, 3)
+    assert Patch.grid.dims == ("H", 3)
+    assert Patch.grid.declared == "[H 3]"
+    assert Patch.flags.shape == (4,)
+    assert Digit.label.declared == "[]"
+
+
+def test_a_list_shape_reads_like_a_tuple():
+    R = record({"a": fl.field(["D", 2], "float32")}, dims={"D": 5})
+    assert R.a.shape == (5, 2)
+
+
+def test_dtypes_are_given_as_anything_numpy_reads():
+    R = record({"a": fl.field((), np.float16), "b": fl.field((), "u1"), "c": fl.field((), bool),
+                "d": fl.field((), "complex64")})
+    assert [f.dtype for f in R.fields.values()] == [
+        np.dtype("float16"), np.dtype("uint8"), np.dtype("bool"), np.dtype("complex64")]
+
+
+def test_methods_properties_and_classmethods_may_live_in_the_body():
+    class WithMethods(fl.Record, dims={"D": 2}):
+        a = fl.field("D", "float32")
+        _private = ("cache", 1)
+
+        def method(self):
+            return 1
+
+        @property
+        def prop(self):
+            return 2
+
+        @classmethod
+        def make(cls):
+            return 3
+
+        @staticmethod
+        def helper():
+            return 4
+
+        class Nested:
+            pass
+
+    assert list(WithMethods.fields) == ["a"]
+    assert WithMethods.make() == 3
+    assert WithMethods.helper() == 4
+
+
+def test_an_annotated_field_is_a_field():
+    class Annotated(fl.Record):
+        a: fl.Field = fl.field((), "int64")
+
+    assert list(Annotated.fields) == ["a"]
+
+
+def test_a_subclass_adds_its_fields_after_its_parents():
+    class Labelled(Digit, dims={"K": 3}):
+        weight = fl.field("K", "float32")
+
+    assert list(Labelled.fields) == ["img", "label", "weight"]
+    assert dict(Labelled.dims) == {"D": 64, "C": 10, "K": 3}
+    assert list(Digit.fields) == ["img", "label"]
+    out = Labelled.check((image(), 3, [1, 2, 3]))
+    assert out["weight"].dtype == np.float32
+
+
+def test_a_subclass_may_use_the_parents_dims():
+    class Twice(Digit):
+        again = fl.field("D", "float64")
+
+    assert Twice.again.shape == (64,)
+
+
+def test_a_subclass_that_changes_an_inherited_dim_keeps_its_fields_consistent():
+    # Either the redeclaration is refused, or the inherited fields follow the new dim.
+    class Parent(fl.Record, dims={"D": 2}):
+        a = fl.field("D", "float32")
+
+    try:
+
+        class Child(Parent, dims={"D": 3}):
+            b = fl.field("D", "float32")
+
+    except fl.RecordError:
+        return
+    assert Child.a.shape == (Child.dims["D"],)
+
+
+# -- declaration errors ---------------------------------------------------------------------------
+
+
+def declaration_error(body: dict, dims: dict | None = None, bases: tuple = (fl.Record,)) -> str:
+    with pytest.raises(fl.RecordError) as info:
+        record(body, dims, bases)
+    assert isinstance(info.value, TypeError)
+    return str(info.value)
+
+
+def test_a_shape_with_an_unknown_dim_is_a_record_error():
+    msg = declaration_error({"a": fl.field("N", "float32")}, dims={"D": 3})
+    assert "`N`" in msg and "`a`" in msg
+
+
+def test_an_index_over_an_unknown_dim_is_a_record_error():
+    assert "`N`" in declaration_error({"a": fl.field((), "int64", domain=fl.Index("N"))})
+
+
+def test_a_field_error_names_where_the_field_was_declared():
+    spec = fl.field("N", "float32")  # <bad-dim>
+    msg = declaration_error({"a": spec})
+    assert msg.startswith(declared_at("bad-dim") + ": ")
+
+
+@pytest.mark.parametrize("name", ["class", "def", "lambda", "None", "import"])
+def test_a_field_named_with_a_python_keyword_is_a_record_error(name):
+    assert f"`{name}`" in declaration_error({name: fl.field((), "int64")})
+
+
+def test_a_keyword_field_in_a_class_statement_is_a_record_error():
+    with pytest.raises(fl.RecordError):
+
+        class Keyword(fl.Record):
+            locals()["class"] = fl.field((), "int64")
+
+
+@pytest.mark.parametrize("name", ["_a", "_"])
+def test_a_field_name_starting_with_an_underscore_is_a_record_error(name):
+    declaration_error({name: fl.field((), "int64")})
+
+
+def test_a_mangled_private_field_is_a_record_error():
+    with pytest.raises(fl.RecordError):
+
+        class Mangled(fl.Record):
+            __hidden = fl.field((), "int64")
+
+
+@pytest.mark.parametrize("dtype", ["float33", "nonsense"])
+def test_an_unknown_dtype_is_a_record_error(dtype):
+    assert repr(dtype) in declaration_error({"a": fl.field((), dtype)})
+
+
+@pytest.mark.parametrize("dtype", ["U3", "S4", object, "datetime64[s]", "V8"])
+def test_a_dtype_that_is_not_a_number_or_bool_is_a_record_error(dtype):
+    declaration_error({"a": fl.field((), dtype)})
+
+
+@pytest.mark.parametrize("value", [3, ("D", "float32"), "float32", [1, 2], None, 2.5])
+def test_a_plain_data_attribute_is_a_record_error(value):
+    msg = declaration_error({"a": fl.field((), "int64"), "x": value}, dims={"D": 2})
+    assert "`x`" in msg
+
+
+def test_a_plain_data_attribute_in_a_class_statement_is_a_record_error():
+    with pytest.raises(fl.RecordError):
+
+        class Plain(fl.Record, dims={"D": 2}):
+            img = fl.field("D", "float32")
+            x = ("D", "float32")
+
+
+def test_an_annotation_without_a_field_is_a_record_error():
+    with pytest.raises(fl.RecordError, match="`x`"):
+
+        class OnlyAnnotated(fl.Record):
+            a = fl.field((), "int64")
+            x: int
+
+
+def test_the_same_field_name_twice_in_one_body_is_a_record_error():
+    with pytest.raises(fl.RecordError, match="`a` twice"):
+
+        class Twice(fl.Record):
+            a = fl.field((), "int64")
+            a = fl.field((), "float32")
+
+
+def test_a_subclass_redeclaring_an_inherited_field_is_a_record_error():
+    with pytest.raises(fl.RecordError, match="`label`"):
+
+        class Relabelled(Digit):
+            label = fl.field((), "int32")
+
+
+@pytest.mark.parametrize("size", [-1, -64, True, 2.0, "3", None])
+def test_a_dim_that_is_not_a_non_negative_int_is_a_record_error(size):
+    declaration_error({"a": fl.field("D", "float32")}, dims={"D": size})
+
+
+@pytest.mark.parametrize("name", ["1D", "a b", ""])
+def test_a_dim_name_that_is_not_an_identifier_is_a_record_error(name):
+    declaration_error({"a": fl.field((), "float32")}, dims={name: 2})
+
+
+@pytest.mark.parametrize("shape", [-1, (2, -3), 2.0, True, (1.5,), {"D": 1}, None])
+def test_a_shape_that_is_not_ints_and_dims_is_a_record_error(shape):
+    declaration_error({"a": fl.field(shape, "float32")})
+
+
+def test_a_zero_dim_is_allowed():
+    R = record({"a": fl.field("D", "float32")}, dims={"D": 0})
+    assert R.a.shape == (0,)
+    assert R.check(np.zeros(0))["a"].shape == (0,)
+
+
+# -- checking an item ------------------------------------------------------------------------------
+
+
+def test_a_dict_item_is_checked_and_converted_to_the_field_dtypes():
+    out = Digit.check({"img": image(), "label": 3})
+    assert list(out) == ["img", "label"]
+    assert isinstance(out["img"], np.ndarray) and isinstance(out["label"], np.ndarray)
+    assert out["img"].dtype == np.float32 and out["img"].shape == (64,)
+    assert out["label"].dtype == np.int64 and out["label"].shape == ()
+    assert out["label"] == 3
+
+
+def test_extra_keys_of_a_dict_item_are_ignored():
+    out = Digit.check({"label": 1, "img": image(), "path": "a.png", 7: None})
+    assert list(out) == ["img", "label"]
+
+
+def test_any_mapping_is_a_dict_item():
+    out = Digit.check(types.MappingProxyType({"img": image(), "label": 1}))
+    assert out["label"] == 1
+
+
+def test_a_dict_item_missing_a_field_is_a_shape_error_naming_the_field():
+    with pytest.raises(fl.ShapeError) as info:
+        Digit.check({"img": image(), "lable": 3}, 5)
+    msg = str(info.value)
+    assert msg.startswith(declared_at("label") + ": ")
+    assert "`label`" in msg and "item 5" in msg and "missing" in msg
+
+
+@pytest.mark.parametrize("container", [tuple, list])
+def test_a_tuple_or_list_item_is_in_field_order(container):
+    out = Digit.check(container([image(value=2.0), 7]))
+    assert out["img"][0] == 2.0 and out["label"] == 7
+
+
+@pytest.mark.parametrize("item", [(image(),), (image(), 1, 2), [], [image(), 1, "x"]])
+def test_a_tuple_or_list_of_the_wrong_length_is_a_shape_error(item):
+    with pytest.raises(fl.ShapeError, match=r"item 4 should have 2 fields \(img, label\)"):
+        Digit.check(item, 4)
+
+
+@pytest.mark.parametrize("item", [3, "img", None, np.zeros(64)])
+def test_an_item_that_is_not_a_dict_or_tuple_is_a_shape_error(item):
+    with pytest.raises(fl.ShapeError, match="Digit"):
+        Digit.check(item, 0)
+
+
+def test_a_one_field_record_takes_the_bare_value():
+    assert Scalar.check(2.5)["value"] == np.float32(2.5)
+    out = Vector.check([1, 2, 3])
+    assert out["value"].tolist() == [1, 2, 3] and out["value"].dtype == np.int32
+    assert Vector.check(np.array([4, 5, 6]))["value"].tolist() == [4, 5, 6]
+    assert Vector.check((7, 8, 9))["value"].tolist() == [7, 8, 9]
+
+
+def test_a_one_field_record_takes_a_one_tuple_and_a_dict():
+    assert Scalar.check((2.5,))["value"] == np.float32(2.5)
+    assert Vector.check((np.arange(3),))["value"].tolist() == [0, 1, 2]
+    assert Scalar.check({"value": 1})["value"] == 1.0
+
+
+FLOAT_OK = [3, -2, True, 1.5, np.int8(4), np.uint64(5), np.float16(0.5), np.bool_(False)]
+INT_OK = [3, -2, True, np.int32(4), np.uint8(200), np.bool_(True)]
+BOOL_OK = [True, False, np.bool_(True)]
+
+
+@pytest.mark.parametrize("value", FLOAT_OK)
+def test_a_float_field_takes_integers_floats_and_bools(value):
+    out = Scalar.check(value)["value"]
+    assert out.dtype == np.float32 and out == float(value)
+
+
+@pytest.mark.parametrize("value", INT_OK)
+def test_an_integer_field_takes_integers_and_bools(value):
+    R = record({"n": fl.field((), "int64")})
+    out = R.check(value)["n"]
+    assert out.dtype == np.int64 and out == int(value)
+
+
+@pytest.mark.parametrize("value", [1.0, 2.5, np.float32(3.0), np.array(1.0), 1 + 2j])
+def test_an_integer_field_refuses_floats(value):
+    R = record({"n": fl.field((), "int64")})
+    with pytest.raises(fl.ShapeError, match=r"should be int64 \(integers or booleans\)"):
+        R.check(value, 2)
+
+
+@pytest.mark.parametrize("value", BOOL_OK)
+def test_a_bool_field_takes_bools(value):
+    R = record({"b": fl.field((), "bool")})
+    out = R.check(value)["b"]
+    assert out.dtype == np.bool_ and out == bool(value)
+
+
+@pytest.mark.parametrize("value", [0, 1, 1.0, np.int8(1), np.uint8(0)])
+def test_a_bool_field_refuses_numbers(value):
+    R = record({"b": fl.field((), "bool")})
+    with pytest.raises(fl.ShapeError, match=r"should be bool \(booleans\)"):
+        R.check(value)
+
+
+@pytest.mark.parametrize("value", ["1.5", None, b"x", object(), {"a": 1}])
+def test_a_number_field_refuses_values_that_are_not_numbers(value):
+    with pytest.raises(fl.ShapeError):
+        Scalar.check((value,))
+
+
+def test_a_float_field_refuses_complex_numbers():
+    with pytest.raises(fl.ShapeError, match=r"\(numbers\)"):
+        Scalar.check(1 + 1j)
+
+
+def test_a_kind_error_names_the_field_the_item_and_the_values_dtype():
+    with pytest.raises(fl.ShapeError) as info:
+        Digit.check((image(), 2.0), 11)
+    assert str(info.value) == (
+        f"{declared_at('label')}: Digit field `label` of item 11 should be int64 "
+        f"(integers or booleans), got float64 values")
+
+
+def test_values_are_converted_to_the_field_dtype():
+    R = record({"f": fl.field(2, "float16"), "i": fl.field(2, "uint8"), "b": fl.field(2, "bool")})
+    out = R.check(([1, 2], np.array([True, False]), np.array([True, True])))
+    assert [a.dtype for a in out.values()] == [np.float16, np.uint8, np.bool_]
+    assert out["f"].tolist() == [1.0, 2.0] and out["i"].tolist() == [1, 0]
+
+
+def test_a_shape_error_reads_like_shapescripts():
+    with pytest.raises(fl.ShapeError) as info:
+        Digit.check({"img": np.zeros(63), "label": 1}, 37)
+    assert str(info.value) == (
+        f"{declared_at('img')}: Digit field `img` of item 37 should be [D] = (64,), "
+        f"got shape (63,)")
+
+
+def test_a_shape_error_without_an_index_speaks_of_an_item():
+    with pytest.raises(fl.ShapeError, match=r"field `img` of an item should be \[D\] = \(64,\)"):
+        Digit.check((np.zeros(65), 1))
+
+
+@pytest.mark.parametrize(
+    ("record_", "item", "got"),
+    [
+        (Digit, (np.zeros(63), 1), (63,)),
+        (Digit, (np.zeros((1, 64)), 1), (1, 64)),
+        (Digit, (np.zeros((64, 1)), 1), (64, 1)),
+        (Digit, (0.5, 1), ()),
+        (Digit, (image(), [1]), (1,)),
+        (Digit, (image(), np.zeros((1, 1), np.int64)), (1, 1)),
+        (Scalar, np.zeros(1), (1,)),
+        (Vector, [1, 2], (2,)),
+        (Patch, (np.zeros((3, 2)), np.zeros(4, bool)), (3, 2)),
+    ],
+)
+def test_shapes_must_match_exactly_without_broadcasting(record_, item, got):
+    with pytest.raises(fl.ShapeError, match=re.escape(f"got shape {got}")):
+        record_.check(item, 0)
+
+
+def test_a_ragged_value_is_a_shape_error():
+    with pytest.raises(fl.ShapeError):
+        Vector.check(([1, 2], [3]))
+
+
+def test_torch_tensors_are_values():
+    out = Digit.check({"img": torch.arange(64, dtype=torch.float64), "label": torch.tensor(4)})
+    assert out["img"].dtype == np.float32 and out["img"][10] == 10.0
+    assert out["label"].dtype == np.int64 and out["label"] == 4
+    with pytest.raises(fl.ShapeError, match="float32 values"):
+        Digit.check((image(), torch.tensor(4.0)), 1)
+    with pytest.raises(fl.ShapeError, match=r"got shape \(63,\)"):
+        Digit.check((torch.zeros(63), 4), 1)
+
+
+def test_a_torch_tensor_that_requires_grad_is_a_value():
+    out = Scalar.check(torch.tensor(1.5, requires_grad=True))
+    assert out["value"] == np.float32(1.5)
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float16,
+        torch.bfloat16,
+    ],
+)
+def test_a_half_precision_torch_tensor_is_a_number_for_a_float_field(dtype):
+    out = Digit.check((torch.ones(64, dtype=dtype), 1))
+    assert out["img"].dtype == np.float32 and out["img"][0] == 1.0
+
+
+def test_numpy_scalars_are_values():
+    out = Digit.check({"img": image(), "label": np.int16(9)})
+    assert out["label"] == 9 and out["label"].dtype == np.int64
+    assert Scalar.check(np.float64(0.25))["value"] == np.float32(0.25)
+    assert Scalar.check(np.array(0.25))["value"].shape == ()
+
+
+def test_a_numpy_index_names_the_item():
+    with pytest.raises(fl.ShapeError, match="item 12 "):
+        Digit.check((np.zeros(3), 1), np.int64(12))
+
+
+def test_converting_a_value_does_not_touch_the_item():
+    img = np.arange(64, dtype=np.float64)
+    item = {"img": img, "label": 1}
+    out = Digit.check(item)
+    out["img"][0] = 99
+    assert img[0] == 0 and item["img"] is img
