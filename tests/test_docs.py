@@ -47,3 +47,13 @@ def test_the_modules_docstring_examples_pass():
                 feedline.order._seq, feedline.sources._dataset, feedline.loader._loader):
         result = doctest.testmod(mod)
         assert result.failed == 0, mod.__name__
+
+
+def test_the_flr_worked_example_is_byte_exact(tmp_path, monkeypatch):
+    text = (ROOT / "docs" / "formats.md").read_text(encoding="utf-8")
+    code = re.search(r"### A worked example\n\n```python\n(.*?)```", text, re.S).group(1)
+    dump = re.search(r"```text flr-worked-example\n(.*?)```", text, re.S).group(1)
+    expected = bytes.fromhex("".join(line[6:] for line in dump.strip().splitlines()))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "<formats.md>", "exec"), {"__name__": "__example__"})
+    assert (tmp_path / "point.flr").read_bytes() == expected
