@@ -110,7 +110,28 @@ def write(path: str | os.PathLike[str], record: type[Record], data: Any, *,
         raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
     if isinstance(data, Mapping):
         return _write_columns(path, record, data, check_values)
-    return _write_stream(path, record, data, check_values)
+    return _write_stream(path, record, _item_chunks(record, data, check_values), check_values)
+
+
+def write_chunks(path: str | os.PathLike[str], record: type[Record], chunks: Iterable[Any], *,
+                 check_values: bool = True) -> int:
+    """Write a typed record file from an iterable of column chunks (dicts of arrays, batch
+    axis first), streamed: memory stays O(chunk). Atomic; returns the number of rows."""
+    if not (isinstance(record, type) and issubclass(record, Record)):
+        raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
+    return _write_stream(path, record, chunks, check_values)
+
+
+def _item_chunks(record: type[Record], items: Iterable[Any], check_values: bool):
+    """Items checked one by one (naming each), stacked into column chunks."""
+    chunk: list[dict[str, np.ndarray]] = []
+    for n, item in enumerate(items):
+        chunk.append(record.check(item, n, check_values=check_values))
+        if len(chunk) >= _CHUNK_ITEMS:
+            yield {f: np.stack([c[f] for c in chunk]) for f in record.fields}
+            chunk = []
+    if chunk:
+        yield {f: np.stack([c[f] for c in chunk]) for f in record.fields}
 
 
 def _write_columns(path: Any, record: type[Record], data: Mapping[str, Any],
@@ -137,7 +158,7 @@ def _write_columns(path: Any, record: type[Record], data: Mapping[str, Any],
     return n
 
 
-def _write_stream(path: Any, record: type[Record], items: Iterable[Any],
+def _write_stream(path: Any, record: type[Record], chunks: Iterable[Any],
                   check_values: bool) -> int:
     directory = os.path.dirname(os.path.abspath(os.fspath(path)))
     fields = list(record.fields.values())
@@ -149,27 +170,17 @@ def _write_stream(path: Any, record: type[Record], items: Iterable[Any],
             spools.append((os.fdopen(fd, "w+b"), name))
         crcs = [0] * len(fields)
         n = 0
-        chunk: list[Any] = []
-
-        def flush() -> None:
-            nonlocal n
-            if not chunk:
-                return
-            checked = [record.check(item, n + i, check_values=check_values)
-                       for i, item in enumerate(chunk)]
+        for chunk in chunks:
+            rows = len(next(iter(chunk.values()))) if chunk else 0
+            cols = record.check_columns(chunk, np.arange(n, n + rows), check_values=check_values)
             for k, (f, (spool, _)) in enumerate(zip(fields, spools)):
-                block = np.stack([c[f.name] for c in checked]).astype(_le(f.dtype), copy=False)
-                raw = block.tobytes()
-                crcs[k] = zlib.crc32(raw, crcs[k])
-                spool.write(raw)
-            n += len(chunk)
-            chunk.clear()
-
-        for item in items:
-            chunk.append(item)
-            if len(chunk) >= _CHUNK_ITEMS:
-                flush()
-        flush()
+                block = np.ascontiguousarray(cols[f.name], dtype=_le(f.dtype))
+                if len(block) != rows:
+                    raise ValueError(f"chunk columns of different lengths ({f.name}: "
+                                     f"{len(block)}, expected {rows})")
+                crcs[k] = _crc(block, crcs[k])
+                spool.write(memoryview(block).cast("B"))
+            n += rows
         header, columns, end = _layout(record, n, crcs)
         with atomic_write(path) as out:
             out.write(_preamble(header, n, columns[0]["offset"] if columns else 0, end))
