@@ -32,6 +32,24 @@ def _cmd_order_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from .files import inspect
+
+    return inspect(args.file)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .files import verify
+
+    return verify(args.file)
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .files import convert
+
+    return convert(args.src, args.dst)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="feedline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,6 +61,20 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmark the ordering engine against baselines")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
     bench.set_defaults(func=_cmd_bench)
+
+    inspect = sub.add_parser("inspect", help="format, header, schema, counts and sizes of a file")
+    inspect.add_argument("file")
+    inspect.set_defaults(func=_cmd_inspect)
+
+    verify = sub.add_parser("verify", help="check a file's structure and checksums")
+    verify.add_argument("file")
+    verify.set_defaults(func=_cmd_verify)
+
+    convert = sub.add_parser("convert", help="convert between .ndf, .flr, .npy, .npz and a "
+                                             "HuggingFace dataset directory (streamed)")
+    convert.add_argument("src")
+    convert.add_argument("dst")
+    convert.set_defaults(func=_cmd_convert)
 
     order = sub.add_parser("order", help="inspect ordering configurations")
     order_sub = order.add_subparsers(dest="order_command", required=True)
@@ -59,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # the output was piped into something that stopped reading
+        return 0
     except Exception as e:  # the CLI reports feedline's own errors without a traceback
         from ..errors import FeedlineError
 

@@ -1,0 +1,101 @@
+"""``feedline inspect``, ``feedline verify`` and ``feedline convert``."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..formats import convert as _convert
+from ..formats import ndf, recfile
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1024 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def inspect(path: str) -> int:
+    kind = _convert.sniff(path)
+    size = os.path.getsize(path) if os.path.isfile(path) else 0
+    print(f"{path}: {kind}, {_size(size)}")
+    if kind == "ndf":
+        with ndf.open(path) as f:
+            print(f"  rows {f.n:,}; {f.d} f64 features and {f.l} f64 labels a row "
+                  f"({(f.d + f.l) * 8} bytes)")
+    elif kind == "flr":
+        with recfile.open(path) as f:
+            print(f"  rows {len(f):,}")
+            for line in f.record.describe().splitlines():
+                print(f"  {line}")
+            for name, (off, length, crc) in f._crcs.items():
+                print(f"  column {name}: at byte {off:,}, {_size(length)}, crc32 {crc:#010x}")
+    elif kind in ("nndataset", "nnvocab"):
+        from ..formats import nndataset
+
+        with nndataset.open(path) as f:
+            info = f.info
+            for key, value in vars(info).items():
+                if key == "vocab":
+                    value = f"{len(value)} fields ({', '.join(list(value)[:6])})"
+                print(f"  {key}: {value}")
+    else:
+        print("  (not a file feedline reads)")
+        return 2
+    return 0
+
+
+def verify(path: str) -> int:
+    kind = _convert.sniff(path)
+    t = time.perf_counter()
+    if kind == "ndf":
+        with ndf.open(path):
+            pass
+        note = "header and length consistent (.ndf has no checksums)"
+    elif kind == "flr":
+        with recfile.open(path) as f:
+            f.verify()
+        note = "every column's checksum matches"
+    elif kind in ("nndataset", "nnvocab"):
+        from ..formats import nndataset
+
+        with nndataset.open(path) as f:
+            if kind == "nndataset":
+                for subset in ("train", "test"):
+                    if subset == "train" or f.info.test_docs:
+                        f.load_text(subset)
+        note = "structure, offsets and document blocks consistent"
+    else:
+        print(f"{path}: not a file feedline reads ({kind})", file=sys.stderr)
+        return 2
+    print(f"{path}: ok ({kind}): {note} [{time.perf_counter() - t:.2f} s]")
+    return 0
+
+
+class _Bar:
+    """A small progress line on stderr (only on a terminal, at most ten times a second)."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self.t0, self.last = label, time.perf_counter(), 0.0
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if not self.tty or (now - self.last < 0.1 and done < total):
+            return
+        self.last = now
+        rate = done / max(now - self.t0, 1e-9)
+        pct = 100.0 * done / total if total else 100.0
+        print(f"\r{self.label}: {done:,}/{total:,} rows ({pct:5.1f}%, {rate:,.0f} rows/s)",
+              end="\n" if done >= total else "", file=sys.stderr, flush=True)
+
+
+def convert(src: str, dst: str) -> int:
+    t = time.perf_counter()
+    rows = _convert.convert(src, dst, progress=_Bar(f"{src} -> {dst}"))
+    print(f"{src} -> {dst}: {rows:,} rows, {_size(os.path.getsize(dst))} in "
+          f"{time.perf_counter() - t:.2f} s")
+    return 0

@@ -1,0 +1,91 @@
+"""feedline inspect, verify and convert."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.cli import main
+from feedline.formats.convert import sniff
+
+
+class Digit(fl.Record, dims={"D": 4, "C": 10}):
+    """A small labelled vector."""
+
+    img = fl.field("D", "float32")
+    label = fl.field((), "int64", domain=fl.Index("C"))
+
+
+@pytest.fixture
+def flr(tmp_path):
+    path = tmp_path / "d.flr"
+    rng = np.random.default_rng(0)
+    fl.recfile.write(path, Digit, {"img": rng.random((300, 4)), "label": np.arange(300) % 10})
+    return path
+
+
+def test_inspect_shows_the_schema_and_the_columns(flr, capsys):
+    assert main(["inspect", str(flr)]) == 0
+    out = capsys.readouterr().out
+    assert "rows 300" in out and "label: [] int64 Index[C]" in out and "column img" in out
+
+
+def test_verify_passes_a_good_file_and_names_the_bad_column(flr, capsys):
+    assert main(["verify", str(flr)]) == 0
+    data = bytearray(flr.read_bytes())
+    with fl.recfile.open(flr) as f:
+        offset = f._crcs["label"][0]
+    data[offset + 3] ^= 0xFF
+    flr.write_bytes(bytes(data))
+    assert main(["verify", str(flr)]) == 2
+    assert "column `label` checksum" in capsys.readouterr().err
+
+
+def test_ndf_to_flr_and_back_is_byte_exact(tmp_path):
+    rng = np.random.default_rng(1)
+    fl.ndf.save(tmp_path / "a.ndf", rng.random((50, 3)), rng.random((50, 2)))
+    assert main(["convert", str(tmp_path / "a.ndf"), str(tmp_path / "a.flr")]) == 0
+    assert main(["convert", str(tmp_path / "a.flr"), str(tmp_path / "b.ndf")]) == 0
+    assert (tmp_path / "a.ndf").read_bytes() == (tmp_path / "b.ndf").read_bytes()
+    with fl.recfile.open(tmp_path / "a.flr") as f:
+        f.verify()
+        assert f.record.fields["x"].shape == (3,) and len(f) == 50
+
+
+def test_flr_to_npz_to_flr_keeps_the_columns(flr, tmp_path):
+    assert main(["convert", str(flr), str(tmp_path / "d.npz")]) == 0
+    assert main(["convert", str(tmp_path / "d.npz"), str(tmp_path / "e.flr")]) == 0
+    with fl.recfile.open(flr) as a, fl.recfile.open(tmp_path / "e.flr") as b:
+        for name in ("img", "label"):
+            np.testing.assert_array_equal(a.columns[name], b.columns[name])
+
+
+def test_npy_converts_to_a_one_field_flr(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(12.0).reshape(6, 2))
+    assert main(["convert", str(tmp_path / "x.npy"), str(tmp_path / "x.flr")]) == 0
+    with fl.recfile.open(tmp_path / "x.flr") as f:
+        np.testing.assert_array_equal(f.columns["x"], np.arange(12.0).reshape(6, 2))
+
+
+def test_a_huggingface_dataset_directory_converts_to_flr(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.Dataset.from_dict({"v": np.arange(20.0).reshape(10, 2).tolist(),
+                                     "k": list(range(10))})
+    hf.save_to_disk(str(tmp_path / "hf"))
+    assert sniff(tmp_path / "hf") == "hf"
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "hf.flr")]) == 0
+    with fl.recfile.open(tmp_path / "hf.flr") as f:
+        np.testing.assert_array_equal(f.columns["k"], np.arange(10))
+        np.testing.assert_array_equal(f.columns["v"], np.arange(20.0).reshape(10, 2))
+
+
+def test_an_unknown_target_extension_is_an_error(flr, tmp_path):
+    with pytest.raises(ValueError, match="cannot tell the format"):
+        main(["convert", str(flr), str(tmp_path / "d.csv")])
+
+
+def test_inspect_of_a_file_that_is_no_format_says_so(tmp_path, capsys):
+    (tmp_path / "x.bin").write_bytes(b"hello world")
+    assert main(["inspect", str(tmp_path / "x.bin")]) == 2
+    assert "unknown" in capsys.readouterr().out
