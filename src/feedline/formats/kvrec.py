@@ -347,11 +347,11 @@ def _decode(r: _Reader, pos: int, depth: int) -> tuple[list[Field], int]:
         klen = r.u32(pos, f"field {i}'s key length")
         key = r.text(pos + 4, klen, f"field {i}'s key")
         pos += 4 + klen
-        r.need(pos, 5, f"field {key!r}'s type and length")
+        r.need(pos, 5, f"the type and length of {key!r}")
         kind = r.buf[pos]
         vlen = _U32.unpack_from(r.buf, pos + 1)[0]
         vpos = pos + 5
-        r.need(vpos, vlen, f"field {key!r}'s value")
+        r.need(vpos, vlen, f"the value of {key!r}")
         pos = vpos + vlen
         if kind in (UINT, STR, UINT_ARRAY):
             fields.append(Field(key, kind, r.value(kind, vpos, vlen, key, depth), r.at(vpos)))
@@ -369,7 +369,7 @@ def _decode_v2(r: _Reader, start: int, pos: int, count: int,
         klen = r.u32(pos, f"field {i}'s key length")
         key = r.text(pos + 4, klen, f"field {i}'s key")
         pos += 4 + klen
-        r.need(pos, 9, f"field {key!r}'s type and address")
+        r.need(pos, 9, f"the type and address of {key!r}")
         heads.append((key, r.buf[pos], _U64.unpack_from(r.buf, pos + 1)[0], hpos))
         pos += 9
     fields: list[Field] = []
@@ -377,9 +377,9 @@ def _decode_v2(r: _Reader, start: int, pos: int, count: int,
         if addr != r.at(pos):
             raise r.fail(f"field {key!r}: expected its data block at byte {r.at(pos)} (right "
                          f"after the previous one), its address says {addr}", hpos)
-        vlen = r.u64(pos, f"field {key!r}'s value length")
+        vlen = r.u64(pos, f"the value length of {key!r}")
         vpos = pos + 8
-        r.need(vpos, vlen, f"field {key!r}'s value")
+        r.need(vpos, vlen, f"the value of {key!r}")
         pos = vpos + vlen
         if kind == RECORD:
             sub, end = _decode(r, vpos, depth + 1)

@@ -181,8 +181,8 @@ class Loader:
         for ds in datasets[1:]:
             if ds.record is not first and not first.same_schema(ds.record):
                 raise RecordError(
-                    f"one loader reads one record: its datasets are of {first.__name__} and "
-                    f"{ds.record.__name__}")
+                    f"one loader reads one record: its datasets' records differ:\n"
+                    f"{first.describe()}\n{ds.record.describe()}")
         return datasets
 
     def _make_fingerprint(self) -> str:
@@ -225,6 +225,8 @@ class Loader:
         b = self.batch_size
         if self.even and self.shard is not None:
             count = self.shard[1]
+            if self.drop_last:  # every rank takes the full batches the shortest rank has
+                return (self._full_len // count) // b
             longest = -(-self._full_len // count)
             return -(-longest // b)
         return n // b if self.drop_last else -(-n // b)
@@ -248,7 +250,7 @@ class Loader:
         with self._lock:
             if self._closed:
                 raise ValueError("the loader is closed")
-            if self._claimed >= self._steps:
+            if self._ended or self._claimed >= self._steps:
                 return None
             b = self.batch_size
             start = self._claimed * b
@@ -335,24 +337,32 @@ class Loader:
         return batch
 
     def next_into(self, out: Mapping[str, np.ndarray]) -> int:
-        """Gather the next batch into caller-provided arrays; returns its real row count.
+        """Gather the next batch into caller-provided arrays; returns its row count.
 
-        ``out`` maps each field to an array with at least ``batch_size`` rows; rows past
-        the count are left as they were (zeroed when padding). 0 marks the end of a pass;
-        the call after it starts the next pass.
+        ``out`` maps each field to an array of the field's dtype with at least
+        ``batch_size`` rows (and, optionally, ``"mask"`` to a bool array that receives the
+        batch's mask). Rows past the count are left as they were. 0 marks the end of the
+        pass, and every call after it returns 0 until ``reset()`` or a new iteration
+        starts the next pass (so threads looping until 0 read one pass together).
+        With ``even=True`` every step, an all-padding one included, returns ``batch_size``
+        and ``out["mask"]`` is required: it tells the real rows.
         """
+        b = self.batch_size
         for n, f in self.record.fields.items():
             a = out.get(n)
-            if a is None or a.shape[1:] != f.shape or len(a) < self.batch_size:
-                raise ValueError(f"next_into needs out[{n!r}] of shape (>= {self.batch_size}, "
-                                 f"*{f.shape}), got {None if a is None else a.shape}")
-        with self._lock:
-            if self._ended:
-                self._epoch += 1
-                self._claimed = 0
-                self._ended = False
-                self._block = None
-                self._cursor = None
+            if (a is None or not isinstance(a, np.ndarray) or a.shape[1:] != f.shape
+                    or len(a) < b or a.dtype != f.dtype):
+                got = None if a is None else (getattr(a, "shape", None), getattr(a, "dtype", None))
+                raise ValueError(f"next_into needs out[{n!r}]: a {f.dtype} array of shape "
+                                 f"(>= {b}, *{f.shape}), got {got}")
+        mask = out.get("mask")
+        padded = self.even and self.shard is not None
+        if mask is not None and (not isinstance(mask, np.ndarray) or mask.dtype != np.bool_
+                                 or mask.ndim != 1 or len(mask) < b):
+            raise ValueError(f"out['mask'] must be a bool array of >= {b} rows")
+        if padded and mask is None:
+            raise ValueError("with even=True, next_into needs out['mask'] (a bool array): "
+                             "short ranks take steps of padding only")
         claim = self._claim()
         if claim is None:
             with self._lock:
@@ -361,11 +371,14 @@ class Loader:
         start, stop, ords, recs = claim
         size = stop - start
         rows = self._rows_for(size)
-        self._gather(ords, recs, size, out=dict(out))
+        self._gather(ords, recs, size, out={n: out[n] for n in self.record.fields})
         if rows > size:
             for n in self.record.fields:
                 out[n][size:rows] = 0
-        return size
+        if mask is not None:
+            mask[:rows] = False
+            mask[:size] = True
+        return rows if padded else size
 
     def _to_torch(self, fields: dict[str, np.ndarray]) -> dict[str, Any]:
         try:
@@ -432,19 +445,25 @@ class Loader:
                              f"{self._fingerprint[:12]}...")
         try:
             seed = state["seed"]
+            seed = None if seed is None else operator.index(seed)
             epoch = operator.index(state["epoch"])
             batches = operator.index(state["batches"])
-            ended = bool(state["ended"])
+            ended = state["ended"]
+            if not isinstance(ended, bool) or isinstance(seed, bool):
+                raise TypeError("'ended' must be a bool and 'seed' an int or None")
         except (KeyError, TypeError) as e:
             raise StateError(f"the loader state is incomplete or malformed: {e}") from e
-        if seed is not None:
-            seed = operator.index(seed)
         with self._lock:
+            previous = self._seed
             self._seed = seed
-            steps = self._count_steps()
+            try:
+                steps = self._count_steps()
+            finally:
+                self._seed = previous
             if not 0 <= batches <= steps or epoch < 0:
                 raise StateError(f"the state's position (epoch {epoch}, batch {batches}) does "
                                  f"not fit a pass of {steps} batches")
+            self._seed = seed
             self._steps = steps
             self._epoch = epoch
             self._claimed = batches

@@ -1,0 +1,733 @@
+"""neuralnet.cpp's ``.nndataset`` (tokenised text documents) and ``.nnvocab``, version 1.
+
+Written byte for byte as the C++ writer does, so its trainer reads feedline's files;
+every valid version 1 file reads back. The layout is in ``docs/formats-nndataset.md``::
+
+    [b"NNDS"][u32 1]                    the file label
+    root kvrec, version 2, at byte 8    kind, companion{vocab, source, license?, gen},
+                                        train{num_docs, doc_index}, test{...}?
+    document arena                      per document [count u64][count x u64][count x u8]?
+
+The mask section (one byte per token) is present only for loss_scope "assistant";
+"all" loads as all ones. A doc_id is not stored: it is the document's position in its
+subset plus 1, and an empty document keeps its number.
+
+Reading checks more than the C++ reader (which trusts doc_index): the offsets
+increase, each gap is exactly the block it covers (``8 + 8*count``, ``+ count`` with
+masks), the train documents start right after the root record, the test documents
+right after the train documents, and the file ends where the last document does.
+Opening therefore reads one 8-byte count per document (vectorised); after that every
+read is trusted. Every problem is a :class:`~feedline.errors.FormatError` naming the
+path and byte offset.
+
+>>> import os, tempfile
+>>> p = os.path.join(tempfile.mkdtemp(), "tiny.nndataset")
+>>> write(p, Build({"size": 3}, "c.txt", "ab", 2, train_docs=[[1, 2], [], [0]]))
+>>> with open(p) as ds:
+...     c = ds.load_text("train")
+...     (c.token_flow[:].tolist(), c.doc_ids[:].tolist(), ds.text_doc("train", 1).doc_id)
+([1, 2, 0], [1, 1, 3], 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from ..errors import BoundsError, FormatError
+from . import kvrec
+from ._io import SharedFile, atomic_write
+
+__all__ = [
+    "Build",
+    "Info",
+    "LazyColumn",
+    "Nndataset",
+    "TextCorpus",
+    "TextDoc",
+    "open",
+    "parse_nnvocab",
+    "write",
+    "write_nnvocab",
+]
+
+DATASET_MAGIC, VOCAB_MAGIC, VERSION, LABEL_SIZE = b"NNDS", b"NNVC", 1, 8
+KIND_TEXT, KIND_TABULAR = 0, 1  # the C++ DatasetKind; its writer stores 0 for text
+LOSS_SCOPES = ("all", "assistant")
+Subset = Literal["train", "test"]
+_LABEL = struct.Struct("<4sI")
+_U64 = struct.Struct("<Q")
+_MAX_U64 = (1 << 64) - 1
+_FLUSH = 4 << 20  # bytes gathered before one write while streaming documents
+_CHUNK = 1 << 18  # tokens per step when reading a long range (bounds the scratch memory)
+_BYTES = np.arange(8, dtype=np.int64)
+
+
+# ---------------------------------------------------------------- writing
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Build:
+    """What a ``.nndataset`` holds; the fields of the C++ ``NndatasetBuild``.
+
+    ``train_docs``/``test_docs`` are sequences of documents, each a sequence or array
+    of token ids (u64); ``train_masks``/``test_masks`` one bool/0-1 array per document,
+    required (one per document, as long as it) when ``loss_scope`` is "assistant" and
+    refused when it is "all". ``created`` None means the time of writing (unix
+    seconds). ``license`` is stored only when non-empty (as in C++). An invalid build
+    is a ``ValueError`` (or ``TypeError``) here and in :func:`write`. The document
+    sequences are held, not copied (a generator is turned into a tuple).
+    """
+
+    vocab: Mapping[str, Any]
+    source_path: str
+    source_sha256: str
+    source_docs: int
+    loss_scope: Literal["all", "assistant"] = "all"
+    train_docs: Sequence[Any] = ()
+    train_masks: Sequence[Any] | None = None
+    test_docs: Sequence[Any] = ()
+    test_masks: Sequence[Any] | None = None
+    tool: str = "feedline"
+    created: int | None = None
+    license: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("train_docs", "test_docs", "train_masks", "test_masks"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (tuple, list, np.ndarray)):
+                object.__setattr__(self, name, tuple(value))
+        _check_build(self)
+
+
+def _check_u64(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Build.{name} must be an int, got {type(value).__name__}")
+    if not 0 <= int(value) <= _MAX_U64:
+        raise ValueError(f"Build.{name} must be in [0, 2**64), got {value}")
+
+
+def _check_build(b: Build) -> None:
+    if not isinstance(b.vocab, Mapping):
+        raise TypeError(f"Build.vocab must be a dict record, got {type(b.vocab).__name__}")
+    for name in ("source_path", "source_sha256", "tool"):
+        if not isinstance(getattr(b, name), str):
+            raise TypeError(f"Build.{name} must be a str, got {type(getattr(b, name)).__name__}")
+    if b.license is not None and not isinstance(b.license, str):
+        raise TypeError(f"Build.license must be a str or None, got {type(b.license).__name__}")
+    _check_u64("source_docs", b.source_docs)
+    if b.created is not None:
+        _check_u64("created", b.created)
+    if b.loss_scope not in LOSS_SCOPES:
+        raise ValueError(f"Build.loss_scope must be 'all' or 'assistant', got {b.loss_scope!r}")
+    for subset, docs, masks in (("train", b.train_docs, b.train_masks),
+                                ("test", b.test_docs, b.test_masks)):
+        n_masks = 0 if masks is None else len(masks)
+        if b.loss_scope == "all":
+            if n_masks:
+                raise ValueError(f"loss_scope 'all' stores no masks, but {n_masks} "
+                                 f"{subset}_masks were given")
+            continue
+        if n_masks != len(docs):
+            raise ValueError(f"loss_scope 'assistant' needs one mask per document: "
+                             f"{len(docs)} {subset}_docs, {n_masks} {subset}_masks")
+        for i, (doc, mask) in enumerate(zip(docs, masks if masks is not None else ())):
+            if _len(doc, f"{subset}_docs[{i}]") != _len(mask, f"{subset}_masks[{i}]"):
+                raise ValueError(f"{subset}_masks[{i}] has {len(mask)} entries, "
+                                 f"{subset}_docs[{i}] has {len(doc)} tokens")
+
+
+def _len(x: Any, what: str) -> int:
+    try:
+        return len(x)
+    except TypeError as e:
+        raise TypeError(f"{what} must be a sequence or 1-D array, got {type(x).__name__}") from e
+
+
+def _root(b: Build, created: int, train_index: Any, test_index: Any) -> dict[str, Any]:
+    companion: dict[str, Any] = {
+        "vocab": b.vocab,
+        "source": {"path": b.source_path, "sha256": b.source_sha256,
+                   "docs": int(b.source_docs)},
+    }
+    if b.license:
+        companion["license"] = b.license
+    companion["gen"] = {"loss_scope": b.loss_scope, "tool": b.tool, "created": created}
+    root: dict[str, Any] = {
+        "kind": KIND_TEXT,
+        "companion": companion,
+        "train": {"num_docs": len(b.train_docs), "doc_index": train_index},
+    }
+    if len(b.test_docs):
+        root["test"] = {"num_docs": len(b.test_docs), "doc_index": test_index}
+    return root
+
+
+def _mask_bytes(mask: Any, n: int, what: str) -> np.ndarray:
+    arr = np.asarray(mask)
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"{what}: expected {n} mask entries, got shape {arr.shape}")
+    if arr.dtype == np.bool_ or n == 0:
+        return arr.astype(np.uint8)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{what}: a mask is bool or 0/1 integers, got dtype {arr.dtype}")
+    if n and ((arr != 0) & (arr != 1)).any():
+        raise ValueError(f"{what}: a mask holds only 0 and 1")
+    return arr.astype(np.uint8)
+
+
+def write(path: str | os.PathLike[str], build: Build) -> None:
+    """Write ``build`` as a version 1 ``.nndataset``, atomically, as neuralnet.cpp does.
+
+    Two passes, as in C++: the root record is measured with placeholder offsets, then
+    encoded once with the real ones. The documents are then streamed one at a time
+    (one ``tobytes``-sized copy per document, written in ~4 MiB batches), so memory
+    stays at the root record plus one document. Refused (``ValueError``): a bad
+    loss_scope, masks with "all", a mask count or length that does not match its
+    documents, a negative or non-integer token id or a mask entry other than 0/1.
+    On any error the target is left as it was and no temporary remains.
+    """
+    _check_build(build)
+    created = int(time.time()) if build.created is None else int(build.created)
+    has_mask = build.loss_scope == "assistant"
+    width = 9 if has_mask else 8
+    lens = [np.fromiter((_len(d, f"{s}_docs[{i}]") for i, d in enumerate(docs)),
+                        dtype=np.int64, count=len(docs))
+            for s, docs in (("train", build.train_docs), ("test", build.test_docs))]
+    size = kvrec.size_v2(_root(build, created, range(len(lens[0]) + 1),
+                               range(len(lens[1]) + 1)))
+    arena = LABEL_SIZE + size
+    train_index = arena + np.concatenate(([0], np.cumsum(8 + width * lens[0])))
+    test_index = int(train_index[-1]) + np.concatenate(([0], np.cumsum(8 + width * lens[1])))
+    root = kvrec.encode_v2(_root(build, created, train_index.astype("<u8"),
+                                 test_index.astype("<u8")), LABEL_SIZE)
+    if len(root) != size:
+        raise RuntimeError(f"internal error: the root record measured {size} bytes, "
+                           f"encoded {len(root)}")
+    with atomic_write(path) as f:
+        buf = bytearray(_LABEL.pack(DATASET_MAGIC, VERSION))
+        buf += root
+        for subset, docs, masks, n_tokens in (
+                ("train", build.train_docs, build.train_masks, lens[0]),
+                ("test", build.test_docs, build.test_masks, lens[1])):
+            for i, doc in enumerate(docs):
+                tokens = np.ascontiguousarray(kvrec.u64_array(doc, f"{subset}_docs[{i}]"))
+                if len(tokens) != n_tokens[i]:
+                    raise ValueError(f"{subset}_docs[{i}] changed length while being written")
+                buf += _U64.pack(len(tokens))
+                if tokens.nbytes >= _FLUSH:
+                    f.write(buf)
+                    buf.clear()
+                    f.write(memoryview(tokens).cast("B"))
+                else:
+                    buf += memoryview(tokens).cast("B")
+                if has_mask:
+                    buf += _mask_bytes(masks[i], len(tokens), f"{subset}_masks[{i}]").tobytes()
+                if len(buf) >= _FLUSH:
+                    f.write(buf)
+                    buf.clear()
+        f.write(buf)
+
+
+def write_nnvocab(vocab: Mapping[str, Any]) -> bytes:
+    """The bytes of a ``.nnvocab`` file: label ``NNVC`` v1, then ``vocab`` as a version 2
+    kvrec at base 8. Write them with any file API (they are the whole file).
+
+    >>> parse_nnvocab(write_nnvocab({"size": 3}))
+    {'size': 3}
+    """
+    return _LABEL.pack(VOCAB_MAGIC, VERSION) + kvrec.encode_v2(vocab, LABEL_SIZE)
+
+
+def _check_label(data: Any, size: int, path: Any) -> bytes:
+    if size < LABEL_SIZE:
+        raise FormatError(f"expected an 8-byte file label, the file has {size} bytes", path, 0)
+    magic, version = _LABEL.unpack_from(data, 0)
+    if magic not in (DATASET_MAGIC, VOCAB_MAGIC):
+        hint = " (an old JSON vocabulary? convert it first)" if magic[:1] == b"{" else ""
+        raise FormatError(f"expected magic b'NNDS' (dataset) or b'NNVC' (vocabulary), found "
+                          f"{magic!r}{hint}", path, 0)
+    if version != VERSION:
+        raise FormatError(f"expected {magic.decode()} version {VERSION}, found {version}",
+                          path, 4)
+    return magic
+
+
+def _parse_vocab_file(data: Any, size: int, path: Any) -> dict[str, Any]:
+    fields, end = kvrec.decode_fields(data, LABEL_SIZE, LABEL_SIZE, path)
+    if end != size:
+        raise FormatError(f"the vocabulary record ends at byte {end}, the file has {size} "
+                          "bytes", path, end)
+    return kvrec.to_dict(fields)
+
+
+def parse_nnvocab(data: bytes, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """The vocabulary record of ``.nnvocab`` bytes (``path`` only names them in errors).
+
+    Checks the label (``NNVC``, version 1), the record, and that it ends the data.
+    """
+    size = len(memoryview(data).cast("B"))
+    if _check_label(data, size, path) != VOCAB_MAGIC:
+        raise FormatError("expected a vocabulary (b'NNVC'), found a dataset (b'NNDS')", path, 0)
+    return _parse_vocab_file(data, size, path)
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Info:
+    """What a ``.nndataset`` says about itself (``None``: the field is absent).
+
+    ``kind`` is "text", "tabular" (kind 1; not loadable, as in C++) or "vocab" (a
+    ``.nnvocab`` opened with :func:`open`: no subsets). ``num_docs``/``test_docs`` count
+    the train/test documents (``test_docs`` is 0 without a test subset).
+    """
+
+    kind: str
+    num_docs: int
+    test_docs: int
+    has_test: bool
+    loss_scope: str
+    source_path: str | None
+    source_sha256: str | None
+    source_docs: int | None
+    license: str | None
+    tool: str | None
+    created: int | None
+    vocab: dict[str, Any] = dataclasses.field(repr=False)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Layout:
+    """One subset's document blocks, checked: byte offsets and token counts per doc."""
+
+    offsets: np.ndarray  # int64, num_docs + 1: each block's start, then the end
+    counts: np.ndarray  # int64, tokens per document
+    cum: np.ndarray  # int64, num_docs + 1: the flow position of each document's first token
+    tok_start: np.ndarray  # int64: byte offset of each document's token section
+    mask_start: np.ndarray  # int64: byte offset of each document's mask section
+    has_mask: bool
+
+
+def _read_counts(u8: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    counts = np.zeros(len(offsets), dtype=np.uint64)
+    for k in range(8):
+        counts |= u8[offsets + k].astype(np.uint64) << np.uint64(8 * k)
+    return counts
+
+
+def _parse_subset(name: str, rec: kvrec.Field, u8: np.ndarray, path: str, start: int,
+                  has_mask: bool, text: bool) -> _Layout:
+    size = len(u8)
+    num = kvrec.lookup(rec.value, "num_docs", kvrec.UINT)
+    if num is None:
+        raise FormatError(f"the {name} subset has no num_docs (UInt)", path, rec.offset)
+    index = kvrec.lookup(rec.value, "doc_index", kvrec.UINT_ARRAY)
+    if index is None:
+        raise FormatError(f"the {name} subset has no doc_index (UIntArray)", path, rec.offset)
+    idx, at = index.value, index.offset
+    if len(idx) != num.value + 1:
+        raise FormatError(f"{name}.doc_index: num_docs = {num.value} needs {num.value + 1} "
+                          f"entries, found {len(idx)}", path, at)
+    past = np.flatnonzero(idx > np.uint64(size))
+    if len(past):
+        j = int(past[0])
+        raise FormatError(f"{name}.doc_index[{j}] = {int(idx[j])} points past the end of the "
+                          f"{size}-byte file", path, at + 8 * j)
+    offsets = idx.astype(np.int64)
+    if offsets[0] != start:
+        raise FormatError(f"{name}.doc_index[0]: expected the {name} documents to start at "
+                          f"byte {start}, found {int(offsets[0])}", path, at)
+    gaps = np.diff(offsets)
+    short = np.flatnonzero(gaps < 8)
+    if len(short):
+        j = int(short[0])
+        raise FormatError(f"{name}.doc_index must increase by at least 8 (a block's count): "
+                          f"entry {j + 1} is {int(offsets[j + 1])}, entry {j} is "
+                          f"{int(offsets[j])}", path, at + 8 * (j + 1))
+    width = 9 if has_mask else 8
+    if text:
+        stored = _read_counts(u8, offsets[:-1])
+        room = (gaps - 8).astype(np.uint64)
+        clipped = np.minimum(stored, room)
+        bad = np.flatnonzero((stored != clipped) | (clipped * np.uint64(width) != room))
+        if len(bad):
+            j = int(bad[0])
+            c = int(stored[j])
+            raise FormatError(f"{name} document {j} says {c} tokens, a {8 + width * c}-byte "
+                              f"block, but doc_index gives it {int(gaps[j])} bytes", path,
+                              int(offsets[j]))
+        counts = stored.astype(np.int64)
+    else:
+        counts = np.zeros(len(gaps), dtype=np.int64)  # tabular blocks are not text
+    cum = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    tok_start = offsets[:-1] + 8
+    for a in (offsets, counts, cum, tok_start):
+        a.flags.writeable = False
+    return _Layout(offsets, counts, cum, tok_start, tok_start + 8 * counts, has_mask)
+
+
+def _lookup_value(fields: list[kvrec.Field] | None, key: str, kind: int) -> Any:
+    if fields is None:
+        return None
+    f = kvrec.lookup(fields, key, kind)
+    return None if f is None else f.value
+
+
+def _parse(file: SharedFile, u8: np.ndarray) -> tuple[Info, dict[str, _Layout]]:
+    path, size = file.path, file.size
+    magic = _check_label(file.pread(min(size, LABEL_SIZE), 0, "the file label"), size, path)
+    if magic == VOCAB_MAGIC:
+        vocab = _parse_vocab_file(u8, size, path)
+        return Info("vocab", 0, 0, False, "all", None, None, None, None, None, None, vocab), {}
+    fields, end = kvrec.decode_fields(u8, LABEL_SIZE, LABEL_SIZE, path)
+    companion = kvrec.lookup(fields, "companion", kvrec.RECORD)
+    if companion is None:
+        raise FormatError("the root record has no companion (Record)", path, LABEL_SIZE)
+    vocab = kvrec.lookup(companion.value, "vocab", kvrec.RECORD)
+    if vocab is None:
+        raise FormatError("companion has no vocab (Record)", path, companion.offset)
+    source = _lookup_value(companion.value, "source", kvrec.RECORD)
+    gen = _lookup_value(companion.value, "gen", kvrec.RECORD)
+    scope = kvrec.lookup(gen, "loss_scope", kvrec.STR) if gen is not None else None
+    loss_scope = "all" if scope is None else scope.value
+    if loss_scope not in LOSS_SCOPES:
+        raise FormatError(f"gen.loss_scope: expected 'all' or 'assistant', found "
+                          f"{loss_scope!r}", path, scope.offset)
+    kind = _lookup_value(fields, "kind", kvrec.UINT)
+    text = kind != KIND_TABULAR
+    has_mask = loss_scope == "assistant"
+    layouts: dict[str, _Layout] = {}
+    train = kvrec.lookup(fields, "train", kvrec.RECORD)
+    if train is None:
+        raise FormatError("the root record has no train subset (Record)", path, LABEL_SIZE)
+    layouts["train"] = _parse_subset("train", train, u8, path, end, has_mask, text)
+    last = int(layouts["train"].offsets[-1])
+    test = kvrec.lookup(fields, "test", kvrec.RECORD)
+    if test is not None:
+        layouts["test"] = _parse_subset("test", test, u8, path, last, has_mask, text)
+        last = int(layouts["test"].offsets[-1])
+    if last != size:
+        raise FormatError(f"the documents end at byte {last}, the file has {size} bytes", path,
+                          last)
+    info = Info(
+        kind="text" if text else "tabular",
+        num_docs=len(layouts["train"].counts),
+        test_docs=len(layouts["test"].counts) if test is not None else 0,
+        has_test=test is not None,
+        loss_scope=loss_scope,
+        source_path=_lookup_value(source, "path", kvrec.STR),
+        source_sha256=_lookup_value(source, "sha256", kvrec.STR),
+        source_docs=_lookup_value(source, "docs", kvrec.UINT),
+        license=_lookup_value(companion.value, "license", kvrec.STR),
+        tool=_lookup_value(gen, "tool", kvrec.STR),
+        created=_lookup_value(gen, "created", kvrec.UINT),
+        vocab=kvrec.to_dict(vocab.value),
+    )
+    return info, layouts
+
+
+class TextDoc(NamedTuple):
+    """One document: ``doc_id`` (position + 1), ``tokens`` (a read-only uint64 view of
+    the memory map, no copy) and ``loss_mask`` (bool, a small copy)."""
+
+    doc_id: int
+    tokens: np.ndarray
+    loss_mask: np.ndarray
+
+
+class _Subset:
+    """Reads one subset's per-token columns from the memory map (shared by its columns)."""
+
+    def __init__(self, ds: Nndataset, name: str, layout: _Layout) -> None:
+        self.ds, self.name, self.layout = ds, name, layout
+        self.total = int(layout.cum[-1])
+
+    def __reduce__(self):
+        return (_reopen_subset, (self.ds.path, self.name))
+
+    def u8(self) -> np.ndarray:
+        u8 = self.ds._u8
+        if u8 is None:
+            raise ValueError(f"{self.ds.path}: the dataset is closed")
+        return u8
+
+    def read(self, field: str, a: int, b: int) -> np.ndarray:
+        """Flow positions ``[a, b)`` of ``field``, a new array."""
+        out = np.empty(b - a, dtype=_DTYPES[field])
+        if field == "loss_mask" and not self.layout.has_mask:
+            out[:] = True
+            return out
+        u8 = self.u8()
+        for lo in range(a, b, _CHUNK):
+            hi = min(b, lo + _CHUNK)
+            self._fill(u8, field, lo, hi, out[lo - a:hi - a])
+        return out
+
+    def _fill(self, u8: np.ndarray, field: str, a: int, b: int, out: np.ndarray) -> None:
+        lay = self.layout
+        cum = lay.cum
+        d0 = int(np.searchsorted(cum, a, "right")) - 1  # the document holding token a
+        d1 = int(np.searchsorted(cum, b, "left"))  # documents [d0, d1) overlap [a, b)
+        starts = np.maximum(cum[d0:d1], a)
+        lens = np.minimum(cum[d0 + 1:d1 + 1], b) - starts
+        if field == "doc_ids":
+            out[:] = np.repeat(np.arange(d0 + 1, d1 + 1, dtype=np.int64), lens)
+            return
+        if field == "tokens" and b - a >= 32 * (d1 - d0):  # long documents: one copy each
+            src = lay.tok_start[d0:d1] + 8 * (starts - cum[d0:d1])
+            for p, s, n in zip(src.tolist(), (starts - a).tolist(), lens.tolist()):
+                out[s:s + n] = u8[p:p + 8 * n].view("<u8")
+            return
+        docs = np.repeat(np.arange(d0, d1), lens)
+        self._gather(u8, field, docs, np.arange(a, b, dtype=np.int64) - cum[docs], out)
+
+    def _gather(self, u8: np.ndarray, field: str, docs: np.ndarray, within: np.ndarray,
+                out: np.ndarray) -> None:
+        if field == "doc_ids":
+            out[:] = docs + 1
+        elif field == "tokens":
+            pos = self.layout.tok_start[docs] + 8 * within
+            out[:] = u8[pos[:, None] + _BYTES].view("<u8").reshape(-1)
+        elif self.layout.has_mask:
+            out[:] = u8[self.layout.mask_start[docs] + within] != 0
+        else:
+            out[:] = True
+
+    def take(self, field: str, idx: np.ndarray) -> np.ndarray:
+        """Flow positions ``idx`` (int64, in range) of ``field``, a new array."""
+        flat = idx.reshape(-1)
+        out = np.empty(len(flat), dtype=_DTYPES[field])
+        u8 = self.u8()
+        for lo in range(0, len(flat), _CHUNK):
+            part = flat[lo:lo + _CHUNK]
+            docs = np.searchsorted(self.layout.cum, part, "right") - 1
+            self._gather(u8, field, docs, part - self.layout.cum[docs], out[lo:lo + len(part)])
+        return out.reshape(idx.shape)
+
+
+_DTYPES = {"tokens": np.dtype(np.uint64), "doc_ids": np.dtype(np.int64),
+           "loss_mask": np.dtype(np.bool_)}
+
+
+def _reopen_subset(path: str, name: str) -> _Subset:
+    ds = Nndataset(path)
+    return _Subset(ds, name, ds._layout(name))
+
+
+class LazyColumn:
+    """One per-token column of a subset (token ids, doc ids or loss mask), read on demand.
+
+    Behaves like a read-only 1-D array: ``len``, ``shape``, ``dtype``, ``c[i]``, and
+    ``c[a:b]`` returning a new numpy array that reads only the documents the window
+    touches (a binary search over the per-document token offsets, then one copy per
+    document or one vectorised gather). Integer and boolean index arrays work too.
+    ``np.asarray(c)`` materialises the whole column: a full copy (8 bytes per token for
+    tokens and doc ids). Pickling reopens the file by path in the receiving process.
+    """
+
+    __slots__ = ("_s", "field")
+
+    def __init__(self, subset: _Subset, field: str) -> None:
+        self._s, self.field = subset, field
+
+    @property
+    def dtype(self) -> np.dtype:
+        return _DTYPES[self.field]
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self._s.total,)
+
+    @property
+    def ndim(self) -> int:
+        return 1
+
+    @property
+    def size(self) -> int:
+        return self._s.total
+
+    def __len__(self) -> int:
+        return self._s.total
+
+    def __getitem__(self, key: Any) -> Any:
+        n = self._s.total
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            i = int(key) + n if int(key) < 0 else int(key)
+            if not 0 <= i < n:
+                raise BoundsError(f"index {int(key)} is outside the column's {n} tokens")
+            return self._s.take(self.field, np.array([i], dtype=np.int64))[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            if step == 1:
+                return self._s.read(self.field, start, max(start, stop))
+            return self._s.take(self.field, np.arange(start, stop, step, dtype=np.int64))
+        idx = np.asarray(key)
+        if idx.dtype == np.bool_:
+            if idx.shape != (n,):
+                raise BoundsError(f"a boolean index must have shape ({n},), got {idx.shape}")
+            idx = np.flatnonzero(idx)
+        elif idx.dtype.kind not in "iu":
+            raise TypeError(f"a column takes ints, slices or integer/bool arrays, got {key!r}")
+        idx = idx.astype(np.int64)
+        idx = np.where(idx < 0, idx + n, idx)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
+            raise BoundsError(f"indices must be in [-{n}, {n})")
+        return self._s.take(self.field, idx)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a column's tokens are not contiguous in the file; it can only "
+                             "be copied")
+        arr = self._s.read(self.field, 0, self._s.total)
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def __iter__(self) -> Iterator[Any]:
+        for a in range(0, self._s.total, _CHUNK):
+            yield from self[a:a + _CHUNK]
+
+    def __reduce__(self):
+        return (LazyColumn, (self._s, self.field))
+
+    def __repr__(self) -> str:
+        return (f"LazyColumn({self.field}, {self._s.name} of {self._s.ds.path!r}, "
+                f"{self._s.total} x {self.dtype})")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TextCorpus:
+    """A subset as one token flow: documents concatenated in order, no separators.
+
+    ``token_flow`` (uint64), ``doc_ids`` (int64, the document's position + 1) and
+    ``loss_mask`` (bool; all True for loss_scope "all") are :class:`LazyColumn` s of
+    equal length; ``doc_token_offsets`` (int64, num_docs + 1) gives each document's
+    first flow position, then the total. Windows read only their tokens; ``np.asarray``
+    on a column copies all of it.
+    """
+
+    token_flow: LazyColumn
+    doc_ids: LazyColumn
+    loss_mask: LazyColumn
+    doc_token_offsets: np.ndarray
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.doc_token_offsets) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.doc_token_offsets[-1])
+
+
+class Nndataset:
+    """An open ``.nndataset`` (or ``.nnvocab``): ``info``, ``load_text``, ``text_doc``.
+
+    Opening parses the root record and checks every document block's offset and count
+    (one 8-byte read per document); reads afterwards go through a shared memory map.
+    ``share()`` gives another handle on the same descriptor; ``close()`` gives this one
+    up; pickling reopens by path. Usable as a context manager.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None,
+                 _parsed: tuple[Info, dict[str, _Layout]] | None = None) -> None:
+        self._file = _file if _file is not None else SharedFile(path)
+        self.path = self._file.path
+        try:
+            self._u8: np.ndarray | None = self._file.array(np.uint8, 0, self._file.size)
+            self.info, self._layouts = _parsed if _parsed is not None else _parse(self._file,
+                                                                                  self._u8)
+        except BaseException:
+            self._u8 = None
+            self._file.close()
+            raise
+
+    @property
+    def vocab(self) -> dict[str, Any]:
+        """The vocabulary record (``companion.vocab``), opaque to the dataset layer."""
+        return self.info.vocab
+
+    def _layout(self, subset: str) -> _Layout:
+        if subset not in ("train", "test"):
+            raise ValueError(f"subset must be 'train' or 'test', got {subset!r}")
+        if self._u8 is None:
+            raise ValueError(f"{self.path}: the dataset is closed")
+        if self.info.kind == "vocab":
+            raise FormatError(f"this is a vocabulary (NNVC) file: it holds no {subset} "
+                              "documents", self.path, 0)
+        if self.info.kind != "text":
+            raise ValueError(f"{self.path}: kind {self.info.kind} datasets cannot be loaded "
+                             "as text (neither can neuralnet.cpp)")
+        if subset not in self._layouts:
+            raise ValueError(f"{self.path}: the dataset has no {subset} subset")
+        return self._layouts[subset]
+
+    def load_text(self, subset: Subset = "train") -> TextCorpus:
+        """The ``subset`` ("train" or "test") as a :class:`TextCorpus` of lazy columns.
+
+        Cost: O(1) here; each window read costs its tokens plus the documents it
+        touches. A missing subset, a vocabulary file or a tabular dataset is an error.
+        """
+        sub = _Subset(self, subset, self._layout(subset))
+        return TextCorpus(LazyColumn(sub, "tokens"), LazyColumn(sub, "doc_ids"),
+                          LazyColumn(sub, "loss_mask"), sub.layout.cum)
+
+    def text_doc(self, subset: Subset, i: int) -> TextDoc:
+        """Document ``i`` (0-based) of ``subset``; its doc_id is ``i + 1``. Tokens are a
+        zero-copy view of the memory map. Cost: O(document)."""
+        lay = self._layout(subset)
+        n_docs = len(lay.counts)
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"a document index is an int, got {type(i).__name__}")
+        if not 0 <= int(i) < n_docs:
+            raise BoundsError(f"document {int(i)} is outside the {subset} subset's {n_docs}")
+        i = int(i)
+        n, t = int(lay.counts[i]), int(lay.tok_start[i])
+        tokens = self._u8[t:t + 8 * n].view("<u8")
+        if lay.has_mask:
+            mask = self._u8[t + 8 * n:t + 9 * n] != 0
+        else:
+            mask = np.ones(n, dtype=bool)
+        return TextDoc(i + 1, tokens, mask)
+
+    def share(self) -> Nndataset:
+        """Another handle on the same open file (the parse is shared, not repeated)."""
+        return Nndataset(self.path, self._file.share(), (self.info, self._layouts))
+
+    def close(self) -> None:
+        """Give up this handle's share; the file closes with the last one. Columns and
+        views already handed out keep the memory map alive until they are dropped."""
+        self._u8 = None
+        self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def __enter__(self) -> Nndataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self):
+        return (Nndataset, (self.path,))
+
+    def __repr__(self) -> str:
+        i = self.info
+        return (f"Nndataset({self.path!r}, kind={i.kind}, num_docs={i.num_docs}, "
+                f"test_docs={i.test_docs}, loss_scope={i.loss_scope})")
+
+
+def open(path: str | os.PathLike[str]) -> Nndataset:
+    """Open a ``.nndataset`` (or a ``.nnvocab``: kind "vocab", no subsets), checked.
+
+    Cost: the root record, plus one 8-byte count per document (vectorised).
+    """
+    return Nndataset(path)
