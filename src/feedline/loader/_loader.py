@@ -124,6 +124,7 @@ class Loader:
             shard = (index, count)
         self.shard = shard
 
+        self._own_dataset = False
         if isinstance(source, Order):
             self._plain: Dataset | None = None
             self._seq = source.seq if shard is None else source.seq.shard(*shard)
@@ -135,6 +136,7 @@ class Loader:
         else:
             # A plain source: data.nu's contiguous shard before shuffling; with "auto",
             # the shuffled order's positions are dealt to the ranks instead.
+            self._own_dataset = not isinstance(source, Dataset)
             self._plain = _as_dataset(source)
             seq = Seq.source(self._plain)
             self._seq = seq if shard is None or self._deal else seq.split(*shard)
@@ -474,6 +476,8 @@ class Loader:
     def close(self) -> None:
         """Release the loader's share of its sources; later use raises ValueError."""
         with self._lock:
+            if self._own_dataset and self._plain is not None and not self._closed:
+                self._plain.close()  # the dataset this loader made for a file it was given
             self._closed = True
             self._datasets = []
             self._orders.clear()

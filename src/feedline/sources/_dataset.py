@@ -72,6 +72,11 @@ class Dataset:
         if not record.fields:
             raise TypeError(f"record {record.__name__} has no fields")
         self.record = record
+        # A file handle is shared, not borrowed: the caller may close theirs early, and
+        # the file stays open for this dataset until its own share is given up.
+        self._owns_share = hasattr(source, "share") and hasattr(source, "close")
+        if self._owns_share:
+            source = source.share()
         self.source = source
         self.name = name
         if salt is not None:
@@ -239,6 +244,12 @@ class Dataset:
         if _seq.LOADER is None:
             raise RuntimeError("feedline's loader is not imported; `import feedline` first")
         return _seq.LOADER[0](self, batch_size, **loader_options)
+
+    def close(self) -> None:
+        """Give up this dataset's share of its source's file (if it has one)."""
+        if self._owns_share:
+            self._owns_share = False
+            self.source.close()
 
     def __repr__(self) -> str:
         kind = "in memory" if self.in_memory else type(self.source).__name__
