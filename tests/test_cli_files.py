@@ -89,3 +89,13 @@ def test_inspect_of_a_file_that_is_no_format_says_so(tmp_path, capsys):
     (tmp_path / "x.bin").write_bytes(b"hello world")
     assert main(["inspect", str(tmp_path / "x.bin")]) == 2
     assert "unknown" in capsys.readouterr().out
+
+
+def test_inspect_and_verify_read_an_nndataset(tmp_path, capsys):
+    path = tmp_path / "t.nndataset"
+    fl.nndataset.write(path, fl.nndataset.Build({"size": 3}, "c.txt", "ab", 2,
+                                                train_docs=[[1, 2], [], [0]], test_docs=[[5]]))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "num_docs: 3" in out and "test_docs: 1" in out
+    assert main(["verify", str(path)]) == 0

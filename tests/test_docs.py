@@ -36,6 +36,7 @@ def test_the_example_runs(code: str, tmp_path, monkeypatch):
 def test_the_modules_docstring_examples_pass():
     import doctest
 
+    import feedline.formats.nndataset
     import feedline.loader._loader
     import feedline.order._hash
     import feedline.order._order
@@ -44,7 +45,8 @@ def test_the_modules_docstring_examples_pass():
     import feedline.sources._dataset
 
     for mod in (feedline.order._hash, feedline.order._order, feedline.order._schedule,
-                feedline.order._seq, feedline.sources._dataset, feedline.loader._loader):
+                feedline.order._seq, feedline.sources._dataset, feedline.loader._loader,
+                feedline.formats.nndataset):
         result = doctest.testmod(mod)
         assert result.failed == 0, mod.__name__
 

@@ -29,6 +29,7 @@ EXPECTED = [
     "StateError",
     "WorkerError",
     "ndf",
+    "nndataset",
     "recfile",
     "salt",
 ]

@@ -12,7 +12,7 @@ from .errors import (
     StateError,
     WorkerError,
 )
-from .formats import ndf, recfile
+from .formats import ndf, nndataset, recfile
 from .loader import Batch, Loader
 from .order import ORDERING_VERSION, Cursor, Item, Order, Schedule, Seq, salt
 from .records import Field, Index, Mask, Range, Record, field
@@ -47,6 +47,7 @@ __all__ = [
     "WorkerError",
     "field",
     "ndf",
+    "nndataset",
     "recfile",
     "salt",
 ]

@@ -1,5 +1,5 @@
 """Files: data.nu's ``.ndf``, feedline's ``.flr`` and neuralnet.cpp's ``.nndataset``."""
 
-from . import ndf, recfile
+from . import ndf, nndataset, recfile
 
-__all__ = ["ndf", "recfile"]
+__all__ = ["ndf", "nndataset", "recfile"]
