@@ -717,7 +717,7 @@ def test_check_values_passes_valid_data():
     ({"shard": (-1, 2)}, ValueError),
     ({"shard": (0, 0)}, ValueError),
     ({"drop_last": True, "pad": True}, ValueError),
-    ({"workers": 2}, ValueError),
+    ({"workers": -1}, ValueError),
     ({"output": "jax"}, ValueError),
     ({"output": "tensorflow"}, ValueError),
 ])

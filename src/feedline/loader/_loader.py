@@ -31,6 +31,8 @@ import hashlib
 import json
 import operator
 import threading
+import warnings
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -41,6 +43,7 @@ from ..order import Order, Seq, _hash, _kernels, _seq
 from ..sources import Dataset
 from ._batch import Batch
 from ._ranks import detect_rank
+from ._workers import WorkerPool, unpicklable_reason
 
 STATE_FORMAT = "feedline.loader.state"
 STATE_VERSION = 1
@@ -93,11 +96,8 @@ class Loader:
         self.batch_size = _check_int("batch_size", batch_size, 1)
         if seed is not None:
             seed = _check_int("seed", seed)
-        workers = _check_int("workers", workers, 0)
-        _check_int("prefetch", prefetch, 1)
-        if workers:
-            raise ValueError("workers > 0 needs the worker-process loader, which this version "
-                             "of feedline does not have yet; use workers=0")
+        self.workers = _check_int("workers", workers, 0)
+        self.prefetch = _check_int("prefetch", prefetch, 1)
         if drop_last and pad:
             raise ValueError("drop_last and pad exclude each other: the last partial batch is "
                              "either dropped or padded")
@@ -157,6 +157,11 @@ class Loader:
         self._closed = False
         self._values_checked = False
         self._steps = self._count_steps()
+        self._delivered = 0
+        self._pool: WorkerPool | None = None
+        self._pool_decided = False
+        self._inflight: deque = deque()
+        self._next_lock = threading.Lock()
 
     # -- construction helpers -----------------------------------------------------------
     def _full_length(self, source: Any) -> int:
@@ -316,12 +321,63 @@ class Loader:
             if self._ended:
                 self._epoch += 1
                 self._claimed = 0
+                self._delivered = 0
                 self._ended = False
                 self._block = None
                 self._cursor = None
         return self
 
+    def _use_pool(self) -> WorkerPool | None:
+        """The worker pool, started on first use (None: batches are made in process)."""
+        if self._pool_decided:
+            return self._pool
+        self._pool_decided = True
+        if self.workers == 0:
+            return None
+        if all(ds.in_memory for ds in self._datasets):
+            # Arrays in memory gather faster here than batches travel between processes,
+            # and sending them would copy them into every worker.
+            return None
+        reason = unpicklable_reason(self._datasets)
+        if reason is not None:
+            warnings.warn(f"the loader's datasets are loaded in the calling process, not in "
+                          f"{self.workers} workers: {reason}", RuntimeWarning, stacklevel=3)
+            return None
+        self._pool = WorkerPool(self._datasets, dict(self.record.fields), self.batch_size,
+                                self.workers, self.prefetch, self.check_values)
+        return self._pool
+
+    def _next_from_pool(self, pool: WorkerPool) -> Any:
+        with self._next_lock:
+            while pool.can_submit():
+                claim = self._claim()
+                if claim is None:
+                    break
+                start, stop, ords, recs = claim
+                pool.submit(start // self.batch_size, ords, recs, self._rows_for(stop - start))
+                self._inflight.append(claim)
+            if not self._inflight:
+                with self._lock:
+                    self._ended = True
+                raise StopIteration
+            start, stop, ords, recs = self._inflight.popleft()
+            fields = pool.result(start // self.batch_size)
+            size = stop - start
+            rows = self._rows_for(size)
+            fields = {n: a[:rows] for n, a in fields.items()}
+            with self._lock:
+                self._delivered = start // self.batch_size + 1
+        if self.output == "torch":
+            fields = self._to_torch(fields)
+        batch = Batch(fields, size, rows, start, ords, recs)
+        if self.batch_transform is not None:
+            return self.batch_transform(batch)
+        return batch
+
     def __next__(self) -> Any:
+        pool = self._use_pool()
+        if pool is not None:
+            return self._next_from_pool(pool)
         claim = self._claim()
         if claim is None:
             with self._lock:
@@ -331,6 +387,8 @@ class Loader:
         size = stop - start
         rows = self._rows_for(size)
         fields = self._gather(ords, recs, rows)
+        with self._lock:
+            self._delivered = max(self._delivered, start // self.batch_size + 1)
         if self.output == "torch":
             fields = self._to_torch(fields)
         batch = Batch(fields, size, rows, start, ords, recs)
@@ -374,6 +432,8 @@ class Loader:
         size = stop - start
         rows = self._rows_for(size)
         self._gather(ords, recs, size, out={n: out[n] for n in self.record.fields})
+        with self._lock:
+            self._delivered = max(self._delivered, start // self.batch_size + 1)
         if rows > size:
             for n in self.record.fields:
                 out[n][size:rows] = 0
@@ -404,11 +464,13 @@ class Loader:
         """Rewind to the start of pass 0: a pure function of ``seed`` (None: the current)."""
         if seed is not None:
             seed = _check_int("seed", seed)
+        self._drain()
         with self._lock:
             if seed is not None:
                 self._seed = seed
             self._epoch = 0
             self._claimed = 0
+            self._delivered = 0
             self._ended = False
             self._block = None
             self._cursor = None
@@ -423,8 +485,8 @@ class Loader:
                 "fingerprint": self._fingerprint,
                 "seed": self._seed,
                 "epoch": self._epoch,
-                "batches": self._claimed,
-                "ended": self._ended,
+                "batches": self._delivered,
+                "ended": self._ended and self._delivered == self._claimed,
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -455,6 +517,7 @@ class Loader:
                 raise TypeError("'ended' must be a bool and 'seed' an int or None")
         except (KeyError, TypeError) as e:
             raise StateError(f"the loader state is incomplete or malformed: {e}") from e
+        self._drain()
         with self._lock:
             previous = self._seed
             self._seed = seed
@@ -469,12 +532,24 @@ class Loader:
             self._steps = steps
             self._epoch = epoch
             self._claimed = batches
+            self._delivered = batches
             self._ended = ended
             self._block = None
             self._cursor = None
 
+    def _drain(self) -> None:
+        """Discard batches the workers are making ahead (before a reset or a resume)."""
+        if self._pool is not None:
+            with self._next_lock:
+                self._pool.drain()
+                self._inflight.clear()
+
     def close(self) -> None:
-        """Release the loader's share of its sources; later use raises ValueError."""
+        """Stop the workers and release the loader's share of its sources; later use raises
+        ValueError."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         with self._lock:
             if self._own_dataset and self._plain is not None and not self._closed:
                 self._plain.close()  # the dataset this loader made for a file it was given

@@ -15,6 +15,7 @@ the same shapes and examples stack into batches. A wrong declaration raises
 
 from __future__ import annotations
 
+import copyreg
 import inspect
 import keyword
 import os
@@ -413,6 +414,21 @@ def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Fie
     return Field(name, tuple(shape), dtype, dom, spec.doc, tuple(raw), spec.where)
 
 
+def _reduce_record(cls: type) -> Any:
+    """Pickle a record class by reference when it is importable, else by its schema (for
+    records built at run time: from arrays, from a file's header)."""
+    if getattr(cls, "_built_at_run_time", False):
+        return (_rebuild, (cls.schema(), getattr(cls, "_where", "<pickled>")))
+    return cls.__qualname__
+
+
+def _rebuild(schema: Mapping[str, Any], where: str) -> type[Record]:
+    return record_from_schema(schema, where)
+
+
+copyreg.pickle(_RecordMeta, _reduce_record)
+
+
 def record_from_schema(schema: Mapping[str, Any], where: str) -> type[Record]:
     """Rebuild a record class from ``Record.schema()`` data (``where`` names its origin).
 
@@ -430,7 +446,10 @@ def record_from_schema(schema: Mapping[str, Any], where: str) -> type[Record]:
     name = str(schema["name"])
     if not name.isidentifier():
         raise RecordError(f"{where}: record name {name!r} is not an identifier")
-    return _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {})))
+    cls = _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {})))
+    cls._built_at_run_time = True
+    cls._where = where
+    return cls
 
 
 def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
@@ -441,4 +460,7 @@ def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
         namespace[fname] = _FieldSpec(tuple(shape), dtype, None, None, f"<{name}>")
     if doc:
         namespace["__doc__"] = doc
-    return _RecordMeta(name, (Record,), namespace)
+    cls = _RecordMeta(name, (Record,), namespace)
+    cls._built_at_run_time = True
+    cls._where = f"<{name}>"
+    return cls

@@ -1,0 +1,85 @@
+"""The worker process: gathers batches into shared memory for its loader.
+
+Started as ``python -m feedline.loader._worker_main FD`` (a fresh interpreter, never the
+program's ``__main__``). It receives its datasets (pickled: files reopen by path),
+then tasks, and writes each batch's fields into a shared-memory slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.shared_memory import SharedMemory
+
+import numpy as np
+
+
+def _views(shm: SharedMemory, layout: list[tuple[str, str, tuple[int, ...], int]],
+           rows: int) -> dict[str, np.ndarray]:
+    return {name: np.ndarray((rows, *shape), dtype=np.dtype(dtype), buffer=shm.buf, offset=off)
+            for name, dtype, shape, off in layout}
+
+
+def serve(conn: Connection) -> None:
+    init = pickle.loads(conn.recv_bytes())
+    datasets = init["datasets"]
+    layout = init["layout"]
+    batch_size = init["batch_size"]
+    check_values = init["check_values"]
+    slots = [SharedMemory(name=n) for n in init["slots"]]
+    try:
+        conn.send(("ready", os.getpid()))
+        while True:
+            msg = conn.recv()
+            if msg[0] == "stop":
+                return
+            _, batch_no, slot, ords, recs, rows = msg
+            try:
+                out = _views(slots[slot], layout, batch_size)
+                size = len(recs)
+                if len(datasets) == 1 or (size and ords.min() == ords.max()):
+                    ds = datasets[int(ords[0]) if size else 0]
+                    cols = ds.getitems(recs, check_values=check_values)
+                    for name, col in cols.items():
+                        out[name][:size] = col
+                else:
+                    for o in np.unique(ords):
+                        sel = np.flatnonzero(ords == o)
+                        cols = datasets[int(o)].getitems(recs[sel], check_values=check_values)
+                        for name, col in cols.items():
+                            out[name][sel] = col
+                if rows > size:
+                    for name in out:
+                        out[name][size:rows] = 0
+                conn.send(("done", batch_no, slot))
+            except Exception as e:  # reaches the caller with this traceback's text
+                text = traceback.format_exc()
+                try:
+                    payload = pickle.dumps(e)
+                except Exception:
+                    payload = None
+                conn.send(("error", batch_no, payload, text))
+    finally:
+        for s in slots:
+            s.close()
+
+
+def main() -> None:
+    # The loader owns the shared memory and unlinks it; a tracker here would unlink the
+    # segments when this worker exits, under the loader's feet.
+    from multiprocessing import resource_tracker
+
+    resource_tracker.register = lambda *args, **kwargs: None
+    fd = int(sys.argv[1])
+    conn = Connection(fd)
+    # EOF or a broken pipe: the loader went away, and there is nothing left to do.
+    with contextlib.suppress(EOFError, BrokenPipeError, KeyboardInterrupt):
+        serve(conn)
+
+
+if __name__ == "__main__":
+    main()

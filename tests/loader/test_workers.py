@@ -1,0 +1,176 @@
+"""Worker processes: the same stream, errors that reach the caller, deaths, clean-up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+
+class Rows(fl.Record, dims={"D": 3}):
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+
+class ItemSource:
+    """A map-style source read item by item (so workers are used)."""
+
+    def __init__(self, n: int, bad: int | None = None) -> None:
+        self.n, self.bad = n, bad
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict:
+        if i == self.bad:
+            raise KeyError(f"item {i} is broken")
+        return {"x": [i, i + 0.5, -i], "y": i}
+
+
+class SlowSource(ItemSource):
+    def __getitem__(self, i: int) -> dict:
+        import time
+
+        time.sleep(0.05)
+        return super().__getitem__(i)
+
+
+def shm_segments() -> set[str]:
+    return {n for n in os.listdir("/dev/shm") if n.startswith("psm_")}
+
+
+def stream(loader) -> list[tuple]:
+    return [(b.record_indices.tolist(), b.x.tolist(), b.y.tolist(), b.mask.tolist())
+            for b in loader]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_the_stream_is_the_same_whatever_the_number_of_workers(workers):
+    ds = fl.Dataset(Rows, ItemSource(203))
+    want = stream(fl.Loader(ds, 16, seed=4, pad=True))
+    with fl.Loader(ds, 16, seed=4, pad=True, workers=workers, prefetch=2) as loader:
+        assert stream(loader) == want
+        assert stream(loader) == stream(_second_pass(ds))
+
+
+def _second_pass(ds):
+    loader = fl.Loader(ds, 16, seed=4, pad=True)
+    list(loader)
+    return loader
+
+
+def test_a_mix_of_file_sources_gives_the_same_stream_with_workers(tmp_path):
+    paths = []
+    for k, n in enumerate((120, 70)):
+        path = tmp_path / f"{k}.flr"
+        fl.recfile.write(path, Rows, {"x": np.full((n, 3), k, np.float32),
+                                      "y": np.arange(n) + 1000 * k})
+        paths.append(path)
+    files = [fl.recfile.open(p) for p in paths]
+    seq = fl.Seq.mix([fl.Dataset(f.record, f).shuffle(k + 1) for k, f in enumerate(files)])
+    want = stream(fl.Loader(seq, 32))
+    with fl.Loader(seq, 32, workers=2) as loader:
+        assert stream(loader) == want
+
+
+def test_resume_with_workers_continues_after_the_batches_delivered():
+    ds = fl.Dataset(Rows, ItemSource(100))
+    want = stream(fl.Loader(ds, 8, seed=1))
+    with fl.Loader(ds, 8, seed=1, workers=2, prefetch=3) as loader:
+        it = iter(loader)
+        head = [next(it) for _ in range(4)]
+        state = loader.state_dict()
+        assert state["batches"] == 4  # delivered, not prefetched
+    with fl.Loader(ds, 8, seed=1, workers=2) as resumed:
+        resumed.load_state_dict(state)
+        assert stream(resumed) == want[4:]
+    assert [b.y.tolist() for b in head] == [w[2] for w in want[:4]]
+
+
+def test_a_worker_exception_reaches_the_caller_with_its_traceback():
+    ds = fl.Dataset(Rows, ItemSource(50, bad=17))
+    with fl.Loader(ds, 10, workers=2) as loader, pytest.raises(KeyError) as info:
+        list(loader)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "raised in a loader worker" in notes and "item 17 is broken" in notes
+    assert "__getitem__" in notes
+
+
+def test_a_killed_worker_is_a_worker_error_and_leaves_no_shared_memory():
+    before = shm_segments()
+    ds = fl.Dataset(Rows, SlowSource(400))
+    loader = fl.Loader(ds, 4, workers=2, prefetch=2)
+    it = iter(loader)
+    next(it)
+    os.kill(loader._pool.workers[0].proc.pid, signal.SIGKILL)
+    with pytest.raises(fl.WorkerError, match="SIGKILL"):
+        for _ in it:
+            pass
+    loader.close()
+    assert shm_segments() == before
+
+
+def test_workers_are_kept_across_passes_and_resets():
+    ds = fl.Dataset(Rows, ItemSource(40))
+    with fl.Loader(ds, 8, seed=2, workers=2) as loader:
+        list(loader)
+        pids = [w.proc.pid for w in loader._pool.workers]
+        list(loader)
+        loader.reset(5)
+        list(loader)
+        assert [w.proc.pid for w in loader._pool.workers] == pids
+
+
+def test_in_memory_arrays_are_gathered_in_process_even_with_workers():
+    ds = fl.Dataset.from_arrays(x=np.arange(30.0).reshape(10, 3))
+    with fl.Loader(ds, 4, workers=2) as loader:
+        assert len(list(loader)) == 3
+        assert loader._pool is None
+
+
+def test_a_dataset_that_refers_to_main_loads_in_process_with_a_warning(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import warnings
+        import numpy as np
+        import feedline as fl
+
+        class Local:
+            def __len__(self):
+                return 20
+            def __getitem__(self, i):
+                return {"x": [i, i, i], "y": i}
+
+        class R(fl.Record, dims={"D": 3}):
+            x = fl.field("D", "float32")
+            y = fl.field((), "int64")
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader = fl.Loader(fl.Dataset(R, Local()), 8, workers=2)
+            rows = sum(b.size for b in loader)
+        print(rows, [str(w.message) for w in caught if w.category is RuntimeWarning])
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.startswith("20 ")
+    assert "defined in __main__" in out.stdout
+
+
+def test_closing_the_loader_stops_its_workers_and_unlinks_its_memory():
+    before = shm_segments()
+    ds = fl.Dataset(Rows, ItemSource(64))
+    loader = fl.Loader(ds, 8, workers=2)
+    next(iter(loader))
+    procs = [w.proc for w in loader._pool.workers]
+    assert shm_segments() - before
+    loader.close()
+    assert all(p.poll() is not None for p in procs)
+    assert shm_segments() == before
