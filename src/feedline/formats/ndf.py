@@ -71,6 +71,10 @@ class NdfFile:
     ``f.share()`` and ``f.close()`` (the file closes with its last share).
     """
 
+    # Every row has the record's shapes and dtypes by construction: datasets need not
+    # check each batch, and its gathers are plain copies from the memory map.
+    fixed_layout = True
+
     def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None) -> None:
         self._file = _file if _file is not None else SharedFile(path)
         self.path = self._file.path

@@ -89,6 +89,9 @@ class Dataset:
         self._columns: dict[str, np.ndarray] | None = None
         self._values_checked = False
         self._hf = source.with_format("numpy") if _is_hf_dataset(source) else None
+        own_record = getattr(source, "record", None)
+        self._trusted = bool(getattr(source, "fixed_layout", False)) and own_record is not None \
+            and (own_record is record or own_record.same_schema(record))
         if isinstance(source, Mapping):
             self._columns = self._check_whole(
                 {f: _to_numpy(source[f]) for f in record.fields if f in source}, "dict")
@@ -145,6 +148,12 @@ class Dataset:
         return self._columns is not None
 
     @property
+    def cheap_gathers(self) -> bool:
+        """Whether a batch is a plain gather from memory or a memory map (no Python per
+        item): worker processes cannot make such a dataset faster."""
+        return self._columns is not None or self._trusted
+
+    @property
     def columns(self) -> dict[str, np.ndarray] | None:
         """The checked in-memory arrays (None for other sources)."""
         return self._columns
@@ -184,7 +193,12 @@ class Dataset:
                 return {k: out[k][: len(idx)] for k in self._columns}
             return {k: np.take(col, idx, axis=0) for k, col in self._columns.items()}
         src = self.source
-        if hasattr(src, "getitems"):
+        if self._trusted:
+            # A feedline file of this record: its layout fixes every shape and dtype.
+            batch = src.getitems(idx)
+            if check_values:
+                self.record.check_columns(batch, idx, check_values=True)
+        elif hasattr(src, "getitems"):
             cols = src.getitems(idx)
             batch = self.record.check_columns(cols, idx, check_values=check_values)
         elif self._hf is not None:
