@@ -42,6 +42,7 @@ from ..errors import RecordError, StateError
 from ..order import Order, Seq, _hash, _kernels, _seq
 from ..sources import Dataset
 from ._batch import Batch
+from ._gather import gather
 from ._ranks import detect_rank
 from ._workers import WorkerPool, unpicklable_reason
 
@@ -145,6 +146,7 @@ class Loader:
         self._full_len = self._full_length(source)
         self._datasets = self._check_sources()
         self.record = self._datasets[0].record
+        self._mapped = any(ds.mapped for ds in self._datasets)
         self._fingerprint = self._make_fingerprint()
         self._lock = threading.Lock()
         self._orders: dict[int | None, Order] = {}
@@ -285,31 +287,19 @@ class Loader:
         self._block = (start, ords, recs)
         return self._block
 
-    def _gather(self, ords: np.ndarray, recs: np.ndarray, rows: int,
+    def _gather(self, ords: np.ndarray, recs: np.ndarray, rows: int, start: int,
                 out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The fields of the given records, stacked; padded with zeros to ``rows``."""
-        size = len(recs)
         if self.check_values and not self._values_checked:
             for ds in self._datasets:
                 ds.check_values()
             self._values_checked = True
-        fields = self.record.fields
-        if len(self._datasets) == 1 or (size and ords.min() == ords.max()):
-            ds = self._datasets[int(ords[0]) if size else 0]
-            if out is None and rows == size:
-                return ds.getitems(recs, check_values=self.check_values)
-            target = out if out is not None else {
-                n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
-            ds.getitems(recs, check_values=self.check_values, out=target)
-            return target
-        target = out if out is not None else {
-            n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
-        for o in np.unique(ords):
-            sel = np.flatnonzero(ords == o)
-            cols = self._datasets[int(o)].getitems(recs[sel], check_values=self.check_values)
-            for n, col in cols.items():
-                target[n][sel] = col
-        return target
+        return gather(self._datasets, self.record.fields, ords, recs, rows, start,
+                      self._context(), self.check_values, out)
+
+    def _context(self) -> int:
+        """The pass's context: it seeds mapped datasets' per-example generators."""
+        return self._pass_order().seed if self._mapped else 0
 
     def _rows_for(self, size: int) -> int:
         if self.pad or (self.even and self.shard is not None):
@@ -355,7 +345,8 @@ class Loader:
                 if claim is None:
                     break
                 start, stop, ords, recs = claim
-                pool.submit(start // self.batch_size, ords, recs, self._rows_for(stop - start))
+                pool.submit(start // self.batch_size, ords, recs, self._rows_for(stop - start),
+                            start, self._context())
                 self._inflight.append(claim)
             if not self._inflight:
                 with self._lock:
@@ -387,7 +378,7 @@ class Loader:
         start, stop, ords, recs = claim
         size = stop - start
         rows = self._rows_for(size)
-        fields = self._gather(ords, recs, rows)
+        fields = self._gather(ords, recs, rows, start)
         with self._lock:
             self._delivered = max(self._delivered, start // self.batch_size + 1)
         if self.output == "torch":
@@ -432,7 +423,7 @@ class Loader:
         start, stop, ords, recs = claim
         size = stop - start
         rows = self._rows_for(size)
-        self._gather(ords, recs, size, out={n: out[n] for n in self.record.fields})
+        self._gather(ords, recs, size, start, out={n: out[n] for n in self.record.fields})
         with self._lock:
             self._delivered = max(self._delivered, start // self.batch_size + 1)
         if rows > size:

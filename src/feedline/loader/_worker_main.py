@@ -17,6 +17,8 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from feedline.loader._gather import gather
+
 
 def _views(shm: SharedMemory, layout: list[tuple[str, str, tuple[int, ...], int]],
            rows: int) -> dict[str, np.ndarray]:
@@ -30,6 +32,7 @@ def serve(conn: Connection) -> None:
     layout = init["layout"]
     batch_size = init["batch_size"]
     check_values = init["check_values"]
+    fields = datasets[0].record.fields
     slots = [SharedMemory(name=n) for n in init["slots"]]
     try:
         conn.send(("ready", os.getpid()))
@@ -37,21 +40,12 @@ def serve(conn: Connection) -> None:
             msg = conn.recv()
             if msg[0] == "stop":
                 return
-            _, batch_no, slot, ords, recs, rows = msg
+            _, batch_no, slot, ords, recs, rows, start, context = msg
             try:
                 out = _views(slots[slot], layout, batch_size)
                 size = len(recs)
-                if len(datasets) == 1 or (size and ords.min() == ords.max()):
-                    ds = datasets[int(ords[0]) if size else 0]
-                    cols = ds.getitems(recs, check_values=check_values)
-                    for name, col in cols.items():
-                        out[name][:size] = col
-                else:
-                    for o in np.unique(ords):
-                        sel = np.flatnonzero(ords == o)
-                        cols = datasets[int(o)].getitems(recs[sel], check_values=check_values)
-                        for name, col in cols.items():
-                            out[name][sel] = col
+                gather(datasets, fields, ords, recs, size, start, context, check_values,
+                       out={name: a for name, a in out.items()})
                 if rows > size:
                     for name in out:
                         out[name][size:rows] = 0

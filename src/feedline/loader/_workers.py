@@ -136,12 +136,13 @@ class WorkerPool:
     def can_submit(self) -> bool:
         return bool(self.free)
 
-    def submit(self, batch_no: int, ords: np.ndarray, recs: np.ndarray, rows: int) -> None:
+    def submit(self, batch_no: int, ords: np.ndarray, recs: np.ndarray, rows: int, start: int,
+               context: int) -> None:
         slot = self.free.popleft()
         w = self.workers[self._next_worker % len(self.workers)]
         self._next_worker += 1
         w.conn.send(("task", batch_no, slot, np.ascontiguousarray(ords),
-                     np.ascontiguousarray(recs), rows))
+                     np.ascontiguousarray(recs), rows, start, context))
         w.busy += 1
         self.pending[batch_no] = (slot, w)
 

@@ -20,6 +20,8 @@ field order, or, for a one-field record, the bare value.
 
 from __future__ import annotations
 
+import copy
+import inspect
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -88,6 +90,8 @@ class Dataset:
             self.salt = int(own() if callable(own) else own or 0)
         self._columns: dict[str, np.ndarray] | None = None
         self._values_checked = False
+        self._maps: tuple = ()
+        self._base: Dataset = self
         self._hf = source.with_format("numpy") if _is_hf_dataset(source) else None
         own_record = getattr(source, "record", None)
         self._trusted = bool(getattr(source, "fixed_layout", False)) and own_record is not None \
@@ -151,7 +155,7 @@ class Dataset:
     def cheap_gathers(self) -> bool:
         """Whether a batch is a plain gather from memory or a memory map (no Python per
         item): worker processes cannot make such a dataset faster."""
-        return self._columns is not None or self._trusted
+        return (self._columns is not None or self._trusted) and not self._maps
 
     @property
     def columns(self) -> dict[str, np.ndarray] | None:
@@ -168,6 +172,8 @@ class Dataset:
         i = int(index)
         if not 0 <= i < self._len:
             raise IndexError(f"item {i} is outside the dataset of {self._len}")
+        if self._maps:
+            return {k: np.array(v[0]) for k, v in self.getitems(np.array([i])).items()}
         if self._columns is not None:
             return {k: np.array(v[i]) for k, v in self._columns.items()}
         if not hasattr(self.source, "__getitem__") or hasattr(self.source, "getitems"):
@@ -175,11 +181,22 @@ class Dataset:
         return self.record.check(self.source[i], i, check_values=False)
 
     def getitems(self, indices: Any, *, check_values: bool = False,
-                 out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                 out: dict[str, np.ndarray] | None = None, positions: Any = None,
+                 context: int = 0) -> dict[str, np.ndarray]:
         """A batch of items as columns (batch axis first), one gather per field.
 
-        With ``out``, in-memory arrays are gathered into the given arrays' first rows.
+        With ``out``, the batch is written into the given arrays' first rows. For a mapped
+        dataset, ``positions`` (the rows' positions in the loader's order, default the
+        indices) and ``context`` (the loader's pass) seed each example's generator.
         """
+        if self._maps:
+            batch = self._base.getitems(indices, check_values=check_values)
+            batch = self._apply_maps(batch, np.asarray(indices, dtype=np.int64),
+                                     positions, context, check_values)
+            if out is not None:
+                for k, v in batch.items():
+                    out[k][: len(v)] = v
+            return batch
         idx = np.asarray(indices, dtype=np.int64)
         if self._columns is not None:
             if check_values:
@@ -241,6 +258,55 @@ class Dataset:
                 for item, i in zip(items, idx):
                     rec.check(item, int(i), check_values=check_values)
             raise batch_error
+
+    # -- transforms ---------------------------------------------------------------------
+    def map(self, fn: Any, *, seed: int = 0) -> Dataset:
+        """This dataset with ``fn`` applied to every example as it loads (lazily).
+
+        ``fn(example)`` or ``fn(example, rng)`` takes a dict of the fields' arrays and
+        returns one that fits the record. ``rng`` is a ``numpy.random.Generator`` seeded
+        from ``seed``, the loader's pass and the example's position in the order, so an
+        augmented stream is the same on every run, with any number of workers, and
+        resumes exactly. A loader runs maps in its worker processes.
+        """
+        if not callable(fn):
+            raise TypeError(f"map takes a function, got {type(fn).__name__}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        try:
+            params = [p for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            takes_rng = len(params) >= 2
+        except (TypeError, ValueError):
+            takes_rng = False
+        mapped = copy.copy(self)
+        mapped._owns_share = False  # the base dataset keeps the file open
+        mapped._maps = (*self._maps, (fn, int(seed), takes_rng))
+        mapped._base = self._base
+        return mapped
+
+    def _apply_maps(self, batch: dict[str, np.ndarray], idx: np.ndarray, positions: Any,
+                    context: int, check_values: bool) -> dict[str, np.ndarray]:
+        pos = idx if positions is None else np.asarray(positions, dtype=np.int64)
+        rows = []
+        names = list(self.record.fields)
+        for r in range(len(idx)):
+            example = {k: batch[k][r] for k in names}
+            for fn, seed, takes_rng in self._maps:
+                if takes_rng:
+                    rng = np.random.default_rng([seed, int(context), int(pos[r])])
+                    example = fn(example, rng)
+                else:
+                    example = fn(example)
+            rows.append(self.record.check(example, int(idx[r]), check_values=check_values))
+        if not rows:
+            return batch
+        return {k: np.stack([row[k] for row in rows]) for k in names}
+
+    @property
+    def mapped(self) -> bool:
+        """Whether examples pass through ``map`` functions as they load."""
+        return bool(self._maps)
 
     # -- ordering -----------------------------------------------------------------------
     def to_seq(self) -> Seq:
