@@ -31,6 +31,8 @@ MAGIC = b"NDF1"
 HEADER = 28
 _HEADER = struct.Struct("<4sQQQ")
 _records: dict[tuple[int, int], type[Record]] = {}
+# A row of more values than this is not a real .ndf (and would not fit an array shape).
+_MAX_ROW_VALUES = 1 << 32
 
 
 def record_for(d: int, l: int) -> type[Record]:  # noqa: E741
@@ -93,6 +95,11 @@ class NdfFile:
         magic, n, d, l = _HEADER.unpack(self._file.pread(HEADER, 0, "the .ndf header"))  # noqa: E741
         if magic != MAGIC:
             raise FormatError(f"expected magic {MAGIC!r}, found {magic!r}", self.path, 0)
+        if d + l > _MAX_ROW_VALUES:
+            raise FormatError(f"the header says a row holds d={d} + l={l} values; at most "
+                              f"{_MAX_ROW_VALUES} are supported", self.path, 12)
+        if d + l == 0 and n:
+            raise FormatError(f"the header says {n} rows of no values", self.path, 4)
         expected = HEADER + n * (d + l) * 8
         if expected != size:
             raise FormatError(
@@ -106,20 +113,27 @@ class NdfFile:
     def __len__(self) -> int:
         return self.n
 
+    def _rows_view(self) -> np.ndarray:
+        if self._rows is None:
+            raise ValueError(f"{self.path}: this handle is closed")
+        return self._rows
+
     def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Row ``i`` as (features, labels), copies."""
+        rows = self._rows_view()
         i = int(i)
         if not 0 <= i < self.n:
             raise IndexError(f"row {i} is outside the file's {self.n} rows")
-        row = np.array(self._rows[i])
+        row = np.array(rows[i])
         return row[: self.d], row[self.d:]
 
     def rows(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """Rows ``indices`` as (X: len x d, Y: len x l): one gather from the memory map."""
+        rows = self._rows_view()
         idx = np.asarray(indices, dtype=np.int64)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             raise IndexError(f"row indices must be in [0, {self.n})")
-        block = np.take(self._rows, idx, axis=0)
+        block = np.take(rows, idx, axis=0)
         return block[:, : self.d], block[:, self.d:]
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import struct
@@ -50,8 +51,13 @@ def _align(x: int) -> int:
     return -(-x // ALIGN) * ALIGN
 
 
+def _raw(a: np.ndarray) -> memoryview:
+    """A C-contiguous array's bytes (also for arrays with a 0 in their shape)."""
+    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+
+
 def _crc(buf: Any, crc: int = 0) -> int:
-    mv = memoryview(buf).cast("B")
+    mv = _raw(buf) if isinstance(buf, np.ndarray) else memoryview(buf).cast("B")
     for a in range(0, len(mv), _SLICE):
         crc = zlib.crc32(mv[a:a + _SLICE], crc)
     return crc
@@ -65,7 +71,7 @@ def _layout(record: type[Record], n: int, crcs: list[int]) -> tuple[bytes, list[
     """The header JSON and column table for ``n`` rows; returns (header, columns, end)."""
     fields = list(record.fields.values())
     columns = [{"field": f.name, "kind": "fixed", "offset": 0,
-                "length": n * _le(f.dtype).itemsize * int(np.prod(f.shape, dtype=np.int64)),
+                "length": n * _le(f.dtype).itemsize * math.prod(f.shape),
                 "crc32": crc} for f, crc in zip(fields, crcs)]
     # The header's size depends on the offsets it records: settle them by iteration.
     data_offset = 0
@@ -108,6 +114,8 @@ def write(path: str | os.PathLike[str], record: type[Record], data: Any, *,
     """
     if not (isinstance(record, type) and issubclass(record, Record)):
         raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
+    if not record.fields:
+        raise TypeError(f"record {record.__name__} has no fields: nothing to write")
     if isinstance(data, Mapping):
         return _write_columns(path, record, data, check_values)
     return _write_stream(path, record, _item_chunks(record, data, check_values), check_values)
@@ -119,6 +127,8 @@ def write_chunks(path: str | os.PathLike[str], record: type[Record], chunks: Ite
     axis first), streamed: memory stays O(chunk). Atomic; returns the number of rows."""
     if not (isinstance(record, type) and issubclass(record, Record)):
         raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
+    if not record.fields:
+        raise TypeError(f"record {record.__name__} has no fields: nothing to write")
     return _write_stream(path, record, chunks, check_values)
 
 
@@ -152,7 +162,7 @@ def _write_columns(path: Any, record: type[Record], data: Mapping[str, Any],
         f.write(header)
         for c, a in zip(columns, arrays):
             _write_pad(f, c["offset"])
-            mv = memoryview(a).cast("B")
+            mv = _raw(a)
             for s in range(0, len(mv), _SLICE):
                 f.write(mv[s:s + _SLICE])
     return n
@@ -179,7 +189,7 @@ def _write_stream(path: Any, record: type[Record], chunks: Iterable[Any],
                     raise ValueError(f"chunk columns of different lengths ({f.name}: "
                                      f"{len(block)}, expected {rows})")
                 crcs[k] = _crc(block, crcs[k])
-                spool.write(memoryview(block).cast("B"))
+                spool.write(_raw(block))
             n += rows
         header, columns, end = _layout(record, n, crcs)
         with atomic_write(path) as out:
@@ -238,6 +248,8 @@ class RecFile:
         if version != VERSION:
             raise self._fail(f"this feedline reads .flr version {VERSION}, the file is version "
                              f"{version}", 8)
+        if n >= 1 << 62:
+            raise self._fail(f"{n} rows is more than an array can index", 32)
         if flags != 0:
             raise self._fail(f"unknown flags {flags:#x} (this version writes 0)", 12)
         if f_len != size:
@@ -251,7 +263,7 @@ class RecFile:
             raise self._fail("header checksum does not match", h_off)
         try:
             doc = json.loads(header.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise self._fail(f"the header is not UTF-8 JSON: {e}", h_off) from e
         if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
             raise self._fail(f"the header is not a {FORMAT_NAME} header", h_off)
@@ -269,6 +281,10 @@ class RecFile:
         if not isinstance(columns, list) or len(columns) != len(fields):
             raise self._fail(f"expected {len(fields)} columns in the header, found "
                              f"{len(columns) if isinstance(columns, list) else columns!r}", h_off)
+        if not fields:
+            raise self._fail("the header's record has no fields", h_off)
+        if not all(isinstance(c, dict) for c in columns):
+            raise self._fail("every column entry of the header must be an object", h_off)
         self.n = n
         self._columns: dict[str, np.ndarray] = {}
         self._crcs: dict[str, tuple[int, int, int]] = {}
@@ -287,7 +303,11 @@ class RecFile:
                 raise self._fail(f"column `{f.name}` has a malformed offset, length or crc32",
                                  h_off)
             dtype = _le(f.dtype)
-            per_row = dtype.itemsize * int(np.prod(f.shape, dtype=np.int64))
+            elements = math.prod(f.shape)  # Python ints: a crafted shape cannot overflow
+            per_row = dtype.itemsize * elements
+            if per_row > size or n * elements >= 1 << 62:
+                raise self._fail(f"field `{f.name}` of shape {f.shape} cannot fit the file",
+                                 h_off)
             if length != n * per_row:
                 raise self._fail(f"column `{f.name}` should hold {n} rows of {per_row} bytes = "
                                  f"{n * per_row}, its length is {length}", h_off)
@@ -296,7 +316,7 @@ class RecFile:
                                  f"aligned range after the header inside the file of {size}",
                                  h_off)
             low = off + length
-            count = n * int(np.prod(f.shape, dtype=np.int64))
+            count = n * elements
             self._columns[f.name] = self._file.array(dtype, off, count, (n, *f.shape))
             self._crcs[f.name] = (off, length, crc)
         self.salt = 0
@@ -311,13 +331,19 @@ class RecFile:
         return dict(self._columns)
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        self._check_open()
         i = int(i)
         if not 0 <= i < self.n:
             raise IndexError(f"row {i} is outside the file's {self.n} rows")
         return {k: np.array(v[i]) for k, v in self._columns.items()}
 
+    def _check_open(self) -> None:
+        if self._file.closed:
+            raise ValueError(f"{self.path}: this handle is closed")
+
     def getitems(self, indices: Any) -> dict[str, np.ndarray]:
         """Rows ``indices`` as columns: one gather per field from the memory map."""
+        self._check_open()
         idx = np.asarray(indices, dtype=np.int64)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             raise IndexError(f"row indices must be in [0, {self.n})")

@@ -369,6 +369,9 @@ def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Fie
     if keyword.iskeyword(name) or name.startswith("_"):
         raise RecordError(f"{spec.where}: record {record} field `{name}` is a Python keyword or "
                           f"starts with _")
+    if hasattr(Record, name):
+        raise RecordError(f"{spec.where}: record {record} field `{name}` would hide the "
+                          f"record's own `{name}`")
     raw = spec.shape
     if isinstance(raw, (str, int, np.integer)) and not isinstance(raw, bool):
         raw = (raw,)
@@ -395,6 +398,8 @@ def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Fie
     if dtype.kind not in _ACCEPTS:
         raise RecordError(f"{spec.where}: record {record} field `{name}`: dtype {dtype} is not "
                           f"a number or bool dtype")
+    if dtype.byteorder not in ("=", "|"):  # byte order is storage, not the field's type
+        dtype = dtype.newbyteorder("=")
     dom = spec.domain
     if dom is not None:
         if isinstance(dom, Index):
