@@ -772,3 +772,17 @@ def test_a_closed_loader_refuses_use():
         assert sum(b.size for b in loader) == 10
     with pytest.raises(ValueError):
         list(loader)
+
+
+def test_the_arrays_of_batches_let_go_are_reused_and_those_kept_are_not():
+    ds = dataset(100)
+    loader = fl.Loader(ds, 10, seed=1)
+    seen = set()
+    kept = []
+    for k, batch in enumerate(loader):
+        seen.add(id(batch.x))
+        if k % 3 == 0:
+            kept.append((batch, batch.x.copy()))
+    assert len(seen) < 10  # some arrays came back
+    for batch, copy in kept:  # and nothing the caller kept was written over
+        np.testing.assert_array_equal(batch.x, copy)

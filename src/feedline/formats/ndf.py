@@ -140,9 +140,15 @@ class NdfFile:
         x, y = self.read_row(i)
         return {"x": x, "y": y}
 
-    def getitems(self, indices: Any) -> dict[str, np.ndarray]:
+    def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None
+                 ) -> dict[str, np.ndarray]:
+        """Rows ``indices`` as ``{"x", "y"}`` columns (into ``out``'s rows when given)."""
         x, y = self.rows(indices)
-        return {"x": x, "y": y}
+        if out is None:
+            return {"x": x, "y": y}
+        out["x"][: len(x)] = x
+        out["y"][: len(y)] = y
+        return {"x": out["x"][: len(x)], "y": out["y"][: len(y)]}
 
     def share(self) -> NdfFile:
         """Another handle on the same open file."""

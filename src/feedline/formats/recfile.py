@@ -341,13 +341,19 @@ class RecFile:
         if self._file.closed:
             raise ValueError(f"{self.path}: this handle is closed")
 
-    def getitems(self, indices: Any) -> dict[str, np.ndarray]:
-        """Rows ``indices`` as columns: one gather per field from the memory map."""
+    def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None
+                 ) -> dict[str, np.ndarray]:
+        """Rows ``indices`` as columns: one gather per field from the memory map (into
+        ``out``'s first rows when given)."""
         self._check_open()
         idx = np.asarray(indices, dtype=np.int64)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             raise IndexError(f"row indices must be in [0, {self.n})")
-        return {k: np.take(v, idx, axis=0) for k, v in self._columns.items()}
+        if out is None:
+            return {k: np.take(v, idx, axis=0) for k, v in self._columns.items()}
+        # mode="clip": the bounds are checked above, so numpy need not buffer ``out``.
+        return {k: np.take(v, idx, axis=0, out=out[k][: len(idx)], mode="clip")
+                for k, v in self._columns.items()}
 
     def verify(self) -> None:
         """Check every column's CRC-32; a ``FormatError`` names the first bad column."""

@@ -18,7 +18,9 @@ def gather(datasets: list, fields: Mapping[str, Any], ords: np.ndarray, recs: np
     ``out``, the rows are written into the given arrays (padding is left to the caller).
     """
     size = len(recs)
-    positions = np.arange(start, start + size, dtype=np.int64)
+    # Positions seed mapped datasets' generators; others never look at them.
+    positions = (np.arange(start, start + size, dtype=np.int64)
+                 if any(ds.mapped for ds in datasets) else None)
     if len(datasets) == 1 or (size and ords.min() == ords.max()):
         ds = datasets[int(ords[0]) if size else 0]
         if out is None and rows == size:
@@ -33,8 +35,9 @@ def gather(datasets: list, fields: Mapping[str, Any], ords: np.ndarray, recs: np
         n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
     for o in np.unique(ords):
         sel = np.flatnonzero(ords == o)
-        cols = datasets[int(o)].getitems(recs[sel], check_values=check_values,
-                                         positions=positions[sel], context=context)
+        cols = datasets[int(o)].getitems(
+            recs[sel], check_values=check_values,
+            positions=None if positions is None else positions[sel], context=context)
         for n, col in cols.items():
             target[n][sel] = col
     return target

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+import sys
 import threading
 import warnings
 from collections import deque
@@ -52,6 +53,9 @@ STATE_VERSION = 1
 # The order is fetched this many positions at a time (rounded to whole batches): one
 # lookup amortised over many batches, small enough to stay in cache.
 _BLOCK = 1 << 16
+# The reference count of an array held only by a loader's spare-buffer dict, as seen
+# from inside ``_recycled`` (the dict, the loop's name, getrefcount's argument).
+_FREE_REFS = 3
 # Pass e > 0 of a loader runs in the context epoch_ctx(seed, e, _PASS_LEVEL): a level no
 # repeat inside a configuration can have (they are at most 16 deep).
 _PASS_LEVEL = 255
@@ -150,6 +154,7 @@ class Loader:
         self._fingerprint = self._make_fingerprint()
         self._lock = threading.Lock()
         self._orders: dict[int | None, Order] = {}
+        self._pass_cache: tuple | None = None
         self._seed = self._base_seed
         self._epoch = 0
         self._claimed = 0
@@ -163,6 +168,7 @@ class Loader:
         self._pool: WorkerPool | None = None
         self._pool_decided = False
         self._inflight: deque = deque()
+        self._spare: deque[dict[str, np.ndarray]] = deque(maxlen=4)
         self._next_lock = threading.Lock()
 
     # -- construction helpers -----------------------------------------------------------
@@ -224,10 +230,15 @@ class Loader:
         return order
 
     def _pass_order(self) -> Order:
+        key = (self._seed, self._epoch)
+        cached = self._pass_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
         order = self._order(self._seed)
-        if self._epoch == 0:
-            return order
-        return order.with_seed(_hash.epoch_ctx(order.seed, self._epoch, _PASS_LEVEL))
+        if self._epoch:
+            order = order.with_seed(_hash.epoch_ctx(order.seed, self._epoch, _PASS_LEVEL))
+        self._pass_cache = (key, order)
+        return order
 
     def _count_steps(self) -> int:
         n = self._order(self._seed).length
@@ -378,15 +389,48 @@ class Loader:
         start, stop, ords, recs = claim
         size = stop - start
         rows = self._rows_for(size)
-        fields = self._gather(ords, recs, rows, start)
+        reuse = self._recycled(rows)
+        if reuse is not None:
+            fields = self._gather(ords, recs, size, start, out=reuse)
+            if rows > size:
+                for a in reuse.values():
+                    a[size:] = 0
+            fields = reuse
+        else:
+            fields = self._gather(ords, recs, rows, start)
+        self._recycle_later(fields)
         with self._lock:
             self._delivered = max(self._delivered, start // self.batch_size + 1)
         if self.output == "torch":
             fields = self._to_torch(fields)
-        batch = Batch(fields, size, rows, start, ords, recs)
+        batch = Batch(dict(fields), size, rows, start, ords, recs)
         if self.batch_transform is not None:
             return self.batch_transform(batch)
         return batch
+
+    # -- buffer recycling ---------------------------------------------------------------
+    # A batch's arrays are fresh memory; the first touch of fresh pages costs as much as
+    # the gather itself on this machine kind. So the arrays of batches the caller has let
+    # go are reused: an array is reused only when nothing but this loader refers to it (no
+    # batch, view, tensor or name anywhere), which CPython's reference count tells.
+
+    def _recycle_later(self, fields: dict[str, np.ndarray]) -> None:
+        if all(isinstance(a, np.ndarray) and a.base is None and a.flags.writeable
+               for a in fields.values()):
+            with self._lock:
+                self._spare.append(fields)
+
+    def _recycled(self, rows: int) -> dict[str, np.ndarray] | None:
+        with self._lock:
+            for k in range(len(self._spare)):
+                bufs = self._spare[k]
+                # The dict too: a thread still handing the batch out holds it by name.
+                if sys.getrefcount(bufs) <= _FREE_REFS and all(
+                        len(a) == rows and sys.getrefcount(a) <= _FREE_REFS
+                        for a in bufs.values()):
+                    del self._spare[k]
+                    return bufs
+        return None
 
     def next_into(self, out: Mapping[str, np.ndarray]) -> int:
         """Gather the next batch into caller-provided arrays; returns its row count.
