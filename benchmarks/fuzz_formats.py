@@ -1,4 +1,4 @@
-"""Fuzz the .ndf and .flr readers: mutate valid files and count what opening them does.
+"""Fuzz the .ndf, .flr and .nndataset readers: mutate valid files and count what opening them does.
 
 Every case takes a valid file, damages it (random byte flips, bit flips, truncations,
 appended bytes, random header field values including huge ones; for .flr also preamble
@@ -115,7 +115,21 @@ def make_bases(directory: str) -> dict[str, list[bytes]]:
             fl.recfile.write(path, record, iter(()))
         with open(path, "rb") as f:
             flr.append(f.read())
-    return {"ndf": ndf, "flr": flr}
+    nnd = []
+    docs = [[int(t) for t in rng.integers(0, 300, k)] for k in (5, 0, 17, 1, 40)]
+    for scope, test in [("all", []), ("assistant", [[7, 8]]), ("all", [[1], []])]:
+        masks = [[i % 2 == 0 for i in range(len(d))] for d in docs] if scope == "assistant" \
+            else None
+        tmasks = [[True] * len(d) for d in test] if scope == "assistant" else None
+        build = fl.nndataset.Build({"tokens": 300, "name": "bytes", "ids": [1, 2, 3]},
+                                   "corpus.txt", "ab" * 32, len(docs) + len(test),
+                                   loss_scope=scope, train_docs=docs, train_masks=masks,
+                                   test_docs=test, test_masks=tmasks, created=1)
+        path = os.path.join(directory, "base.nndataset")
+        fl.nndataset.write(path, build)
+        with open(path, "rb") as f:
+            nnd.append(f.read())
+    return {"ndf": ndf, "flr": flr, "nndataset": nnd}
 
 
 # -- mutations ------------------------------------------------------------------------------
@@ -255,6 +269,21 @@ def mutate_flr(rng: random.Random, base: bytes) -> tuple[str, bytes]:
     return kind, bytes(buf)
 
 
+def mutate_nndataset(rng: random.Random, base: bytes) -> tuple[str, bytes]:
+    buf = bytearray(base)
+    kind = rng.choice(["flip", "flip", "flip", "truncate", "append", "u64", "u64"])
+    if kind == "flip":
+        flip_bytes(rng, buf, 8)
+    elif kind == "truncate":
+        buf = buf[:rng.randrange(len(buf))]
+    elif kind == "append":
+        buf += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
+    else:  # an aligned 8-byte word (a length, an address, a count) set to a big value
+        at = rng.randrange(0, max(len(buf) - 8, 1))
+        buf[at:at + 8] = struct.pack("<Q", big_value(rng))
+    return kind, bytes(buf)
+
+
 # -- running --------------------------------------------------------------------------------
 
 
@@ -272,7 +301,19 @@ def try_flr(path: str) -> None:
             f.getitems([0, len(f) - 1])
 
 
-FORMATS = {"ndf": (mutate_ndf, try_ndf), "flr": (mutate_flr, try_flr)}
+def try_nndataset(path: str) -> None:
+    with fl.nndataset.open(path) as f:
+        for subset in ("train", "test"):
+            if f.info.kind != "text" or (subset == "test" and not f.info.test_docs):
+                continue
+            c = f.load_text(subset)
+            np.asarray(c.token_flow), np.asarray(c.loss_mask), np.asarray(c.doc_ids)
+            if c.num_docs:
+                f.text_doc(subset, c.num_docs - 1)
+
+
+FORMATS = {"ndf": (mutate_ndf, try_ndf), "flr": (mutate_flr, try_flr),
+           "nndataset": (mutate_nndataset, try_nndataset)}
 
 
 def run_case(fmt: str, bases: list[bytes], case_seed: int, path: str,
@@ -305,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=100_000, help="cases per format")
     parser.add_argument("--seed", type=int, default=1, help="the run's seed")
-    parser.add_argument("--formats", default="ndf,flr", help="comma-separated: ndf, flr")
+    parser.add_argument("--formats", default="ndf,flr,nndataset",
+                        help="comma-separated: ndf, flr, nndataset")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds a case may take")
     parser.add_argument("--show", type=int, default=3, help="cases printed per kind of failure")
     parser.add_argument("--replay", type=int, default=None,
