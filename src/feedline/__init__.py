@@ -51,3 +51,13 @@ __all__ = [
     "recfile",
     "salt",
 ]
+
+
+def __getattr__(name: str):
+    """``fl.torch`` (and later integrations) load on first use: importing feedline never
+    imports PyTorch."""
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'feedline' has no attribute {name!r}")

@@ -27,6 +27,8 @@ class Batch:
         self._records = records
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # not yet set (unpickling) or not a field
+            raise AttributeError(name)
         try:
             return self._fields[name]
         except KeyError:

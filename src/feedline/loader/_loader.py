@@ -168,6 +168,7 @@ class Loader:
         self._pool: WorkerPool | None = None
         self._pool_decided = False
         self._inflight: deque = deque()
+        self._share = (0, 1)
         self._spare: deque[dict[str, np.ndarray]] = deque(maxlen=4)
         self._next_lock = threading.Lock()
 
@@ -211,6 +212,7 @@ class Loader:
             "pad": self.pad,
             "even": self.even,
             "shard": list(self.shard) if self.shard else None,
+            "share": list(getattr(self, "_share", (0, 1))),
             "deal": self._deal is not None,
         }
         text = json.dumps(doc, sort_keys=True).encode()
@@ -240,6 +242,24 @@ class Loader:
         self._pass_cache = (key, order)
         return order
 
+    def _share_index(self, start: int) -> int:
+        """The number, within this loader's share, of the batch starting at ``start``."""
+        return (start // self.batch_size) // self._share[1]
+
+    def share_batches(self, index: int, count: int) -> None:
+        """Take only batches ``index, index + count, ...`` of every pass (a share of the
+        batches for one of ``count`` consumers, such as torch DataLoader workers); the
+        state then counts this share's batches. Call it before the first batch."""
+        index = _check_int("share index", index, 0)
+        count = _check_int("share count", count, 1)
+        if index >= count:
+            raise ValueError(f"share index must be < count, got {index} of {count}")
+        with self._lock:
+            if self._claimed or self._epoch:
+                raise ValueError("share_batches must be called before the first batch")
+            self._share = (index, count)
+            self._fingerprint = self._make_fingerprint()
+
     def _count_steps(self) -> int:
         n = self._order(self._seed).length
         b = self.batch_size
@@ -253,8 +273,9 @@ class Loader:
 
     # -- the stream ---------------------------------------------------------------------
     def __len__(self) -> int:
-        """Batches in one pass (data.nu's ``dl_num_batches``)."""
-        return self._steps
+        """Batches in one pass (data.nu's ``dl_num_batches``; of this share, if shared)."""
+        w, k = self._share
+        return max(0, -(-(self._steps - w) // k))
 
     @property
     def epoch(self) -> int:
@@ -270,10 +291,12 @@ class Loader:
         with self._lock:
             if self._closed:
                 raise ValueError("the loader is closed")
-            if self._ended or self._claimed >= self._steps:
+            w, k = self._share
+            index = self._claimed * k + w  # this loader's share of the pass's batches
+            if self._ended or index >= self._steps:
                 return None
             b = self.batch_size
-            start = self._claimed * b
+            start = index * b
             order_len = self._pass_order().length
             stop = min(start + b, order_len)
             self._claimed += 1
@@ -369,7 +392,7 @@ class Loader:
             rows = self._rows_for(size)
             fields = {n: a[:rows] for n, a in fields.items()}
             with self._lock:
-                self._delivered = start // self.batch_size + 1
+                self._delivered = self._share_index(start) + 1
         if self.output == "torch":
             fields = self._to_torch(fields)
         batch = Batch(fields, size, rows, start, ords, recs)
@@ -400,7 +423,7 @@ class Loader:
             fields = self._gather(ords, recs, rows, start)
         self._recycle_later(fields)
         with self._lock:
-            self._delivered = max(self._delivered, start // self.batch_size + 1)
+            self._delivered = max(self._delivered, self._share_index(start) + 1)
         if self.output == "torch":
             fields = self._to_torch(fields)
         batch = Batch(dict(fields), size, rows, start, ords, recs)
@@ -469,7 +492,7 @@ class Loader:
         rows = self._rows_for(size)
         self._gather(ords, recs, size, start, out={n: out[n] for n in self.record.fields})
         with self._lock:
-            self._delivered = max(self._delivered, start // self.batch_size + 1)
+            self._delivered = max(self._delivered, self._share_index(start) + 1)
         if rows > size:
             for n in self.record.fields:
                 out[n][size:rows] = 0
@@ -561,7 +584,9 @@ class Loader:
                 steps = self._count_steps()
             finally:
                 self._seed = previous
-            if not 0 <= batches <= steps or epoch < 0:
+            w, k = self._share
+            share_steps = max(0, -(-(steps - w) // k))
+            if not 0 <= batches <= share_steps or epoch < 0:
                 raise StateError(f"the state's position (epoch {epoch}, batch {batches}) does "
                                  f"not fit a pass of {steps} batches")
             self._seed = seed

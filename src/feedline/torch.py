@@ -1,0 +1,96 @@
+"""PyTorch integration: a loader as a ``torch.utils.data.IterableDataset``.
+
+::
+
+    import feedline as fl
+    from torch.utils.data import DataLoader
+
+    batches = fl.torch.IterableDataset(dataset_or_seq, 512, seed=1)
+    for batch in DataLoader(batches, batch_size=None, num_workers=2):
+        batch.x, batch.y                  # torch tensors, batch axis first
+
+Inside a ``DataLoader`` with ``num_workers=K``, torch worker ``w`` makes batches
+``w, w + K, ...`` of each pass; torch hands them out in turn, so the stream is the
+loader's own, every example exactly once, whatever ``K`` is. ``state_dict`` and
+``load_state_dict`` have the form torchdata's ``StatefulDataLoader`` calls on a
+dataset (in each worker), so its checkpoints resume exactly. ``shard="auto"`` is the
+default: under ``torch.distributed`` (or torchrun's environment) each rank takes its
+share of the positions.
+
+Needs PyTorch: ``pip install 'feedline[torch]'``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import torch as _torch
+    from torch.utils.data import IterableDataset as _TorchIterable
+    from torch.utils.data import get_worker_info
+except ImportError as e:  # pragma: no cover - exercised where torch is missing
+    raise ImportError("feedline.torch needs PyTorch: pip install 'feedline[torch]'") from e
+
+from .loader import Loader
+
+__all__ = ["IterableDataset"]
+
+
+class IterableDataset(_TorchIterable):
+    """A feedline loader as a torch ``IterableDataset`` yielding ``fl.Batch`` objects of
+    tensors (use ``DataLoader(..., batch_size=None)``).
+
+    ``source`` and the options are ``fl.Loader``'s; ``output`` is ``"torch"``. The loader
+    is built inside each torch worker (only the configuration is pickled).
+    """
+
+    def __init__(self, source: Any, batch_size: int, **loader_options: Any) -> None:
+        super().__init__()
+        loader_options.setdefault("shard", "auto")
+        loader_options.setdefault("output", "torch")
+        self.source = source
+        self.batch_size = batch_size
+        self.options = loader_options
+        self._loader: Loader | None = None
+        self._pending_state: dict | None = None
+        # Validate the configuration now, in the calling process.
+        Loader(source, batch_size, **loader_options).close()
+
+    def _make(self) -> Loader:
+        if self._loader is None:
+            loader = Loader(self.source, self.batch_size, **self.options)
+            info = get_worker_info()
+            if info is not None and info.num_workers > 1:
+                loader.share_batches(info.id, info.num_workers)
+            if self._pending_state is not None:
+                loader.load_state_dict(self._pending_state)
+                self._pending_state = None
+            self._loader = loader
+        return self._loader
+
+    def __iter__(self):
+        return iter(self._make())
+
+    def __len__(self) -> int:
+        return len(Loader(self.source, self.batch_size, **self.options))
+
+    def state_dict(self) -> dict:
+        """The loader's state (in a torch worker: that worker's share)."""
+        return self._make().state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume after the batches recorded in ``state`` (applied in each worker)."""
+        if self._loader is None:
+            self._pending_state = dict(state)
+        else:
+            self._loader.load_state_dict(state)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_loader"] = None  # each worker builds its own
+        return state
+
+
+def tensor(x: Any) -> Any:
+    """``x`` as a torch tensor (a helper for batch transforms)."""
+    return _torch.as_tensor(x)

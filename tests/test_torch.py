@@ -1,0 +1,88 @@
+"""feedline inside torch's DataLoader and torchdata's StatefulDataLoader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader  # noqa: E402
+
+import feedline.torch as flt  # noqa: E402
+
+
+class Row(fl.Record, dims={"D": 2}):
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+
+class Items:
+    """Read item by item (picklable: torch workers unpickle it)."""
+
+    def __len__(self) -> int:
+        return 103
+
+    def __getitem__(self, i: int) -> dict:
+        return {"x": [i, -i], "y": i}
+
+
+def dataset() -> fl.Dataset:
+    return fl.Dataset(Row, Items())
+
+
+def ys(batches) -> list[list[int]]:
+    return [b.y.tolist() for b in batches]
+
+
+def flat(batches) -> list[int]:
+    return [y for b in batches for y in b.y.tolist()]
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+def test_a_torch_dataloader_yields_the_loaders_own_stream(num_workers):
+    want = ys(fl.Loader(dataset(), 10, seed=5))
+    it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
+    got = list(DataLoader(it, batch_size=None, num_workers=num_workers))
+    assert ys(got) == want
+    assert all(isinstance(b.x, torch.Tensor) and b.x.dtype == torch.float32 for b in got)
+    assert sorted(flat(got)) == list(range(103))
+
+
+def test_the_length_is_the_loaders():
+    it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
+    assert len(it) == 11
+
+
+def test_a_stateful_dataloader_checkpoint_resumes_exactly():
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    want = ys(fl.Loader(dataset(), 8, seed=2))
+    for workers in (0, 2):
+        loader = stateful.StatefulDataLoader(flt.IterableDataset(dataset(), 8, seed=2, shard=None),
+                                             batch_size=None, num_workers=workers)
+        it = iter(loader)
+        head = [next(it) for _ in range(5)]
+        state = loader.state_dict()
+        fresh = stateful.StatefulDataLoader(
+            flt.IterableDataset(dataset(), 8, seed=2, shard=None), batch_size=None,
+            num_workers=workers)
+        fresh.load_state_dict(state)
+        assert ys(head) + ys(fresh) == want, workers
+
+
+def test_shard_auto_takes_this_ranks_share(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    got = flat(DataLoader(flt.IterableDataset(dataset(), 10, seed=5), batch_size=None))
+    monkeypatch.setenv("RANK", "0")
+    other = flat(DataLoader(flt.IterableDataset(dataset(), 10, seed=5), batch_size=None))
+    assert sorted(got + other) == list(range(103))
+    assert not set(got) & set(other)
+
+
+def test_numpy_arrays_from_memory_work_in_torch_workers():
+    ds = fl.Dataset(Row, {"x": np.zeros((50, 2), np.float32), "y": np.arange(50)})
+    got = list(DataLoader(flt.IterableDataset(ds, 7, shard=None), batch_size=None,
+                          num_workers=2))
+    assert sorted(flat(got)) == list(range(50))
