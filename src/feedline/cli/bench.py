@@ -216,6 +216,7 @@ def run_bench(quick: bool = False) -> int:
     results["mix1000"] = bench_mix(1000, 10**4 if quick else 10**6, 0.2, repeat)
     results["memory"] = bench_memory(10**6 if quick else 10**8)
     results["loader"] = bench_loader(10**5 if quick else 4 * 10**6, 2 if quick else 3)
+    results["device"] = bench_device(10**5 if quick else 4 * 10**6, 2 if quick else 3)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"(this process peaked at {peak:,.0f} MB, mostly the permutation baseline)")
     if os.environ.get("FEEDLINE_BENCH_JSON"):
@@ -299,3 +300,45 @@ def bench_loader(n: int, repeat: int) -> dict:
     _line("time to first batch", f"{first_ms:8.1f} ms")
     return {"numpy_mps": rate_np, "feedline_mps": rate_fl, "next_into_mps": rate_into,
             "torch_mps": torch_rate, "first_batch_ms": first_ms}
+
+
+def bench_device(n: int, repeat: int) -> dict | None:
+    """Batches gathered on the device against a plain ``torch.index_select`` loop."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    from .. import Dataset, Loader, Record, field
+
+    class Example(Record, dims={"D": 64}):
+        x = field("D", "float32")
+        y = field((), "int64")
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.standard_normal((n, 64), dtype=np.float32)).to(device)
+    y = torch.from_numpy(rng.integers(0, 10, n)).to(device)
+    b = 512
+    ds = Dataset(Example, torch.utils.data.TensorDataset(x.cpu(), y.cpu()))
+
+    def plain() -> None:
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(1)).to(device)
+        for s in range(0, n, b):
+            idx = perm[s:s + b]
+            x.index_select(0, idx)
+            y.index_select(0, idx)
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def feedline_pass() -> None:
+        for _batch in Loader(ds, b, seed=1, device=device):
+            pass
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    t_plain = _best(plain, repeat)
+    t_fl = _best(feedline_pass, repeat)
+    print(f"batches of {b} gathered on the device ({device}) from {n:,} examples")
+    _line("feedline Loader(device=...)", f"{n / t_fl / 1e6:8.2f} M/s",
+          f"{t_plain / t_fl:.2f}x torch.index_select with a randperm ({n / t_plain / 1e6:.2f} M/s)")
+    return {"device": device, "feedline_mps": n / t_fl / 1e6, "index_select_mps": n / t_plain / 1e6}

@@ -43,6 +43,7 @@ from ..errors import RecordError, StateError
 from ..order import Order, Seq, _hash, _kernels, _seq
 from ..sources import Dataset
 from ._batch import Batch
+from ._device import DeviceColumns
 from ._gather import gather
 from ._ranks import detect_rank
 from ._workers import WorkerPool, unpicklable_reason
@@ -170,6 +171,8 @@ class Loader:
         self._inflight: deque = deque()
         self._share = (0, 1)
         self._spare: deque[dict[str, np.ndarray]] = deque(maxlen=4)
+        self._device: DeviceColumns | None = None
+        self._device_decided = False
         self._next_lock = threading.Lock()
 
     # -- construction helpers -----------------------------------------------------------
@@ -400,6 +403,22 @@ class Loader:
             return self.batch_transform(batch)
         return batch
 
+    def _use_device(self) -> DeviceColumns | None:
+        """The datasets' columns on the device, when they are in memory (else None)."""
+        if self._device_decided:
+            return self._device
+        self._device_decided = True
+        if self.output != "torch" or not all(
+                ds.in_memory and not ds.mapped for ds in self._datasets):
+            return None
+        if not DeviceColumns.fits(self._datasets, self.device):
+            return None
+        if self.check_values:
+            for ds in self._datasets:
+                ds.check_values()
+        self._device = DeviceColumns(self._datasets, dict(self.record.fields), self.device)
+        return self._device
+
     def __next__(self) -> Any:
         pool = self._use_pool()
         if pool is not None:
@@ -412,6 +431,13 @@ class Loader:
         start, stop, ords, recs = claim
         size = stop - start
         rows = self._rows_for(size)
+        device = self._use_device()
+        if device is not None:
+            fields = device.gather(ords, recs, rows)
+            with self._lock:
+                self._delivered = max(self._delivered, self._share_index(start) + 1)
+            batch = Batch(fields, size, rows, start, ords, recs)
+            return batch if self.batch_transform is None else self.batch_transform(batch)
         reuse = self._recycled(rows)
         if reuse is not None:
             fields = self._gather(ords, recs, size, start, out=reuse)

@@ -162,6 +162,14 @@ class Dataset:
         """The checked in-memory arrays (None for other sources)."""
         return self._columns
 
+    def refresh(self) -> None:
+        """Check and convert an in-memory source again (after its tensors changed)."""
+        if _is_tensor_dataset(self.source):
+            self._columns = self._check_whole(
+                {f: _to_numpy(t) for f, t in zip(self.record.fields, self.source.tensors)},
+                "TensorDataset")
+            self._values_checked = False
+
     def check_values(self) -> None:
         """Check every value of in-memory arrays against the fields' domains (once)."""
         if self._columns is not None and not self._values_checked:
