@@ -19,8 +19,10 @@ def gather(datasets: list, fields: Mapping[str, Any], ords: np.ndarray, recs: np
     """
     size = len(recs)
     # Positions seed mapped datasets' generators; others never look at them.
-    positions = (np.arange(start, start + size, dtype=np.int64)
-                 if any(ds.mapped for ds in datasets) else None)
+    mapped = False
+    for ds in datasets:
+        mapped = mapped or ds.mapped
+    positions = np.arange(start, start + size, dtype=np.int64) if mapped else None
     if len(datasets) == 1 or (size and ords.min() == ords.max()):
         ds = datasets[int(ords[0]) if size else 0]
         if out is None and rows == size:
@@ -29,7 +31,7 @@ def gather(datasets: list, fields: Mapping[str, Any], ords: np.ndarray, recs: np
         target = out if out is not None else {
             n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
         ds.getitems(recs, check_values=check_values, out=target, positions=positions,
-                    context=context)
+                    context=context, in_range=True)
         return target
     target = out if out is not None else {
         n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}

@@ -96,6 +96,11 @@ class Dataset:
         own_record = getattr(source, "record", None)
         self._trusted = bool(getattr(source, "fixed_layout", False)) and own_record is not None \
             and (own_record is record or own_record.same_schema(record))
+        # A file whose columns memory-map as arrays is gathered like arrays in memory.
+        mapped = getattr(source, "columns", None) if self._trusted else None
+        self._mapped_columns: dict[str, np.ndarray] | None = (
+            dict(mapped) if isinstance(mapped, Mapping) and set(mapped) == set(record.fields)
+            else None)
         if isinstance(source, Mapping):
             self._columns = self._check_whole(
                 {f: _to_numpy(source[f]) for f in record.fields if f in source}, "dict")
@@ -190,12 +195,14 @@ class Dataset:
 
     def getitems(self, indices: Any, *, check_values: bool = False,
                  out: dict[str, np.ndarray] | None = None, positions: Any = None,
-                 context: int = 0) -> dict[str, np.ndarray]:
+                 context: int = 0, in_range: bool = False) -> dict[str, np.ndarray]:
         """A batch of items as columns (batch axis first), one gather per field.
 
         With ``out``, the batch is written into the given arrays' first rows. For a mapped
         dataset, ``positions`` (the rows' positions in the loader's order, default the
         indices) and ``context`` (the loader's pass) seed each example's generator.
+        ``in_range`` promises the indices are in ``[0, len)`` (an order's records are), which
+        saves checking them.
         """
         if self._maps:
             batch = self._base.getitems(indices, check_values=check_values)
@@ -206,17 +213,23 @@ class Dataset:
                     out[k][: len(v)] = v
             return batch
         idx = np.asarray(indices, dtype=np.int64)
-        if self._columns is not None:
-            if check_values:
+        columns = self._columns if self._columns is not None else self._mapped_columns
+        if columns is not None:
+            if check_values and self._columns is not None:
                 self.check_values()
             if out is not None:
-                if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self._len):
+                if not in_range and len(idx) and (int(idx.min()) < 0
+                                                  or int(idx.max()) >= self._len):
                     raise IndexError(f"indices outside the dataset of {self._len}")
-                for k, col in self._columns.items():
+                for k, col in columns.items():
                     # mode="clip": with the bounds checked above, numpy need not buffer `out`.
                     np.take(col, idx, axis=0, out=out[k][: len(idx)], mode="clip")
-                return {k: out[k][: len(idx)] for k in self._columns}
-            return {k: np.take(col, idx, axis=0) for k, col in self._columns.items()}
+                batch = {k: out[k][: len(idx)] for k in columns}
+            else:
+                batch = {k: np.take(col, idx, axis=0) for k, col in columns.items()}
+            if check_values and self._columns is None:
+                self.record.check_columns(batch, idx, check_values=True)
+            return batch
         src = self.source
         if self._trusted:
             # A feedline file of this record: its layout fixes every shape and dtype.
@@ -336,6 +349,7 @@ class Dataset:
 
     def close(self) -> None:
         """Give up this dataset's share of its source's file (if it has one)."""
+        self._mapped_columns = None
         if self._owns_share:
             self._owns_share = False
             self.source.close()
