@@ -162,3 +162,52 @@ class SharedFile:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+class OpenFile:
+    """What every reader's handle does: share, close, ``with``, and pickle by path.
+
+    Subclasses check the file in ``_parse`` (called by the constructor, which closes
+    the file again if that fails) and drop their views of the file in ``_release``.
+    """
+
+    path: str
+    _file: SharedFile
+
+    def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None) -> None:
+        self._file = _file if _file is not None else SharedFile(path)
+        self.path = self._file.path
+        try:
+            self._parse()
+        except BaseException:
+            if _file is None:  # a handle this constructor opened
+                self._file.close()
+            raise
+
+    def _parse(self) -> None:
+        """Read and check the file's header (subclasses)."""
+
+    def share(self):
+        """Another handle on the same open file."""
+        return type(self)(self.path, self._file.share())
+
+    def _release(self) -> None:
+        """Drop this handle's views of the file (before its share is given up)."""
+
+    def close(self) -> None:
+        """Give up this handle's share; the file closes with the last one."""
+        self._release()
+        self._file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self):
+        return (type(self), (self.path,))

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import FormatError
 from ..records import Record, make_record
-from ._io import SharedFile, atomic_write
+from ._io import OpenFile, atomic_write
 
 MAGIC = b"NDF1"
 HEADER = 28
@@ -65,7 +65,7 @@ def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
             f.write(chunk.astype("<f8", copy=False).tobytes())
 
 
-class NdfFile:
+class NdfFile(OpenFile):
     """An open ``.ndf``: a typed source of ``{"x": f64[d], "y": f64[l]}`` items.
 
     ``len(f)``, ``f.d``, ``f.l``, ``f.read_row(i) -> (x, y)``, ``f.rows(indices) -> (X, Y)``
@@ -76,16 +76,6 @@ class NdfFile:
     # Every row has the record's shapes and dtypes by construction: datasets need not
     # check each batch, and its gathers are plain copies from the memory map.
     fixed_layout = True
-
-    def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None) -> None:
-        self._file = _file if _file is not None else SharedFile(path)
-        self.path = self._file.path
-        try:
-            self._parse()
-        except BaseException:
-            if _file is None:
-                self._file.close()
-            raise
 
     def _parse(self) -> None:
         size = self._file.size
@@ -150,23 +140,8 @@ class NdfFile:
         out["y"][: len(y)] = y
         return {"x": out["x"][: len(x)], "y": out["y"][: len(y)]}
 
-    def share(self) -> NdfFile:
-        """Another handle on the same open file."""
-        return NdfFile(self.path, self._file.share())
-
-    def close(self) -> None:
-        """Give up this handle's share; the file closes with the last one."""
+    def _release(self) -> None:
         self._rows = None
-        self._file.close()
-
-    def __enter__(self) -> NdfFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __reduce__(self):
-        return (NdfFile, (self.path,))
 
     def __repr__(self) -> str:
         return f"NdfFile({self.path!r}, n={self.n}, d={self.d}, l={self.l})"

@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import BoundsError, FormatError
 from . import kvrec
 from ._corpus import LazyColumn, TextCorpus, TextDoc, _Subset
-from ._io import SharedFile, atomic_write
+from ._io import OpenFile, SharedFile, atomic_write
 
 __all__ = [
     "Build",
@@ -434,7 +434,7 @@ def _parse(file: SharedFile, u8: np.ndarray) -> tuple[Info, dict[str, _Layout]]:
     return info, layouts
 
 
-class Nndataset:
+class Nndataset(OpenFile):
     """An open ``.nndataset`` (or ``.nnvocab``): ``info``, ``load_text``, ``text_doc``.
 
     Opening parses the root record and checks every document block's offset and count
@@ -513,19 +513,6 @@ class Nndataset:
         views already handed out keep the memory map alive until they are dropped."""
         self._u8 = None
         self._file.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._file.closed
-
-    def __enter__(self) -> Nndataset:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __reduce__(self):
-        return (Nndataset, (self.path,))
 
     def __repr__(self) -> str:
         i = self.info

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import FeedlineError, FormatError
 from ..records import Record, record_from_schema
-from ._io import SharedFile, atomic_write
+from ._io import OpenFile, atomic_write
 
 MAGIC = b"\x89FLR\r\n\x1a\n"
 VERSION = 1
@@ -208,7 +208,7 @@ def _write_stream(path: Any, record: type[Record], chunks: Iterable[Any],
                 os.unlink(name)
 
 
-class RecFile:
+class RecFile(OpenFile):
     """An open ``.flr``: a typed, memory-mapped source.
 
     ``record`` is the ``Record`` class rebuilt from the file; ``len``, ``f[i]`` (a dict),
@@ -219,16 +219,6 @@ class RecFile:
     # Every row has the record's shapes and dtypes by construction: datasets need not
     # check each batch, and its gathers are plain copies from the memory map.
     fixed_layout = True
-
-    def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None) -> None:
-        self._file = _file if _file is not None else SharedFile(path)
-        self.path = self._file.path
-        try:
-            self._parse()
-        except BaseException:
-            if _file is None:
-                self._file.close()
-            raise
 
     def _fail(self, message: str, offset: int) -> FormatError:
         return FormatError(message, self.path, offset)
@@ -363,23 +353,8 @@ class RecFile:
                 raise self._fail(f"column `{name}` checksum {got:#010x} does not match the "
                                  f"stored {crc:#010x}", off)
 
-    def share(self) -> RecFile:
-        """Another handle on the same open file."""
-        return RecFile(self.path, self._file.share())
-
-    def close(self) -> None:
-        """Give up this handle's share; the file closes with the last one."""
+    def _release(self) -> None:
         self._columns = {}
-        self._file.close()
-
-    def __enter__(self) -> RecFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __reduce__(self):
-        return (RecFile, (self.path,))
 
     def __repr__(self) -> str:
         return f"RecFile({self.path!r}, {self.record.__name__}, {self.n:,} rows)"
