@@ -221,3 +221,25 @@ def test_a_map_whose_output_does_not_fit_the_record_is_a_shape_error():
     ds = fl.Dataset(Rows, ItemSource(10)).map(lambda e: {"x": e["x"][:2], "y": e["y"]})
     with pytest.raises(fl.ShapeError, match="`x`"):
         list(fl.Loader(ds, 4))
+
+
+def total_y(batch):
+    """A batch transform: runs in the worker; its result comes back pickled."""
+    return {"pid": os.getpid(), "sum": int(batch.y.sum()), "size": batch.size}
+
+
+def test_a_batch_transform_runs_in_the_workers():
+    ds = fl.Dataset(Rows, ItemSource(40))
+    want = [int(b.y.sum()) for b in fl.Loader(ds, 8, seed=3)]
+    with fl.Loader(ds, 8, seed=3, workers=2, batch_transform=total_y) as loader:
+        got = list(loader)
+    assert [g["sum"] for g in got] == want
+    assert os.getpid() not in {g["pid"] for g in got}
+
+
+def test_a_batch_transform_on_arrays_in_memory_runs_in_the_workers_too():
+    ds = fl.Dataset.from_arrays(y=np.arange(30))
+    with fl.Loader(ds, 10, workers=2, batch_transform=total_y) as loader:
+        got = list(loader)
+    assert [g["sum"] for g in got] == [45, 145, 245]
+    assert os.getpid() not in {g["pid"] for g in got}

@@ -32,6 +32,8 @@ def serve(conn: Connection) -> None:
     layout = init["layout"]
     batch_size = init["batch_size"]
     check_values = init["check_values"]
+    transform = init.get("transform")
+    output, device = init.get("output", "numpy"), init.get("device")
     fields = datasets[0].record.fields
     slots = [SharedMemory(name=n) for n in init["slots"]]
     try:
@@ -49,7 +51,13 @@ def serve(conn: Connection) -> None:
                 if rows > size:
                     for name in out:
                         out[name][size:rows] = 0
-                conn.send(("done", batch_no, slot))
+                if transform is None:
+                    conn.send(("done", batch_no, slot))
+                else:
+                    result = _transform(transform, out, size, rows, start, ords, recs, output,
+                                        device)
+                    conn.send(("result", batch_no,
+                               pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)))
             except Exception as e:  # reaches the caller with this traceback's text
                 text = traceback.format_exc()
                 try:
@@ -60,6 +68,16 @@ def serve(conn: Connection) -> None:
     finally:
         for s in slots:
             s.close()
+
+
+def _transform(transform, out, size, rows, start, ords, recs, output, device):
+    from feedline.loader._batch import Batch
+    from feedline.loader._loader import to_torch
+
+    fields = {name: a[:rows].copy() for name, a in out.items()}
+    if output == "torch":
+        fields = to_torch(fields, device)
+    return transform(Batch(fields, size, rows, start, ords, recs))
 
 
 def main() -> None:

@@ -92,7 +92,8 @@ class WorkerPool:
     """``workers`` processes gathering batches for one loader."""
 
     def __init__(self, datasets: list, fields: dict, batch_size: int, workers: int,
-                 prefetch: int, check_values: bool) -> None:
+                 prefetch: int, check_values: bool, transform: Any = None,
+                 output: str = "numpy", device: str | None = None) -> None:
         self.batch_size = batch_size
         self.fields = fields
         layout, off = [], 0
@@ -108,7 +109,8 @@ class WorkerPool:
         self._finalizer = weakref.finalize(self, _release, list(self.slots), [])
         payload = pickle.dumps({"datasets": datasets, "layout": layout,
                                 "batch_size": batch_size, "check_values": check_values,
-                                "slots": [s.name for s in self.slots]},
+                                "slots": [s.name for s in self.slots],
+                                "transform": transform, "output": output, "device": device},
                                protocol=pickle.HIGHEST_PROTOCOL)
         self.workers = [_Worker(payload) for _ in range(workers)]
         self._finalizer.detach()
@@ -163,6 +165,9 @@ class WorkerPool:
                 exc.add_note(f"raised in a loader worker:\n{text}")
                 raise exc
             raise WorkerError(f"a loader worker raised:\n{text}")
+        if kind == "result":  # a batch transform's result, pickled by the worker
+            self.free.append(slot)
+            return pickle.loads(value)
         shm = self.slots[slot]
         out = {}
         for name, dtype, shape, off in self.layout:
@@ -193,6 +198,8 @@ class WorkerPool:
             w.busy -= 1
             if msg[0] == "done":
                 self.done[msg[1]] = ("done", None)
+            elif msg[0] == "result":
+                self.done[msg[1]] = ("result", msg[2])
             else:
                 self.done[msg[1]] = ("error", (msg[2], msg[3]))
 
