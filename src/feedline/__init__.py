@@ -56,8 +56,8 @@ __all__ = [
 def __getattr__(name: str):
     """``fl.torch`` (and later integrations) load on first use: importing feedline never
     imports PyTorch."""
-    if name == "torch":
+    if name in ("torch", "jax"):
         import importlib
 
-        return importlib.import_module(".torch", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'feedline' has no attribute {name!r}")

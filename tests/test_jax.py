@@ -1,0 +1,73 @@
+"""fl.jax: batches as jax.Arrays and global arrays over a device mesh."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+jax = pytest.importorskip("jax")
+
+
+class Row(fl.Record, dims={"D": 2}):
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+
+def dataset(n: int = 37) -> fl.Dataset:
+    return fl.Dataset(Row, {"x": np.arange(2.0 * n).reshape(n, 2), "y": np.arange(n)})
+
+
+def test_batches_are_jax_arrays_equal_to_the_loaders():
+    want = [(b.x, b.y, b.mask) for b in fl.Loader(dataset(), 8, seed=3, shard=None)]
+    got = list(fl.jax.batches(dataset(), 8, seed=3, shard=None, even=False))
+    assert len(got) == len(want)
+    for g, (x, y, m) in zip(got, want):
+        assert isinstance(g["x"], jax.Array)
+        np.testing.assert_array_equal(np.asarray(g["x"]), x)
+        np.testing.assert_array_equal(np.asarray(g["y"]), y)
+        np.testing.assert_array_equal(np.asarray(g["mask"]), m)
+
+
+def test_a_global_batch_is_sharded_over_the_mesh():
+    # Two CPU devices need a fresh process (XLA reads the flag when it starts).
+    code = textwrap.dedent("""
+        import numpy as np, jax, feedline as fl
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        class Row(fl.Record, dims={"D": 2}):
+            x = fl.field("D", "float32")
+            y = fl.field((), "int64")
+        ds = fl.Dataset(Row, {"x": np.arange(40.0).reshape(20, 2), "y": np.arange(20)})
+        sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), P("data"))
+        want = [b.y for b in fl.Loader(ds, 8, seed=1, pad=True)]
+        got = list(fl.jax.batches(ds, 8, seed=1, sharding=sharding, pad=True))
+        assert len(jax.devices()) == 2
+        assert all(len(g["y"].sharding.device_set) == 2 for g in got)
+        assert [np.asarray(g["y"]).tolist() for g in got] == [w.tolist() for w in want]
+        print("ok", sum(int(np.asarray(g["mask"]).sum()) for g in got))
+    """)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok 20"
+
+
+def test_shard_auto_reads_jax_process_index(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    mine = np.concatenate([b.y[b.mask] for b in fl.Loader(dataset(), 5, seed=2,
+                                                           shard="auto", even=True)])
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    other = np.concatenate([b.y[b.mask] for b in fl.Loader(dataset(), 5, seed=2,
+                                                            shard="auto", even=True)])
+    assert sorted(mine.tolist() + other.tolist()) == list(range(37))
