@@ -20,24 +20,45 @@ class Row(fl.Record, dims={"D": 2}):
     y = fl.field((), "int64")
 
 
-def dataset(n: int = 37) -> fl.Dataset:
+def dataset(n: int = 37) -> fl.Dataset:  # for the tests that need no JAX runtime
     return fl.Dataset(Row, {"x": np.arange(2.0 * n).reshape(n, 2), "y": np.arange(n)})
 
 
+def run_jax(code: str, devices: int = 1) -> str:
+    """Run ``code`` in a fresh process: JAX's runtime starts threads, and a process that
+    has them must not fork (as torch's DataLoader workers do, in other tests)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip()
+
+
 def test_batches_are_jax_arrays_equal_to_the_loaders():
-    want = [(b.x, b.y, b.mask) for b in fl.Loader(dataset(), 8, seed=3, shard=None)]
-    got = list(fl.jax.batches(dataset(), 8, seed=3, shard=None, even=False))
-    assert len(got) == len(want)
-    for g, (x, y, m) in zip(got, want):
-        assert isinstance(g["x"], jax.Array)
-        np.testing.assert_array_equal(np.asarray(g["x"]), x)
-        np.testing.assert_array_equal(np.asarray(g["y"]), y)
-        np.testing.assert_array_equal(np.asarray(g["mask"]), m)
+    assert run_jax("""
+        import numpy as np, jax, feedline as fl
+        class Row(fl.Record, dims={"D": 2}):
+            x = fl.field("D", "float32")
+            y = fl.field((), "int64")
+        n = 37
+        ds = fl.Dataset(Row, {"x": np.arange(2.0 * n).reshape(n, 2), "y": np.arange(n)})
+        want = [(b.x, b.y, b.mask) for b in fl.Loader(ds, 8, seed=3, shard=None)]
+        got = list(fl.jax.batches(ds, 8, seed=3, shard=None, even=False))
+        assert len(got) == len(want)
+        for g, (x, y, m) in zip(got, want):
+            assert isinstance(g["x"], jax.Array)
+            np.testing.assert_array_equal(np.asarray(g["x"]), x)
+            np.testing.assert_array_equal(np.asarray(g["y"]), y)
+            np.testing.assert_array_equal(np.asarray(g["mask"]), m)
+        print("ok")
+    """) == "ok"
 
 
 def test_a_global_batch_is_sharded_over_the_mesh():
     # Two CPU devices need a fresh process (XLA reads the flag when it starts).
-    code = textwrap.dedent("""
+    assert run_jax("""
         import numpy as np, jax, feedline as fl
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         class Row(fl.Record, dims={"D": 2}):
@@ -51,13 +72,7 @@ def test_a_global_batch_is_sharded_over_the_mesh():
         assert all(len(g["y"].sharding.device_set) == 2 for g in got)
         assert [np.asarray(g["y"]).tolist() for g in got] == [w.tolist() for w in want]
         print("ok", sum(int(np.asarray(g["mask"]).sum()) for g in got))
-    """)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-           "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "ok 20"
+    """, devices=2) == "ok 20"
 
 
 def test_shard_auto_reads_jax_process_index(monkeypatch):

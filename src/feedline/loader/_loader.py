@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-import sys
 import threading
 import warnings
 from collections import deque
@@ -54,9 +53,6 @@ STATE_VERSION = 1
 # The order is fetched this many positions at a time (rounded to whole batches): one
 # lookup amortised over many batches, small enough to stay in cache.
 _BLOCK = 1 << 16
-# The reference count of an array held only by a loader's spare-buffer dict, as seen
-# from inside ``_recycled`` (the dict, the loop's name, getrefcount's argument).
-_FREE_REFS = 3
 # Pass e > 0 of a loader runs in the context epoch_ctx(seed, e, _PASS_LEVEL): a level no
 # repeat inside a configuration can have (they are at most 16 deep).
 _PASS_LEVEL = 255
@@ -171,7 +167,6 @@ class Loader:
         self._transform_in_workers = False
         self._inflight: deque = deque()
         self._share = (0, 1)
-        self._spare: deque[dict[str, np.ndarray]] = deque(maxlen=4)
         self._device: DeviceColumns | None = None
         self._device_decided = False
         self._next_lock = threading.Lock()
@@ -450,16 +445,10 @@ class Loader:
                 self._delivered = max(self._delivered, self._share_index(start) + 1)
             batch = Batch(fields, size, rows, start, ords, recs)
             return batch if self.batch_transform is None else self.batch_transform(batch)
-        reuse = self._recycled(rows)
-        if reuse is not None:
-            fields = self._gather(ords, recs, size, start, out=reuse)
-            if rows > size:
-                for a in reuse.values():
-                    a[size:] = 0
-            fields = reuse
-        else:
-            fields = self._gather(ords, recs, rows, start)
-        self._recycle_later(fields)
+        # Every batch gets fresh arrays: reusing the arrays of batches the caller dropped
+        # was tried and is unsafe, as JAX and asynchronous copies may still read memory
+        # that no Python reference holds.
+        fields = self._gather(ords, recs, rows, start)
         with self._lock:
             self._delivered = max(self._delivered, self._share_index(start) + 1)
         if self.output == "torch":
@@ -468,30 +457,6 @@ class Loader:
         if self.batch_transform is not None:
             return self.batch_transform(batch)
         return batch
-
-    # -- buffer recycling ---------------------------------------------------------------
-    # A batch's arrays are fresh memory; the first touch of fresh pages costs as much as
-    # the gather itself on this machine kind. So the arrays of batches the caller has let
-    # go are reused: an array is reused only when nothing but this loader refers to it (no
-    # batch, view, tensor or name anywhere), which CPython's reference count tells.
-
-    def _recycle_later(self, fields: dict[str, np.ndarray]) -> None:
-        if all(isinstance(a, np.ndarray) and a.base is None and a.flags.writeable
-               for a in fields.values()):
-            with self._lock:
-                self._spare.append(fields)
-
-    def _recycled(self, rows: int) -> dict[str, np.ndarray] | None:
-        with self._lock:
-            for k in range(len(self._spare)):
-                bufs = self._spare[k]
-                # The dict too: a thread still handing the batch out holds it by name.
-                if sys.getrefcount(bufs) <= _FREE_REFS and all(
-                        len(a) == rows and sys.getrefcount(a) <= _FREE_REFS
-                        for a in bufs.values()):
-                    del self._spare[k]
-                    return bufs
-        return None
 
     def next_into(self, out: Mapping[str, np.ndarray]) -> int:
         """Gather the next batch into caller-provided arrays; returns its row count.
