@@ -78,6 +78,9 @@ def test_a_global_batch_is_sharded_over_the_mesh():
 def test_shard_auto_reads_jax_process_index(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    from feedline.loader import _ranks
+
+    monkeypatch.setattr(_ranks, "jax_distributed", lambda: True)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     mine = np.concatenate([b.y[b.mask] for b in fl.Loader(dataset(), 5, seed=2,

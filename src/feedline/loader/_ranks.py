@@ -8,7 +8,8 @@ import sys
 
 def detect_rank() -> tuple[int, int]:
     """(rank, world size): torch.distributed when initialised, else torchrun's RANK and
-    WORLD_SIZE, else JAX's process index and count when JAX is imported, else (0, 1)."""
+    WORLD_SIZE, else JAX's process index and count in a multi-process JAX job, else
+    (0, 1)."""
     torch = sys.modules.get("torch")
     if torch is not None:
         dist = getattr(torch, "distributed", None)
@@ -24,6 +25,21 @@ def detect_rank() -> tuple[int, int]:
             raise ValueError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
         return rank, world
     jax = sys.modules.get("jax")
-    if jax is not None:
+    if jax is not None and jax_distributed():
         return int(jax.process_index()), int(jax.process_count())
     return 0, 1
+
+
+def jax_distributed() -> bool:
+    """Whether JAX runs as a multi-process job (``jax.distributed.initialize`` was called).
+
+    Asked without starting JAX's runtime: ``jax.process_index()`` would start it (and
+    its threads) in a program that merely imported JAX.
+    """
+    try:
+        from jax._src import distributed
+    except ImportError:  # another JAX layout: ask JAX itself
+        import jax
+
+        return jax.process_count() > 1
+    return distributed.global_state.client is not None
