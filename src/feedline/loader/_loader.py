@@ -27,9 +27,6 @@ Cost
 
 from __future__ import annotations
 
-import hashlib
-import json
-import operator
 import threading
 import warnings
 from collections import deque
@@ -38,17 +35,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import RecordError, StateError
+from ..errors import RecordError
 from ..order import Order, Seq, _hash, _kernels, _seq
 from ..sources import Dataset
 from ._batch import Batch
 from ._device import DeviceColumns
 from ._gather import gather
 from ._ranks import detect_rank
+from ._resume import Resumable
+from ._util import as_dataset, check_int, to_torch
 from ._workers import WorkerPool, unpicklable_reason
-
-STATE_FORMAT = "feedline.loader.state"
-STATE_VERSION = 1
 
 # The order is fetched this many positions at a time (rounded to whole batches): one
 # lookup amortised over many batches, small enough to stay in cache.
@@ -58,29 +54,7 @@ _BLOCK = 1 << 16
 _PASS_LEVEL = 255
 
 
-def _as_dataset(src: Any) -> Dataset:
-    if isinstance(src, Dataset):
-        return src
-    if isinstance(src, Mapping):
-        return Dataset.from_arrays(**src)
-    record = getattr(src, "record", None)
-    if record is not None and hasattr(src, "__len__"):
-        return Dataset(record, src)
-    raise TypeError(
-        f"the loader reads typed records: give it a fl.Dataset(Record, source), a dict of "
-        f"arrays, or a Seq / Order over datasets, not a {type(src).__name__}")
-
-
-def _check_int(name: str, value: Any, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-class Loader:
+class Loader(Resumable):
     """Batches of typed examples from a dataset, a ``Seq`` or an ``Order``.
 
     >>> import numpy as np, feedline as fl
@@ -95,11 +69,11 @@ class Loader:
                  prefetch: int = 2, device: Any = None,
                  output: Literal["numpy", "torch"] = "numpy", check_values: bool = False,
                  batch_transform: Callable[[Batch], Any] | None = None) -> None:
-        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.batch_size = check_int("batch_size", batch_size, 1)
         if seed is not None:
-            seed = _check_int("seed", seed)
-        self.workers = _check_int("workers", workers, 0)
-        self.prefetch = _check_int("prefetch", prefetch, 1)
+            seed = check_int("seed", seed)
+        self.workers = check_int("workers", workers, 0)
+        self.prefetch = check_int("prefetch", prefetch, 1)
         if drop_last and pad:
             raise ValueError("drop_last and pad exclude each other: the last partial batch is "
                              "either dropped or padded")
@@ -119,8 +93,8 @@ class Loader:
         elif shard is not None:
             if not (isinstance(shard, tuple) and len(shard) == 2):
                 raise ValueError(f"shard is None, 'auto' or (index, count), got {shard!r}")
-            index = _check_int("shard index", shard[0], 0)
-            count = _check_int("shard count", shard[1], 1)
+            index = check_int("shard index", shard[0], 0)
+            count = check_int("shard count", shard[1], 1)
             if index >= count:
                 raise ValueError(f"shard index must be < count, got {index} of {count}")
             shard = (index, count)
@@ -139,7 +113,7 @@ class Loader:
             # A plain source: data.nu's contiguous shard before shuffling; with "auto",
             # the shuffled order's positions are dealt to the ranks instead.
             self._own_dataset = not isinstance(source, Dataset)
-            self._plain = _as_dataset(source)
+            self._plain = as_dataset(source)
             seq = Seq.source(self._plain)
             self._seq = seq if shard is None or self._deal else seq.split(*shard)
             self._base_seed = seed
@@ -200,23 +174,6 @@ class Loader:
                     f"{first.describe()}\n{ds.record.describe()}")
         return datasets
 
-    def _make_fingerprint(self) -> str:
-        rec = self._datasets[0].record
-        doc = {
-            "seq": self._seq.to_dict(),
-            "plain": self._plain is not None,
-            "record": {n: [list(f.shape), str(f.dtype)] for n, f in rec.fields.items()},
-            "batch_size": self.batch_size,
-            "drop_last": self.drop_last,
-            "pad": self.pad,
-            "even": self.even,
-            "shard": list(self.shard) if self.shard else None,
-            "share": list(getattr(self, "_share", (0, 1))),
-            "deal": self._deal is not None,
-        }
-        text = json.dumps(doc, sort_keys=True).encode()
-        return hashlib.sha256(text).hexdigest()
-
     def _order(self, seed: int | None) -> Order:
         order = self._orders.get(seed)
         if order is None:
@@ -249,8 +206,8 @@ class Loader:
         """Take only batches ``index, index + count, ...`` of every pass (a share of the
         batches for one of ``count`` consumers, such as torch DataLoader workers); the
         state then counts this share's batches. Call it before the first batch."""
-        index = _check_int("share index", index, 0)
-        count = _check_int("share count", count, 1)
+        index = check_int("share index", index, 0)
+        count = check_int("share count", count, 1)
         if index >= count:
             raise ValueError(f"share index must be < count, got {index} of {count}")
         with self._lock:
@@ -511,7 +468,7 @@ class Loader:
     def reset(self, seed: int | None = None) -> None:
         """Rewind to the start of pass 0: a pure function of ``seed`` (None: the current)."""
         if seed is not None:
-            seed = _check_int("seed", seed)
+            seed = check_int("seed", seed)
         self._drain()
         with self._lock:
             if seed is not None:
@@ -523,69 +480,6 @@ class Loader:
             self._block = None
             self._cursor = None
             self._steps = self._count_steps()
-
-    def state_dict(self) -> dict:
-        """The state after the last batch delivered: a small JSON-ready dict."""
-        with self._lock:
-            return {
-                "format": STATE_FORMAT,
-                "version": STATE_VERSION,
-                "fingerprint": self._fingerprint,
-                "seed": self._seed,
-                "epoch": self._epoch,
-                "batches": self._delivered,
-                "ended": self._ended and self._delivered == self._claimed,
-            }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue exactly after the batches the saved loader had delivered.
-
-        Raises ``StateError`` when the state is not a loader state, has another version,
-        or was saved by a loader of another configuration (order, sources' lengths and
-        salts, record, batch size, drop_last, pad, shard).
-        """
-        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
-            raise StateError(f"not a feedline loader state (format "
-                             f"{state.get('format') if isinstance(state, Mapping) else state!r})")
-        if state.get("version") != STATE_VERSION:
-            raise StateError(f"loader state version {state.get('version')!r}; this feedline "
-                             f"reads version {STATE_VERSION}")
-        if state.get("fingerprint") != self._fingerprint:
-            raise StateError("the state was saved by a loader of another configuration (order, "
-                             "sources, record, batch size or options differ); fingerprint "
-                             f"{str(state.get('fingerprint'))[:12]}... is not "
-                             f"{self._fingerprint[:12]}...")
-        try:
-            seed = state["seed"]
-            seed = None if seed is None else operator.index(seed)
-            epoch = operator.index(state["epoch"])
-            batches = operator.index(state["batches"])
-            ended = state["ended"]
-            if not isinstance(ended, bool) or isinstance(seed, bool):
-                raise TypeError("'ended' must be a bool and 'seed' an int or None")
-        except (KeyError, TypeError) as e:
-            raise StateError(f"the loader state is incomplete or malformed: {e}") from e
-        self._drain()
-        with self._lock:
-            previous = self._seed
-            self._seed = seed
-            try:
-                steps = self._count_steps()
-            finally:
-                self._seed = previous
-            w, k = self._share
-            share_steps = max(0, -(-(steps - w) // k))
-            if not 0 <= batches <= share_steps or epoch < 0:
-                raise StateError(f"the state's position (epoch {epoch}, batch {batches}) does "
-                                 f"not fit a pass of {steps} batches")
-            self._seed = seed
-            self._steps = steps
-            self._epoch = epoch
-            self._claimed = batches
-            self._delivered = batches
-            self._ended = ended
-            self._block = None
-            self._cursor = None
 
     def _drain(self) -> None:
         """Discard batches the workers are making ahead (before a reset or a resume)."""
@@ -618,22 +512,6 @@ class Loader:
     def __repr__(self) -> str:
         return (f"Loader({self.record.__name__}, batch_size={self.batch_size}, "
                 f"{self._steps} batches a pass, epoch {self._epoch})")
-
-
-def to_torch(fields: dict[str, np.ndarray], device: Any = None) -> dict[str, Any]:
-    """Arrays as torch tensors (sharing their memory), moved to ``device`` if given."""
-    try:
-        import torch
-    except ImportError as e:
-        raise ImportError("output='torch' needs PyTorch: pip install 'feedline[torch]'") from e
-    out = {}
-    for n, a in fields.items():
-        t = torch.from_numpy(np.ascontiguousarray(a))
-        if device is not None:
-            dev = torch.device(device)
-            t = t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t.to(dev)
-        out[n] = t
-    return out
 
 
 _seq.LOADER = [Loader]

@@ -72,7 +72,7 @@ def serve(conn: Connection) -> None:
 
 def _transform(transform, out, size, rows, start, ords, recs, output, device):
     from feedline.loader._batch import Batch
-    from feedline.loader._loader import to_torch
+    from feedline.loader._util import to_torch
 
     fields = {name: a[:rows].copy() for name, a in out.items()}
     if output == "torch":

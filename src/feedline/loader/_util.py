@@ -1,0 +1,49 @@
+"""Small helpers of the loader: argument checks, sources as datasets, tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..sources import Dataset
+
+
+def as_dataset(src: Any) -> Dataset:
+    if isinstance(src, Dataset):
+        return src
+    if isinstance(src, Mapping):
+        return Dataset.from_arrays(**src)
+    record = getattr(src, "record", None)
+    if record is not None and hasattr(src, "__len__"):
+        return Dataset(record, src)
+    raise TypeError(
+        f"the loader reads typed records: give it a fl.Dataset(Record, source), a dict of "
+        f"arrays, or a Seq / Order over datasets, not a {type(src).__name__}")
+
+
+def check_int(name: str, value: Any, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+
+def to_torch(fields: dict[str, np.ndarray], device: Any = None) -> dict[str, Any]:
+    """Arrays as torch tensors (sharing their memory), moved to ``device`` if given."""
+    try:
+        import torch
+    except ImportError as e:
+        raise ImportError("output='torch' needs PyTorch: pip install 'feedline[torch]'") from e
+    out = {}
+    for n, a in fields.items():
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        if device is not None:
+            dev = torch.device(device)
+            t = t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t.to(dev)
+        out[n] = t
+    return out
