@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import FeedlineError, ShapeError
 from ..order import Seq, _seq
 from ..order import salt as name_salt
+from ..order._hash import MASK64, PHI, mix64
 from ..records import Record, make_record
 from ..records._record import to_numpy
 
@@ -44,6 +45,16 @@ def _is_tensor_dataset(src: Any) -> bool:
     cls = type(src)
     return (isinstance(src, TensorDataset) and cls.__getitem__ is TensorDataset.__getitem__
             and cls.__len__ is TensorDataset.__len__ and not hasattr(cls, "__getitems__"))
+
+
+def _example_state(seed: int, context: int, position: int) -> dict:
+    """A PCG64 state for one example: 128 bits hashed from (seed, pass, position)."""
+    a = mix64((seed * PHI + mix64(context ^ 0x9E3779B97F4A7C15)) & MASK64)
+    hi = mix64(a ^ mix64(position))
+    lo = mix64(hi ^ (position * PHI & MASK64) ^ 0xD1B54A32D192ED03)
+    return {"bit_generator": "PCG64", "state": {"state": (hi << 64) | lo,
+                                                "inc": (mix64(a) << 1) | 1},
+            "has_uint32": 0, "uinteger": 0}
 
 
 def _is_hf_dataset(src: Any) -> bool:
@@ -286,10 +297,11 @@ class Dataset:
         """This dataset with ``fn`` applied to every example as it loads (lazily).
 
         ``fn(example)`` or ``fn(example, rng)`` takes a dict of the fields' arrays and
-        returns one that fits the record. ``rng`` is a ``numpy.random.Generator`` seeded
-        from ``seed``, the loader's pass and the example's position in the order, so an
-        augmented stream is the same on every run, with any number of workers, and
-        resumes exactly. A loader runs maps in its worker processes.
+        returns one that fits the record. ``rng`` is a ``numpy.random.Generator`` whose
+        state comes from ``seed``, the loader's pass and the example's position in the
+        order, so an augmented stream is the same on every run, with any number of
+        workers, and resumes exactly. ``rng`` is valid during the call (it is reset for
+        the next example). A loader runs maps in its worker processes.
         """
         if not callable(fn):
             raise TypeError(f"map takes a function, got {type(fn).__name__}")
@@ -312,11 +324,15 @@ class Dataset:
         pos = idx if positions is None else np.asarray(positions, dtype=np.int64)
         rows = []
         names = list(self.record.fields)
+        # One generator for the batch, set to each example's own state: constructing a
+        # generator per example cost 13-19 us, setting a state 2 us.
+        bits = np.random.PCG64(0)
+        rng = np.random.Generator(bits)
         for r in range(len(idx)):
             example = {k: batch[k][r] for k in names}
             for fn, seed, takes_rng in self._maps:
                 if takes_rng:
-                    rng = np.random.default_rng([seed, int(context), int(pos[r])])
+                    bits.state = _example_state(seed, int(context), int(pos[r]))
                     example = fn(example, rng)
                 else:
                     example = fn(example)
