@@ -10,6 +10,7 @@ their last walk, so consecutive blocks continue without a new seek.
 
 from __future__ import annotations
 
+import abc
 import itertools
 from dataclasses import dataclass, field
 
@@ -34,7 +35,7 @@ def _empty_result() -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(eq=False)
-class Node:
+class Node(abc.ABC):
     """Base of compiled nodes: ``n`` positions; ``level``: highest repeat level inside."""
 
     n: int
@@ -46,8 +47,9 @@ class Node:
     def leaves(self) -> list[Leaf]:
         return []
 
+    @abc.abstractmethod
     def locate(self, pos: np.ndarray, ctx, cache: dict) -> tuple[np.ndarray, np.ndarray]:
-        raise NotImplementedError
+        """(source ordinals, records) of positions ``pos`` in context ``ctx``."""
 
 
 @dataclass(eq=False)
