@@ -28,7 +28,6 @@ Cost
 from __future__ import annotations
 
 import threading
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
@@ -44,7 +43,7 @@ from ._gather import gather
 from ._ranks import detect_rank
 from ._resume import Resumable
 from ._util import as_dataset, check_int, to_torch
-from ._workers import WorkerPool, unpicklable_reason
+from ._workers import PoolMode, WorkerPool
 
 # The order is fetched this many positions at a time (rounded to whole batches): one
 # lookup amortised over many batches, small enough to stay in cache.
@@ -54,7 +53,7 @@ _BLOCK = 1 << 16
 _PASS_LEVEL = 255
 
 
-class Loader(Resumable):
+class Loader(Resumable, PoolMode):
     """Batches of typed examples from a dataset, a ``Seq`` or an ``Order``.
 
     >>> import numpy as np, feedline as fl
@@ -307,66 +306,6 @@ class Loader(Resumable):
                 self._cursor = None
         return self
 
-    def _use_pool(self) -> WorkerPool | None:
-        """The worker pool, started on first use (None: batches are made in process)."""
-        if self._pool_decided:
-            return self._pool
-        self._pool_decided = True
-        if self.workers == 0:
-            return None
-        if all(ds.cheap_gathers for ds in self._datasets) and self.batch_transform is None:
-            # Arrays in memory and memory-mapped files gather faster here than batches
-            # travel between processes (measured: 11 M/s here, 4 M/s through 2 workers
-            # on a 2-core machine), and sending arrays would copy them into every worker.
-            return None
-        reason = unpicklable_reason(self._datasets)
-        if reason is not None:
-            warnings.warn(f"the loader's datasets are loaded in the calling process, not in "
-                          f"{self.workers} workers: {reason}", RuntimeWarning, stacklevel=3)
-            return None
-        transform = self.batch_transform
-        if transform is not None and unpicklable_reason(transform) is not None:
-            # The transform stays here; the workers still make the batches.
-            warnings.warn(f"batch_transform runs in the calling process: "
-                          f"{unpicklable_reason(transform)}", RuntimeWarning, stacklevel=3)
-            transform = None
-        self._transform_in_workers = transform is not None
-        self._pool = WorkerPool(self._datasets, dict(self.record.fields), self.batch_size,
-                                self.workers, self.prefetch, self.check_values,
-                                transform=transform, output=self.output,
-                                device=None if self.device is None else str(self.device))
-        return self._pool
-
-    def _next_from_pool(self, pool: WorkerPool) -> Any:
-        with self._next_lock:
-            while pool.can_submit():
-                claim = self._claim()
-                if claim is None:
-                    break
-                start, stop, ords, recs = claim
-                pool.submit(start // self.batch_size, ords, recs, self._rows_for(stop - start),
-                            start, self._context())
-                self._inflight.append(claim)
-            if not self._inflight:
-                with self._lock:
-                    self._ended = True
-                raise StopIteration
-            start, stop, ords, recs = self._inflight.popleft()
-            fields = pool.result(start // self.batch_size)
-            with self._lock:
-                self._delivered = self._share_index(start) + 1
-            if self._transform_in_workers:
-                return fields  # the transform's result, made in a worker
-            size = stop - start
-            rows = self._rows_for(size)
-            fields = {n: a[:rows] for n, a in fields.items()}
-        if self.output == "torch":
-            fields = self._to_torch(fields)
-        batch = Batch(fields, size, rows, start, ords, recs)
-        if self.batch_transform is not None:
-            return self.batch_transform(batch)
-        return batch
-
     def _use_device(self) -> DeviceColumns | None:
         """The datasets' columns on the device, when they are in memory (else None)."""
         if self._device_decided:
@@ -480,13 +419,6 @@ class Loader(Resumable):
             self._block = None
             self._cursor = None
             self._steps = self._count_steps()
-
-    def _drain(self) -> None:
-        """Discard batches the workers are making ahead (before a reset or a resume)."""
-        if self._pool is not None:
-            with self._next_lock:
-                self._pool.drain()
-                self._inflight.clear()
 
     def close(self) -> None:
         """Stop the workers and release the loader's share of its sources; later use raises

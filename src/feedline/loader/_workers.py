@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 import weakref
 from collections import deque
 from multiprocessing.connection import Connection, wait
@@ -32,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import WorkerError
+from ._batch import Batch
 
 # How long the loader waits for a result before it checks that the workers are alive.
 _POLL_S = 0.5
@@ -213,6 +215,78 @@ class WorkerPool:
 
     def close(self) -> None:
         self._finalizer()
+
+
+class PoolMode:
+    """How a ``Loader`` uses a worker pool (the loader provides the attributes)."""
+
+    def _use_pool(self) -> WorkerPool | None:
+        """The worker pool, started on first use (None: batches are made in process)."""
+        if self._pool_decided:
+            return self._pool
+        self._pool_decided = True
+        if self.workers == 0:
+            return None
+        if all(ds.cheap_gathers for ds in self._datasets) and self.batch_transform is None:
+            # Arrays in memory and memory-mapped files gather faster here than batches
+            # travel between processes (measured: 11 M/s here, 4 M/s through 2 workers
+            # on a 2-core machine), and sending arrays would copy them into every worker.
+            return None
+        reason = unpicklable_reason(self._datasets)
+        if reason is not None:
+            warnings.warn(f"the loader's datasets are loaded in the calling process, not in "
+                          f"{self.workers} workers: {reason}", RuntimeWarning, stacklevel=3)
+            return None
+        transform = self.batch_transform
+        if transform is not None and unpicklable_reason(transform) is not None:
+            # The transform stays here; the workers still make the batches.
+            warnings.warn(f"batch_transform runs in the calling process: "
+                          f"{unpicklable_reason(transform)}", RuntimeWarning, stacklevel=3)
+            transform = None
+        self._transform_in_workers = transform is not None
+        self._pool = WorkerPool(self._datasets, dict(self.record.fields), self.batch_size,
+                                self.workers, self.prefetch, self.check_values,
+                                transform=transform, output=self.output,
+                                device=None if self.device is None else str(self.device))
+        return self._pool
+
+    def _next_from_pool(self, pool: WorkerPool) -> Any:
+        with self._next_lock:
+            while pool.can_submit():
+                claim = self._claim()
+                if claim is None:
+                    break
+                start, stop, ords, recs = claim
+                pool.submit(start // self.batch_size, ords, recs, self._rows_for(stop - start),
+                            start, self._context())
+                self._inflight.append(claim)
+            if not self._inflight:
+                with self._lock:
+                    self._ended = True
+                raise StopIteration
+            start, stop, ords, recs = self._inflight.popleft()
+            fields = pool.result(start // self.batch_size)
+            with self._lock:
+                self._delivered = self._share_index(start) + 1
+            if self._transform_in_workers:
+                return fields  # the transform's result, made in a worker
+            size = stop - start
+            rows = self._rows_for(size)
+            fields = {n: a[:rows] for n, a in fields.items()}
+        if self.output == "torch":
+            fields = self._to_torch(fields)
+        batch = Batch(fields, size, rows, start, ords, recs)
+        if self.batch_transform is not None:
+            return self.batch_transform(batch)
+        return batch
+
+    def _drain(self) -> None:
+        """Discard batches the workers are making ahead (before a reset or a resume)."""
+        if self._pool is not None:
+            with self._next_lock:
+                self._pool.drain()
+                self._inflight.clear()
+
 
 
 def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:
