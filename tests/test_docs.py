@@ -48,6 +48,7 @@ def test_the_example_runs(code: str, tmp_path, monkeypatch):
 def test_the_modules_docstring_examples_pass():
     import doctest
 
+    import feedline.formats._label
     import feedline.formats.nndataset
     import feedline.loader._loader
     import feedline.order._hash
@@ -58,7 +59,7 @@ def test_the_modules_docstring_examples_pass():
 
     for mod in (feedline.order._hash, feedline.order._order, feedline.order._schedule,
                 feedline.order._seq, feedline.sources._dataset, feedline.loader._loader,
-                feedline.formats.nndataset):
+                feedline.formats.nndataset, feedline.formats._label):
         result = doctest.testmod(mod)
         assert result.failed == 0, mod.__name__
 

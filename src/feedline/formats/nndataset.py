@@ -44,6 +44,17 @@ from ..errors import BoundsError, FormatError
 from . import kvrec
 from ._corpus import LazyColumn, TextCorpus, TextDoc, _Subset
 from ._io import OpenFile, SharedFile, atomic_write
+from ._label import (
+    _LABEL,
+    DATASET_MAGIC,
+    LABEL_SIZE,
+    VERSION,
+    VOCAB_MAGIC,
+    _check_label,
+    _parse_vocab_file,
+    parse_nnvocab,
+    write_nnvocab,
+)
 
 __all__ = [
     "Build",
@@ -58,11 +69,9 @@ __all__ = [
     "write_nnvocab",
 ]
 
-DATASET_MAGIC, VOCAB_MAGIC, VERSION, LABEL_SIZE = b"NNDS", b"NNVC", 1, 8
 KIND_TEXT, KIND_TABULAR = 0, 1  # the C++ DatasetKind; its writer stores 0 for text
 LOSS_SCOPES = ("all", "assistant")
 Subset = Literal["train", "test"]
-_LABEL = struct.Struct("<4sI")
 _U64 = struct.Struct("<Q")
 _MAX_U64 = (1 << 64) - 1
 _FLUSH = 4 << 20  # bytes gathered before one write while streaming documents
@@ -233,49 +242,6 @@ def write(path: str | os.PathLike[str], build: Build) -> None:
                     f.write(buf)
                     buf.clear()
         f.write(buf)
-
-
-def write_nnvocab(vocab: Mapping[str, Any]) -> bytes:
-    """The bytes of a ``.nnvocab`` file: label ``NNVC`` v1, then ``vocab`` as a version 2
-    kvrec at base 8. Write them with any file API (they are the whole file).
-
-    >>> parse_nnvocab(write_nnvocab({"size": 3}))
-    {'size': 3}
-    """
-    return _LABEL.pack(VOCAB_MAGIC, VERSION) + kvrec.encode_v2(vocab, LABEL_SIZE)
-
-
-def _check_label(data: Any, size: int, path: Any) -> bytes:
-    if size < LABEL_SIZE:
-        raise FormatError(f"expected an 8-byte file label, the file has {size} bytes", path, 0)
-    magic, version = _LABEL.unpack_from(data, 0)
-    if magic not in (DATASET_MAGIC, VOCAB_MAGIC):
-        hint = " (an old JSON vocabulary? convert it first)" if magic[:1] == b"{" else ""
-        raise FormatError(f"expected magic b'NNDS' (dataset) or b'NNVC' (vocabulary), found "
-                          f"{magic!r}{hint}", path, 0)
-    if version != VERSION:
-        raise FormatError(f"expected {magic.decode()} version {VERSION}, found {version}",
-                          path, 4)
-    return magic
-
-
-def _parse_vocab_file(data: Any, size: int, path: Any) -> dict[str, Any]:
-    fields, end = kvrec.decode_fields(data, LABEL_SIZE, LABEL_SIZE, path)
-    if end != size:
-        raise FormatError(f"the vocabulary record ends at byte {end}, the file has {size} "
-                          "bytes", path, end)
-    return kvrec.to_dict(fields)
-
-
-def parse_nnvocab(data: bytes, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """The vocabulary record of ``.nnvocab`` bytes (``path`` only names them in errors).
-
-    Checks the label (``NNVC``, version 1), the record, and that it ends the data.
-    """
-    size = len(memoryview(data).cast("B"))
-    if _check_label(data, size, path) != VOCAB_MAGIC:
-        raise FormatError("expected a vocabulary (b'NNVC'), found a dataset (b'NNDS')", path, 0)
-    return _parse_vocab_file(data, size, path)
 
 
 # ---------------------------------------------------------------- reading
