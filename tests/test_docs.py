@@ -56,10 +56,12 @@ def test_the_modules_docstring_examples_pass():
     import feedline.order._schedule
     import feedline.order._seq
     import feedline.sources._dataset
+    import feedline.text._windows
 
     for mod in (feedline.order._hash, feedline.order._order, feedline.order._schedule,
                 feedline.order._seq, feedline.sources._dataset, feedline.loader._loader,
-                feedline.formats.nndataset, feedline.formats._label):
+                feedline.formats.nndataset, feedline.formats._label,
+                feedline.text._windows):
         result = doctest.testmod(mod)
         assert result.failed == 0, mod.__name__
 

@@ -32,6 +32,7 @@ EXPECTED = [
     "nndataset",
     "recfile",
     "salt",
+    "text",
 ]
 
 

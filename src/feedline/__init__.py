@@ -1,5 +1,6 @@
 """feedline: exact, resumable, fast data loading for machine-learning training loops."""
 
+from . import text
 from .errors import (
     BoundsError,
     DomainError,
@@ -50,6 +51,7 @@ __all__ = [
     "nndataset",
     "recfile",
     "salt",
+    "text",
 ]
 
 

@@ -1,0 +1,131 @@
+"""Language-model windows: feedline's ``Windows`` beside the nanoGPT-style baseline.
+
+A corpus of ``--tokens`` random token ids (vocabulary 50,257) in documents of random
+length (mean ``--doc-mean`` tokens) is written twice: as a ``.nndataset`` (u64 tokens,
+the neuralnet.cpp layout) and as nanoGPT's ``train.bin`` (the same flow as uint16).
+Both are in the page cache when measured. Each figure is the best of ``--repeat``
+timed runs of ``--steps`` batches of 16 windows of 2048 tokens:
+
+- baseline: nanoGPT's ``get_batch``: random offsets into a ``np.memmap`` of the uint16
+  flow, ``np.stack`` of each window converted to int64, for inputs and targets;
+- feedline: ``fl.Loader(fl.text.Windows(path, 2048), 16, seed=1)`` (shuffled, resumable),
+  producing inputs, targets, loss mask and doc ids, with the compiled kernel and, for
+  reference, with the numpy path (``Windows.getitems`` without the loader);
+
+    python benchmarks/windows.py [--tokens 500000000] [--dir /tmp/feedline-bench-windows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+import feedline as fl
+from feedline.order import _kernels
+
+SEQ, BATCH, VOCAB = 2048, 16, 50257
+
+
+def make_corpus(folder: str, tokens: int, doc_mean: int) -> tuple[str, str]:
+    """The corpus as a .nndataset and as a uint16 train.bin (kept for the next run)."""
+    nnd = os.path.join(folder, f"corpus-{tokens}.nndataset")
+    flat = os.path.join(folder, f"corpus-{tokens}.bin")
+    if os.path.exists(nnd) and os.path.exists(flat):
+        return nnd, flat
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    flow = rng.integers(0, VOCAB, tokens, dtype=np.uint16)
+    lengths = rng.geometric(1 / doc_mean, size=2 * tokens // doc_mean + 10)
+    cuts = np.cumsum(lengths)
+    cuts = cuts[cuts < tokens]
+    docs = np.split(flow, cuts)  # views: the documents share the flow's memory
+    flow.tofile(flat)
+    fl.nndataset.write(nnd, fl.nndataset.Build({"size": VOCAB}, "random", "", len(docs),
+                                               train_docs=docs, created=0))
+    print(f"wrote {len(docs):,} documents, {tokens:,} tokens in {time.perf_counter() - t0:.1f} s")
+    return nnd, flat
+
+
+def baseline(flat: str, steps: int) -> float:
+    data = np.memmap(flat, dtype=np.uint16, mode="r")
+    rng = np.random.default_rng(1)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        ix = rng.integers(0, len(data) - SEQ, BATCH)
+        x = np.stack([data[i:i + SEQ].astype(np.int64) for i in ix])
+        y = np.stack([data[i + 1:i + 1 + SEQ].astype(np.int64) for i in ix])
+        assert x.shape == y.shape
+    return steps * BATCH * SEQ / (time.perf_counter() - t0)
+
+
+def loader_rate(nnd: str, steps: int) -> float:
+    windows = fl.text.Windows(nnd, SEQ)
+    loader = fl.Loader(windows, BATCH, seed=1)
+    it = iter(loader)
+    next(it)  # the first batch loads the kernels
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        b = next(it)
+    assert b["input_ids"].shape == (BATCH, SEQ)
+    rate = steps * BATCH * SEQ / (time.perf_counter() - t0)
+    loader.close()
+    windows.close()
+    return rate
+
+
+def getitems_rate(nnd: str, steps: int, compiled: bool) -> float:
+    windows = fl.text.Windows(nnd, SEQ)
+    rng = np.random.default_rng(2)
+    get = _kernels.get
+    if not compiled:
+        _kernels.get = lambda: None
+    try:
+        windows.getitems(rng.integers(0, len(windows), BATCH))
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            windows.getitems(rng.integers(0, len(windows), BATCH))
+        rate = steps * BATCH * SEQ / (time.perf_counter() - t0)
+    finally:
+        _kernels.get = get
+        windows.close()
+    return rate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=500_000_000)
+    ap.add_argument("--doc-mean", type=int, default=1000)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dir", default="/tmp/feedline-bench-windows")
+    args = ap.parse_args()
+    nnd, flat = make_corpus(args.dir, args.tokens, args.doc_mean)
+    _kernels.warm_up()
+    for path in (nnd, flat):  # into the page cache
+        with open(path, "rb") as f:
+            while f.read(1 << 24):
+                pass
+    rows = []
+    for _ in range(args.repeat):
+        rows.append((baseline(flat, args.steps), loader_rate(nnd, args.steps),
+                     getitems_rate(nnd, args.steps, True),
+                     getitems_rate(nnd, args.steps // 10, False)))
+    base, loader, kernel, numpy_path = (max(col) for col in zip(*rows))
+    ratios = [r[1] / r[0] for r in rows]
+    print(f"batches of {BATCH} windows of {SEQ} tokens, {args.tokens:,}-token corpus "
+          f"(best of {args.repeat} x {args.steps} batches), tokens/s:")
+    print(f"  nanoGPT get_batch (uint16 memmap, np.stack) {base / 1e6:8.1f} M")
+    print(f"  feedline Loader(Windows, seed=1)            {loader / 1e6:8.1f} M  "
+          f"{loader / base:.2f}x (per run {min(ratios):.2f} - {max(ratios):.2f}x)")
+    print(f"  Windows.getitems, compiled kernel           {kernel / 1e6:8.1f} M  "
+          f"{kernel / base:.2f}x")
+    print(f"  Windows.getitems, numpy path                {numpy_path / 1e6:8.1f} M  "
+          f"{numpy_path / base:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
