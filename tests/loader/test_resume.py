@@ -284,9 +284,9 @@ def _without(key: str) -> dict:
 MALFORMED = [
     pytest.param(lambda s: {**s, "format": "torch.dataloader"}, id="format"),
     pytest.param(lambda s: {k: v for k, v in s.items() if k != "format"}, id="no format"),
-    pytest.param(lambda s: {**s, "version": 2}, id="version 2"),
-    pytest.param(lambda s: {**s, "version": 0}, id="version 0"),
-    pytest.param(lambda s: {**s, "version": "1.0"}, id="version text"),
+    pytest.param(lambda s: {**s, "version": 3}, id="version 3"),
+    pytest.param(lambda s: {**s, "version": 1}, id="version 1"),
+    pytest.param(lambda s: {**s, "version": "2.0"}, id="version text"),
     pytest.param(lambda s: {**s, "fingerprint": "0" * 64}, id="fingerprint"),
     pytest.param(lambda s: _without("fingerprint"), id="no fingerprint"),
     pytest.param(lambda s: _without("epoch"), id="no epoch"),

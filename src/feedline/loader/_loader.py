@@ -100,13 +100,20 @@ class Loader(Resumable, PoolMode):
         self.shard = shard
 
         self._own_dataset = False
+        # Dealt: the order's positions go round-robin to the shards (every shard of a Seq
+        # or Order; "auto" for a plain source). The sharding is then applied when a pass's
+        # order is built, after skipping ``_base`` positions (non-zero in a pass resumed
+        # with another number of ranks), so a state saved with W ranks resumes with W'.
+        self._dealt = shard is not None and (self._deal is not None
+                                             or isinstance(source, (Order, Seq)))
+        self._base = 0
         if isinstance(source, Order):
             self._plain: Dataset | None = None
-            self._seq = source.seq if shard is None else source.seq.shard(*shard)
+            self._seq = source.seq
             self._base_seed = source.seed if seed is None else seed
         elif isinstance(source, Seq):
             self._plain = None
-            self._seq = source if shard is None else source.shard(*shard)
+            self._seq = source
             self._base_seed = 0 if seed is None else seed
         else:
             # A plain source: data.nu's contiguous shard before shuffling; with "auto",
@@ -146,10 +153,11 @@ class Loader(Resumable, PoolMode):
 
     # -- construction helpers -----------------------------------------------------------
     def _full_length(self, source: Any) -> int:
+        """The length of a pass before sharding (for even steps and elastic resume)."""
         if self.shard is None:
             return -1
         if isinstance(source, Order):
-            return source.length
+            return Order(source.seq).length
         if isinstance(source, Seq):
             return Order(source).length
         return len(self._plain)
@@ -173,25 +181,25 @@ class Loader(Resumable, PoolMode):
                     f"{first.describe()}\n{ds.record.describe()}")
         return datasets
 
-    def _order(self, seed: int | None) -> Order:
-        order = self._orders.get(seed)
+    def _order(self, seed: int | None, base: int = 0) -> Order:
+        """Pass 0's order for ``seed``, dealt to this shard after ``base`` positions."""
+        order = self._orders.get((seed, base))
         if order is None:
-            if self._plain is not None:
-                seq = self._seq if seed is None or seed <= 0 else self._seq.shuffle(seed)
-                if self._deal is not None:
-                    seq = seq.shard(*self._deal)
-                order = Order(seq)
-            else:
-                order = Order(self._seq, seed=seed or 0)
-            self._orders[seed] = order
+            seq = self._seq
+            if self._plain is not None and seed is not None and seed > 0:
+                seq = seq.shuffle(seed)
+            if self._dealt:
+                seq = (seq.skip(base) if base else seq).shard(*self.shard)
+            order = Order(seq) if self._plain is not None else Order(seq, seed=seed or 0)
+            self._orders[(seed, base)] = order
         return order
 
     def _pass_order(self) -> Order:
-        key = (self._seed, self._epoch)
+        key = (self._seed, self._epoch, self._base)
         cached = self._pass_cache
         if cached is not None and cached[0] == key:
             return cached[1]
-        order = self._order(self._seed)
+        order = self._order(self._seed, self._base)
         if self._epoch:
             order = order.with_seed(_hash.epoch_ctx(order.seed, self._epoch, _PASS_LEVEL))
         self._pass_cache = (key, order)
@@ -216,13 +224,14 @@ class Loader(Resumable, PoolMode):
             self._fingerprint = self._make_fingerprint()
 
     def _count_steps(self) -> int:
-        n = self._order(self._seed).length
+        n = self._order(self._seed, self._base).length
         b = self.batch_size
         if self.even and self.shard is not None:
             count = self.shard[1]
+            full = self._full_len - self._base
             if self.drop_last:  # every rank takes the full batches the shortest rank has
-                return (self._full_len // count) // b
-            longest = -(-self._full_len // count)
+                return (full // count) // b
+            longest = -(-full // count)
             return -(-longest // b)
         return n // b if self.drop_last else -(-n // b)
 
@@ -304,6 +313,9 @@ class Loader(Resumable, PoolMode):
                 self._ended = False
                 self._block = None
                 self._cursor = None
+                if self._base:  # a pass resumed with another number of ranks has ended
+                    self._base = 0
+                    self._steps = self._count_steps()
         return self
 
     def _use_device(self) -> DeviceColumns | None:
@@ -413,6 +425,7 @@ class Loader(Resumable, PoolMode):
             if seed is not None:
                 self._seed = seed
             self._epoch = 0
+            self._base = 0
             self._claimed = 0
             self._delivered = 0
             self._ended = False

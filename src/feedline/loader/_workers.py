@@ -145,8 +145,15 @@ class WorkerPool:
         slot = self.free.popleft()
         w = self.workers[self._next_worker % len(self.workers)]
         self._next_worker += 1
-        w.conn.send(("task", batch_no, slot, np.ascontiguousarray(ords),
-                     np.ascontiguousarray(recs), rows, start, context))
+        try:
+            w.conn.send(("task", batch_no, slot, np.ascontiguousarray(ords),
+                         np.ascontiguousarray(recs), rows, start, context))
+        except OSError as e:  # the worker died (a broken pipe): say so, with how it died
+            self.free.appendleft(slot)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                w.proc.wait(1.0)
+            raise WorkerError(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
+                              "before it could be given a batch") from e
         w.busy += 1
         self.pending[batch_no] = (slot, w)
 
