@@ -31,6 +31,7 @@ EXPECTED = [
     "ndf",
     "nndataset",
     "recfile",
+    "remote",
     "salt",
     "text",
 ]

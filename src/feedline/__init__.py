@@ -1,6 +1,6 @@
 """feedline: exact, resumable, fast data loading for machine-learning training loops."""
 
-from . import text
+from . import remote, text
 from .errors import (
     BoundsError,
     DomainError,
@@ -50,6 +50,7 @@ __all__ = [
     "ndf",
     "nndataset",
     "recfile",
+    "remote",
     "salt",
     "text",
 ]
@@ -58,7 +59,7 @@ __all__ = [
 def __getattr__(name: str):
     """``fl.torch`` (and later integrations) load on first use: importing feedline never
     imports PyTorch."""
-    if name in ("torch", "jax"):
+    if name in ("torch", "jax", "ray"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)

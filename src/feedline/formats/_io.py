@@ -17,7 +17,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -164,6 +164,17 @@ class SharedFile:
             self.close()
 
 
+def open_shared(path: Any) -> Any:
+    """A read handle for ``path``: a local path or ``file://`` URL (a ``SharedFile``),
+    another URL (a ``RemoteFile`` read through fsspec), or an open handle (shared)."""
+    from ._remote import RemoteFile, is_url, local_path
+
+    if isinstance(path, (SharedFile, RemoteFile)):
+        return path.share()
+    path = local_path(os.fspath(path))
+    return RemoteFile(path) if is_url(path) else SharedFile(path)
+
+
 class OpenFile:
     """What every reader's handle does: share, close, ``with``, and pickle by path.
 
@@ -174,8 +185,8 @@ class OpenFile:
     path: str
     _file: SharedFile
 
-    def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None) -> None:
-        self._file = _file if _file is not None else SharedFile(path)
+    def __init__(self, path: Any, _file: SharedFile | None = None) -> None:
+        self._file = _file if _file is not None else open_shared(path)
         self.path = self._file.path
         try:
             self._parse()
@@ -210,4 +221,5 @@ class OpenFile:
         self.close()
 
     def __reduce__(self):
-        return (type(self), (self.path,))
+        # the handle pickles itself (a path, or a URL with its options) and reopens
+        return (type(self), (self.path, self._file))

@@ -43,7 +43,7 @@ import numpy as np
 from ..errors import BoundsError, FormatError
 from . import kvrec
 from ._corpus import LazyColumn, TextCorpus, TextDoc, _Subset
-from ._io import OpenFile, SharedFile, atomic_write
+from ._io import OpenFile, SharedFile, atomic_write, open_shared
 from ._label import (
     _LABEL,
     DATASET_MAGIC,
@@ -171,10 +171,10 @@ def _root(b: Build, created: int, train_index: Any, test_index: Any) -> dict[str
     root: dict[str, Any] = {
         "kind": KIND_TEXT,
         "companion": companion,
-        "train": {"num_docs": len(b.train_docs), "doc_index": train_index},
+        "train": {"num_docs": len(train_index) - 1, "doc_index": train_index},
     }
-    if len(b.test_docs):
-        root["test"] = {"num_docs": len(b.test_docs), "doc_index": test_index}
+    if len(test_index) > 1:
+        root["test"] = {"num_docs": len(test_index) - 1, "doc_index": test_index}
     return root
 
 
@@ -191,12 +191,29 @@ def _mask_bytes(mask: Any, n: int, what: str) -> np.ndarray:
     return arr.astype(np.uint8)
 
 
+def head_size(build: Build, num_train: int, num_test: int) -> int:
+    """Bytes before the document blocks (label, root record); it depends on counts only."""
+    return LABEL_SIZE + kvrec.size_v2(_root(build, 0, range(num_train + 1), range(num_test + 1)))
+
+
+def encode_head(build: Build, train_counts: Any, test_counts: Any, created: int) -> bytes:
+    """The label and root record :func:`write` puts before documents of these token counts
+    (only ``build``'s metadata is read: ``fl.text.build`` streams its documents)."""
+    width = 9 if build.loss_scope == "assistant" else 8
+    tr, te = (np.asarray(c, np.int64) for c in (train_counts, test_counts))
+    arena = head_size(build, len(tr), len(te))  # measured with placeholder offsets, as in C++
+    train_index = (arena + np.concatenate(([0], np.cumsum(8 + width * tr)))).astype("<u8")
+    test_index = int(train_index[-1]) + np.concatenate(([0], np.cumsum(8 + width * te)))
+    root = kvrec.encode_v2(_root(build, created, train_index, test_index.astype("<u8")), LABEL_SIZE)
+    assert LABEL_SIZE + len(root) == arena, "internal error: the root was mis-measured"
+    return _LABEL.pack(DATASET_MAGIC, VERSION) + root
+
+
 def write(path: str | os.PathLike[str], build: Build) -> None:
     """Write ``build`` as a version 1 ``.nndataset``, atomically, as neuralnet.cpp does.
 
-    Two passes, as in C++: the root record is measured with placeholder offsets, then
-    encoded once with the real ones. The documents are then streamed one at a time
-    (one ``tobytes``-sized copy per document, written in ~4 MiB batches), so memory
+    The head comes from :func:`encode_head`; the documents are then streamed one at a
+    time (one ``tobytes``-sized copy per document, written in ~4 MiB batches), so memory
     stays at the root record plus one document. Refused (``ValueError``): a bad
     loss_scope, masks with "all", a mask count or length that does not match its
     documents, a negative or non-integer token id or a mask entry other than 0/1.
@@ -205,23 +222,11 @@ def write(path: str | os.PathLike[str], build: Build) -> None:
     _check_build(build)
     created = int(time.time()) if build.created is None else int(build.created)
     has_mask = build.loss_scope == "assistant"
-    width = 9 if has_mask else 8
     lens = [np.fromiter((_len(d, f"{s}_docs[{i}]") for i, d in enumerate(docs)),
                         dtype=np.int64, count=len(docs))
             for s, docs in (("train", build.train_docs), ("test", build.test_docs))]
-    size = kvrec.size_v2(_root(build, created, range(len(lens[0]) + 1),
-                               range(len(lens[1]) + 1)))
-    arena = LABEL_SIZE + size
-    train_index = arena + np.concatenate(([0], np.cumsum(8 + width * lens[0])))
-    test_index = int(train_index[-1]) + np.concatenate(([0], np.cumsum(8 + width * lens[1])))
-    root = kvrec.encode_v2(_root(build, created, train_index.astype("<u8"),
-                                 test_index.astype("<u8")), LABEL_SIZE)
-    if len(root) != size:
-        raise RuntimeError(f"internal error: the root record measured {size} bytes, "
-                           f"encoded {len(root)}")
+    buf = bytearray(encode_head(build, lens[0], lens[1], created))
     with atomic_write(path) as f:
-        buf = bytearray(_LABEL.pack(DATASET_MAGIC, VERSION))
-        buf += root
         for subset, docs, masks, n_tokens in (
                 ("train", build.train_docs, build.train_masks, lens[0]),
                 ("test", build.test_docs, build.test_masks, lens[1])):
@@ -347,13 +352,28 @@ def _lookup_value(fields: list[kvrec.Field] | None, key: str, kind: int) -> Any:
     return None if f is None else f.value
 
 
+def _decode_root(u8: Any, size: int, path: str) -> tuple[list[kvrec.Field], int]:
+    """The root record. From a remote object, the kvrec decoder reads a prefix of the
+    file, doubled until the record fits (its length is not stored up front)."""
+    if isinstance(u8, np.ndarray):
+        return kvrec.decode_fields(u8, LABEL_SIZE, LABEL_SIZE, path)
+    n = min(size, 1 << 16)
+    while True:
+        try:
+            return kvrec.decode_fields(u8[:n], LABEL_SIZE, LABEL_SIZE, path)
+        except FormatError:
+            if n >= size:
+                raise
+            n = min(size, 4 * n)
+
+
 def _parse(file: SharedFile, u8: np.ndarray) -> tuple[Info, dict[str, _Layout]]:
     path, size = file.path, file.size
     magic = _check_label(file.pread(min(size, LABEL_SIZE), 0, "the file label"), size, path)
     if magic == VOCAB_MAGIC:
         vocab = _parse_vocab_file(u8, size, path)
         return Info("vocab", 0, 0, False, "all", None, None, None, None, None, None, vocab), {}
-    fields, end = kvrec.decode_fields(u8, LABEL_SIZE, LABEL_SIZE, path)
+    fields, end = _decode_root(u8, size, path)
     companion = kvrec.lookup(fields, "companion", kvrec.RECORD)
     if companion is None:
         raise FormatError("the root record has no companion (Record)", path, LABEL_SIZE)
@@ -411,7 +431,7 @@ class Nndataset(OpenFile):
 
     def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None,
                  _parsed: tuple[Info, dict[str, _Layout]] | None = None) -> None:
-        self._file = _file if _file is not None else SharedFile(path)
+        self._file = _file if _file is not None else open_shared(path)
         self.path = self._file.path
         try:
             self._u8: np.ndarray | None = self._file.array(np.uint8, 0, self._file.size)

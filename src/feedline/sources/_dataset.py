@@ -129,6 +129,21 @@ class Dataset:
         self._len = len(self._columns[next(iter(record.fields))]) if self._columns else len(
             source)
 
+    def __getstate__(self) -> dict:
+        # A file's mapped columns are views of its memory map: the receiving process
+        # maps the file again (its source reopens by path) instead of receiving a copy.
+        state = self.__dict__.copy()
+        if state.get("_mapped_columns") is not None:
+            state["_mapped_columns"] = None
+            state["_remap"] = True
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        remap = state.pop("_remap", False)
+        self.__dict__.update(state)
+        if remap:
+            self._mapped_columns = dict(self.source.columns)
+
     def _check_whole(self, columns: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
         lengths = {len(c) if c.ndim else None for c in columns.values()}
         if len(lengths) > 1:

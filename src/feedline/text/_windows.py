@@ -150,9 +150,21 @@ class Windows:
         u8 = self._ds._u8
         if u8 is None:
             raise ValueError(f"{self.path}: the dataset is closed")
+        if rows and not isinstance(u8, np.ndarray):  # a remote file: fetch the documents
+            cum, offsets = self._layout.cum, self._layout.offsets
+            first = np.searchsorted(cum, a, "right") - 1
+            last = np.searchsorted(cum, b - 1, "right") - 1
+            with u8.spans(offsets[first], offsets[last + 1]) as local:
+                self._fill(local, a, b, batch)
+        else:
+            self._fill(u8, a, b, batch)
+        return batch
+
+    def _fill(self, u8: np.ndarray, a: np.ndarray, b: np.ndarray,
+              batch: dict[str, np.ndarray]) -> None:
         lay = self._layout
         k = _kernels.get()
-        if k is not None and rows and all(v.flags.c_contiguous for v in batch.values()):
+        if k is not None and len(a) and all(v.flags.c_contiguous for v in batch.values()):
             from . import _window_jit
 
             pos = batch.get("position_ids", batch["doc_ids"])
@@ -163,7 +175,6 @@ class Windows:
                                      self.position_ids)
         else:
             _fill_numpy(u8, lay, a, b, self.pad_id, batch)
-        return batch
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):

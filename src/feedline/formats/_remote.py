@@ -1,0 +1,480 @@
+"""Files at URLs (``s3://``, ``gs://``, ``https://``, ...) read through fsspec.
+
+A :class:`RemoteFile` has the interface of a local :class:`~._io.SharedFile` (``size``,
+``pread``, ``array``, ``share``, ``close``, pickling), so every reader opens a URL as
+it opens a path. Reads go through a block cache: a sparse local file the size of the
+object, filled block by block with byte-range requests, plus one presence entry per
+block. An ``array`` is a :class:`RemoteArray`: a gather (``np.take``, indexing) first
+fetches the blocks its rows touch that are missing (grouped into runs of adjacent
+blocks, all requested at once: ``cat_ranges``, concurrent for s3fs), then copies the
+rows from the cache file's memory map, so a warm cache reads at local speed.
+
+The cache
+    Without ``cache_dir`` it is a private temporary file, deleted when the last handle
+    closes. With ``cache_dir`` it persists, named by the URL, the object's size and its
+    ETag (or modification time), so a changed object never reuses stale blocks, and
+    several processes share it safely: blocks are written with ``pwrite`` before their
+    presence entry, readers hold a shared ``flock`` while they copy, and eviction takes
+    the lock exclusively. ``cache_bytes`` bounds the blocks kept: past it, the oldest
+    fetched blocks are dropped (their holes punched) until the cache is at 3/4 of it.
+
+Errors
+    A missing object is a ``FileNotFoundError`` and a refused one a ``PermissionError``,
+    both naming the URL; other ``OSError`` s and connection errors are retried
+    ``retries`` times with exponential backoff (``backoff`` seconds, doubled each time),
+    then raised with the URL and the byte range.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import mmap
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError
+
+_NOT_TRANSIENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+_TRANSIENT_LIBS = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http",
+                   "fsspec", "s3fs", "gcsfs")
+
+
+def is_url(path: Any) -> bool:
+    """Whether ``path`` names a remote object (``file://`` URLs are local paths)."""
+    return isinstance(path, str) and "://" in path and not path.startswith("file://")
+
+
+def local_path(path: Any) -> Any:
+    return path[len("file://"):] if isinstance(path, str) and path.startswith("file://") \
+        else path
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RemoteOptions:
+    """How a URL is read: fsspec's ``storage_options``, the cache and the retries."""
+
+    storage_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # 1 MiB: large enough that a run of blocks is one request of useful size, small
+    # enough that a random row of a cold cache does not fetch much it does not need.
+    block_size: int = 1 << 20
+    cache_dir: str | None = None
+    cache_bytes: int = 16 << 30
+    retries: int = 5
+    backoff: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.storage_options, Mapping):
+            raise TypeError(f"storage_options must be a dict, got "
+                            f"{type(self.storage_options).__name__}")
+        for name, low in (("block_size", mmap.PAGESIZE), ("cache_bytes", 1), ("retries", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if self.block_size % mmap.PAGESIZE:
+            raise ValueError(f"block_size must be a multiple of the page size "
+                             f"{mmap.PAGESIZE}, got {self.block_size}")
+        if not isinstance(self.backoff, (int, float)) or self.backoff < 0:
+            raise ValueError(f"backoff must be a number of seconds >= 0, got {self.backoff!r}")
+
+
+def _transient(e: BaseException) -> bool:
+    if isinstance(e, _NOT_TRANSIENT):
+        return False
+    if isinstance(e, (OSError, ConnectionError, TimeoutError)):
+        return True
+    return type(e).__module__.split(".")[0] in _TRANSIENT_LIBS
+
+
+class _Object:
+    """One remote object, its cache and its lock: shared by a process's handles."""
+
+    def __init__(self, url: str, options: RemoteOptions) -> None:
+        try:
+            import fsspec
+        except ImportError as e:
+            raise ImportError(f"reading {url} needs fsspec (and the protocol's own package, "
+                              f"such as s3fs): pip install 'feedline[remote]'") from e
+        self.url, self.options = url, options
+        self.fs, self.fs_path = fsspec.core.url_to_fs(url, **dict(options.storage_options))
+        info = self._retry(lambda: self.fs.info(self.fs_path), "its size")
+        if info.get("type", "file") != "file":
+            raise IsADirectoryError(f"{url} is a {info.get('type')}, not a file")
+        self.size = int(info["size"])
+        self.block = options.block_size
+        self.blocks = -(-self.size // self.block)
+        self.shares = 1
+        self.lock = threading.Lock()
+        self._readers = threading.Condition()
+        self._reading = 0
+        self._fetched_since_check = False
+        self._fetching = threading.Lock()
+        self._open_cache(info)
+
+    # -- the cache files ---------------------------------------------------------------
+    def _open_cache(self, info: Mapping[str, Any]) -> None:
+        tag = str(info.get("ETag") or info.get("etag") or info.get("mtime")
+                  or info.get("LastModified") or "")
+        if self.options.cache_dir is None:
+            self._dir = tempfile.mkdtemp(prefix="feedline-cache-")
+            self._private = True
+        else:
+            self._dir = self.options.cache_dir
+            self._private = False
+            os.makedirs(self._dir, exist_ok=True)
+        key = hashlib.sha256(f"{self.url}\0{self.size}\0{tag}\0{self.block}".encode())
+        base = os.path.join(self._dir, key.hexdigest()[:32])
+        self.data_fd = os.open(base + ".data", os.O_RDWR | os.O_CREAT, 0o644)
+        self.index_fd = os.open(base + ".blocks", os.O_RDWR | os.O_CREAT, 0o644)
+        self.lock_fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        with self._flock(fcntl.LOCK_EX):  # size the files once, whoever comes first
+            if os.fstat(self.data_fd).st_size != self.size:
+                os.ftruncate(self.data_fd, self.size)
+            if os.fstat(self.index_fd).st_size != 8 * max(1, self.blocks):
+                os.ftruncate(self.index_fd, 8 * max(1, self.blocks))
+        self._index_map = mmap.mmap(self.index_fd, 8 * max(1, self.blocks))
+        # per block: 0 = absent, else the fetch tick (a global counter) for eviction
+        self.index = np.frombuffer(self._index_map, dtype=np.uint64)
+        self._data_map = mmap.mmap(self.data_fd, self.size) if self.size else None
+        self.data = (np.frombuffer(self._data_map, dtype=np.uint8) if self.size
+                     else np.zeros(0, np.uint8))
+        self._base = base
+
+    @contextlib.contextmanager
+    def _flock(self, kind: int):
+        fcntl.flock(self.lock_fd, kind)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def reading(self):
+        """Blocks stay in the cache while the caller copies from it (all processes).
+
+        Eviction happens here, before a read, when no thread of this process is reading
+        (the condition's lock keeps new readers out) and under the exclusive lock (no
+        other process is reading): a block is never dropped under a reader.
+        """
+        with self._readers:
+            if self._reading == 0 and self._fetched_since_check:
+                self._fetched_since_check = False
+                self._evict_if_needed()
+            self._reading += 1
+            if self._reading == 1:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            with self._readers:
+                self._reading -= 1
+                if self._reading == 0:
+                    fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+
+    # -- fetching ----------------------------------------------------------------------
+    def _retry(self, fn, what: str):
+        delay = self.options.backoff
+        for attempt in range(self.options.retries + 1):
+            try:
+                return fn()
+            except FileNotFoundError as e:
+                raise FileNotFoundError(f"{self.url}: no such object") from e
+            except PermissionError as e:
+                raise PermissionError(f"{self.url}: access refused ({e})") from e
+            except Exception as e:
+                if not _transient(e) or attempt == self.options.retries:
+                    raise OSError(f"{self.url}: reading {what} failed after {attempt + 1} "
+                                  f"attempt(s): {type(e).__name__}: {e}") from e
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    def ensure(self, blocks: np.ndarray) -> None:
+        """Fetch the blocks of ``blocks`` (sorted, unique) the cache lacks. Call inside
+        ``reading()``."""
+        missing = blocks[self.index[blocks] == 0]
+        if not len(missing):
+            return
+        with self._fetching:  # one fetch at a time per process; others may have filled it
+            missing = missing[self.index[missing] == 0]
+            if not len(missing):
+                return
+            # runs of adjacent blocks, at most 16 MiB each: one request per run
+            cut = np.flatnonzero((np.diff(missing) != 1)
+                                 | (np.arange(1, len(missing)) % max(1, (16 << 20) // self.block)
+                                    == 0)) + 1
+            runs = np.split(missing, cut)
+            starts = [int(r[0]) * self.block for r in runs]
+            ends = [min(self.size, (int(r[-1]) + 1) * self.block) for r in runs]
+            parts = self._retry(lambda: self._cat(starts, ends),
+                                f"{len(runs)} range(s) from byte {starts[0]}")
+            tick = int(self.index.max()) + 1
+            for run, start, part in zip(runs, starts, parts):
+                view = memoryview(part)
+                written = 0
+                while written < len(view):
+                    written += os.pwrite(self.data_fd, view[written:], start + written)
+                self.index[run] = tick
+            self._fetched_since_check = True
+
+    def _cat(self, starts: list[int], ends: list[int]) -> list[bytes]:
+        parts = self.fs.cat_ranges([self.fs_path] * len(starts), starts, ends,
+                                   on_error="return")
+        for part, a, b in zip(parts, starts, ends):
+            if isinstance(part, BaseException):
+                raise part
+            if len(part) != b - a:
+                raise ConnectionError(f"asked for bytes [{a}, {b}), received {len(part)}")
+        return parts
+
+    def _evict_if_needed(self) -> None:
+        """Past ``cache_bytes``, drop the oldest fetched blocks down to 3/4 of it."""
+        limit = max(1, self.options.cache_bytes // self.block)
+        if int(np.count_nonzero(self.index)) <= limit:
+            return
+        with self._flock(fcntl.LOCK_EX):
+            held = np.flatnonzero(self.index)
+            order = held[np.argsort(self.index[held], kind="stable")]
+            drop = order[: max(0, len(held) - max(1, limit * 3 // 4))]
+            self.index[drop] = 0
+            for b in drop.tolist():
+                a = b * self.block
+                with contextlib.suppress(OSError):  # a file system without holes
+                    self._data_map.madvise(mmap.MADV_REMOVE, a, min(self.block, self.size - a))
+
+    def blocks_of(self, starts: np.ndarray, nbytes: Any) -> np.ndarray:
+        """The blocks that byte ranges ``[s, s + nbytes)`` touch, sorted and unique
+        (``nbytes`` one length for all or one per range; empty ranges touch none)."""
+        starts = np.asarray(starts, dtype=np.int64)
+        lengths = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), starts.shape)
+        keep = lengths > 0
+        starts, lengths = starts[keep], lengths[keep]
+        if not len(starts):
+            return np.zeros(0, dtype=np.int64)
+        first = starts // self.block
+        last = (starts + lengths - 1) // self.block
+        spans = last - first + 1
+        if int(spans.max()) <= 2:  # the common case: a row touches one or two blocks
+            return np.unique(np.concatenate((first, last)))
+        within = np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
+        return np.unique(np.repeat(first, spans) + within)
+
+    def release(self) -> None:
+        with self.lock:
+            self.shares -= 1
+            last = self.shares == 0
+        if not last:
+            return
+        self.index = self.data = None
+        for m in (self._index_map, self._data_map):
+            if m is not None:
+                with contextlib.suppress(BufferError):
+                    m.close()
+        for fd in (self.data_fd, self.index_fd, self.lock_fd):
+            os.close(fd)
+        if self._private:
+            for suffix in (".data", ".blocks", ".lock"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._base + suffix)
+            with contextlib.suppress(OSError):
+                os.rmdir(self._dir)
+
+
+class RemoteFile:
+    """A read handle on a remote object, with a ``SharedFile``'s interface.
+
+    ``fl.remote.open(url, ...)`` makes one; every reader (``fl.recfile.open``,
+    ``fl.ndf.open``, ``fl.nndataset.open``) also takes a URL (default options) or a
+    ``RemoteFile``. Pickling records the URL and the options; the receiving process
+    opens its own handle (and shares the cache directory, if any).
+    """
+
+    def __init__(self, url: str, options: RemoteOptions | None = None,
+                 _obj: _Object | None = None) -> None:
+        self.path = url
+        self.options = options if options is not None else RemoteOptions()
+        self._obj = _obj if _obj is not None else _Object(url, self.options)
+        self._closed = False
+
+    @property
+    def size(self) -> int:
+        return self._obj.size
+
+    def share(self) -> RemoteFile:
+        self._check()
+        with self._obj.lock:
+            self._obj.shares += 1
+        return RemoteFile(self.path, self.options, self._obj)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.path}: this handle is closed")
+
+    def pread(self, size: int, offset: int, what: str = "data") -> bytes:
+        """Exactly ``size`` bytes at ``offset``; a ``FormatError`` past the object's end."""
+        self._check()
+        obj = self._obj
+        if offset < 0 or size < 0 or offset + size > obj.size:
+            raise FormatError(f"{what} needs bytes [{offset}, {offset + size}) but the object "
+                              f"has {obj.size}", self.path, offset)
+        with obj.reading():
+            obj.ensure(obj.blocks_of(np.array([offset], dtype=np.int64), size))
+            return bytes(obj.data[offset:offset + size])
+
+    def array(self, dtype: np.dtype | str, offset: int, count: int,
+              shape: tuple[int, ...] | None = None) -> RemoteArray:
+        """``count`` items of ``dtype`` at ``offset``, read on demand (a ``RemoteArray``)."""
+        self._check()
+        dtype = np.dtype(dtype)
+        nbytes = count * dtype.itemsize
+        if offset < 0 or offset + nbytes > self._obj.size:
+            raise FormatError(f"an array of {count} x {dtype} needs bytes [{offset}, "
+                              f"{offset + nbytes}) but the object has {self._obj.size}",
+                              self.path, offset)
+        return RemoteArray(self._obj, dtype, offset, shape if shape is not None else (count,))
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._obj.release()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __reduce__(self):
+        return (RemoteFile, (self.path, self.options))
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __enter__(self) -> RemoteFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RemoteArray:
+    """A read-only array in a remote object, fetched as it is read (axis 0 indexing).
+
+    ``a[i]``, ``a[i:j:k]``, ``a[int_array]``, ``a[bool_array]``, ``np.take(a, idx,
+    axis=0, out=..., mode=...)`` and ``np.asarray(a)`` return numpy arrays (copies);
+    each first fetches, in one round of requests, the blocks its rows need.
+    """
+
+    def __init__(self, obj: _Object, dtype: np.dtype, offset: int,
+                 shape: tuple[int, ...]) -> None:
+        self._obj, self.dtype, self._offset = obj, dtype, offset
+        self.shape = tuple(int(s) for s in shape)
+        self._row = dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _local(self) -> np.ndarray:
+        """The array over the cache file (valid where its blocks are present)."""
+        data = self._obj.data
+        if data is None:
+            raise ValueError(f"{self._obj.url}: the file is closed")
+        n = self.size
+        if n == 0:
+            return np.zeros(self.shape, dtype=self.dtype)
+        return np.frombuffer(data, dtype=self.dtype, count=n,
+                             offset=self._offset).reshape(self.shape)
+
+    def _fetch_rows(self, rows: np.ndarray) -> None:
+        obj = self._obj
+        obj.ensure(obj.blocks_of(self._offset + rows.astype(np.int64) * self._row, self._row))
+
+    def _fetch_span(self, lo: int, hi: int) -> None:
+        if hi > lo:
+            obj = self._obj
+            obj.ensure(obj.blocks_of(np.array([self._offset + lo * self._row]),
+                                     (hi - lo) * self._row))
+
+    @contextlib.contextmanager
+    def spans(self, starts: np.ndarray, ends: np.ndarray):
+        """The array over the cache, with the items ``[starts[i], ends[i])`` fetched and
+        kept while the ``with`` block copies from it (for compiled kernels)."""
+        obj = self._obj
+        size = self.dtype.itemsize
+        with obj.reading():
+            obj.ensure(obj.blocks_of(self._offset + np.asarray(starts, np.int64) * size,
+                                     (np.asarray(ends, np.int64) - starts) * size))
+            yield self._local()
+
+    def take(self, indices: Any, axis: int | None = 0, out: np.ndarray | None = None,
+             mode: str = "raise") -> np.ndarray:
+        if axis != 0:
+            raise ValueError("a remote array is gathered along axis 0 only")
+        idx = np.asarray(indices, dtype=np.int64)
+        n = self.shape[0]
+        flat = idx.reshape(-1)
+        if mode == "raise" and flat.size and (int(flat.min()) < -n or int(flat.max()) >= n):
+            raise IndexError(f"index out of range for a remote array of {n} rows")
+        rows = np.clip(flat, 0, n - 1) if mode == "clip" else np.where(flat < 0, flat + n, flat)
+        with self._obj.reading():
+            self._fetch_rows(rows)
+            return np.take(self._local(), idx, axis=0, out=out, mode=mode)
+
+    def __getitem__(self, key: Any) -> Any:
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
+        n = self.shape[0]
+        with self._obj.reading():
+            if isinstance(first, slice):
+                start, stop, step = first.indices(n)
+                lo, hi = (start, stop) if step > 0 else (stop + 1, start + 1)
+                self._fetch_span(max(0, lo), min(n, hi))
+            elif isinstance(first, (int, np.integer)) and not isinstance(first, bool):
+                i = int(first) + n if int(first) < 0 else int(first)
+                if not 0 <= i < n:
+                    raise IndexError(f"index {int(first)} is out of range for {n} rows")
+                self._fetch_span(i, i + 1)
+            else:
+                idx = np.asarray(first)
+                if idx.dtype == np.bool_:
+                    idx = np.flatnonzero(idx)
+                if idx.dtype.kind not in "iu":
+                    raise TypeError(f"a remote array takes ints, slices or int/bool arrays, "
+                                    f"got {first!r}")
+                idx = np.where(idx < 0, idx + n, idx).astype(np.int64)
+                if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
+                    raise IndexError(f"index out of range for {n} rows")
+                self._fetch_rows(idx.reshape(-1))
+                first = idx
+            return np.array(self._local()[(first, *rest)])
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a remote array can only be copied")
+        arr = self[:]
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        return f"RemoteArray({self._obj.url}, {self.shape}, {self.dtype})"
+
+
+def open(url: str, *, storage_options: Mapping[str, Any] | None = None,
+         block_size: int = RemoteOptions.block_size, cache_dir: str | None = None,
+         cache_bytes: int = RemoteOptions.cache_bytes, retries: int = RemoteOptions.retries,
+         backoff: float = RemoteOptions.backoff) -> RemoteFile:
+    """A handle on the object at ``url`` for any reader (``fl.recfile.open(handle)``)."""
+    if not is_url(url):
+        raise ValueError(f"expected a URL such as s3://bucket/key, got {url!r}")
+    return RemoteFile(url, RemoteOptions(
+        storage_options=dict(storage_options or {}), block_size=block_size,
+        cache_dir=cache_dir, cache_bytes=cache_bytes, retries=retries, backoff=backoff))

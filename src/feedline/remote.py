@@ -1,0 +1,12 @@
+"""Files at URLs: ``fl.remote.open(url, storage_options=..., cache_dir=...)``.
+
+Every reader also takes a URL directly (``fl.recfile.open("s3://bucket/train.flr")``,
+default options); ``fl.remote.open`` gives the options: fsspec's ``storage_options``
+(credentials, endpoint), the block cache (``block_size``, ``cache_dir`` shared by
+processes, ``cache_bytes``) and the retries. Needs ``fsspec`` and the protocol's
+package (``s3fs`` for ``s3://``): ``pip install 'feedline[remote]'``.
+"""
+
+from .formats._remote import RemoteArray, RemoteFile, RemoteOptions, is_url, open
+
+__all__ = ["RemoteArray", "RemoteFile", "RemoteOptions", "is_url", "open"]

@@ -1,0 +1,198 @@
+"""Files at URLs: a real S3 endpoint on loopback (moto's server), faults injected."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+
+from .s3_endpoint import S3Endpoint, double_y
+
+BLOCK = 16 << 10
+
+
+class Row(fl.Record, dims={"D": 12}):
+    """Features and a label."""
+
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    endpoint = S3Endpoint()
+    import boto3  # moto's own dependency
+    import s3fs
+
+    boto3.client("s3", endpoint_url=endpoint.url, aws_access_key_id="testing",
+                 aws_secret_access_key="testing", region_name="us-east-1").create_bucket(
+        Bucket="data")
+    fs = s3fs.S3FileSystem(**endpoint.options())
+    folder = tmp_path_factory.mktemp("s3")
+    rng = np.random.default_rng(0)
+    cols = {"x": rng.standard_normal((3000, 12), dtype=np.float32),
+            "y": np.arange(3000, dtype=np.int64)}
+    fl.recfile.write(folder / "rows.flr", Row, cols)
+    fl.ndf.save(folder / "rows.ndf", cols["x"].astype(np.float64), cols["y"][:, None] * 1.0)
+    docs = [rng.integers(0, 900, rng.integers(0, 300)).tolist() for _ in range(60)]
+    masks = [rng.integers(0, 2, len(d)).tolist() for d in docs]
+    fl.nndataset.write(folder / "text.nndataset", fl.nndataset.Build(
+        {"size": 900}, "c.txt", "", 60, "assistant", train_docs=docs[:50],
+        train_masks=masks[:50], test_docs=docs[50:], test_masks=masks[50:], created=1))
+    for name in ("rows.flr", "rows.ndf", "text.nndataset"):
+        fs.put(str(folder / name), f"data/{name}")
+    endpoint.local = folder
+    yield endpoint
+    endpoint.close()
+
+
+def remote(s3, name: str, proxied: bool = False, **options) -> fl.remote.RemoteFile:
+    options.setdefault("block_size", BLOCK)
+    return fl.remote.open(f"s3://data/{name}", storage_options=s3.options(proxied), **options)
+
+
+def batches(source, **options) -> list:
+    return [{k: v.copy() for k, v in b.fields.items()} for b in fl.Loader(source, 64, **options)]
+
+
+def same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(
+        set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+
+
+def test_a_flr_on_s3_gives_the_batches_of_the_local_file(s3):
+    with fl.recfile.open(remote(s3, "rows.flr")) as f, \
+            fl.recfile.open(s3.local / "rows.flr") as local:
+        assert f.record.same_schema(local.record)
+        assert same(batches(f, seed=3), batches(local, seed=3))
+        f.verify()
+        assert np.array_equal(f[17]["x"], local[17]["x"])
+
+
+def test_an_ndf_and_an_nndataset_on_s3_read_as_the_local_files(s3):
+    with fl.ndf.open(remote(s3, "rows.ndf")) as f, fl.ndf.open(s3.local / "rows.ndf") as g:
+        idx = np.array([5, 2999, 0, 77])
+        assert all(np.array_equal(p, q) for p, q in zip(f.rows(idx), g.rows(idx)))
+    with fl.nndataset.open(remote(s3, "text.nndataset")) as ds, \
+            fl.nndataset.open(s3.local / "text.nndataset") as local:
+        assert ds.info.num_docs == 50 and ds.info.test_docs == 10
+        assert np.array_equal(ds.text_doc("test", 3).tokens, local.text_doc("test", 3).tokens)
+        for subset in ("train", "test"):
+            w, v = fl.text.Windows(ds, 32, subset=subset), fl.text.Windows(local, 32,
+                                                                          subset=subset)
+            assert same(batches(w, seed=1), batches(v, seed=1))
+            w.close()
+            v.close()
+
+
+def test_a_plain_url_opens_with_the_default_options(s3, monkeypatch):
+    # s3fs takes its endpoint and credentials from the environment here
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    with fl.recfile.open("s3://data/rows.flr") as f:
+        assert len(f) == 3000
+        assert f.getitems(np.array([4]))["y"].tolist() == [4]
+
+
+def test_injected_failures_are_retried(s3):
+    s3.proxy.plan = ["500", "drop", "500", "drop"]
+    with fl.recfile.open(remote(s3, "rows.flr", proxied=True, backoff=0.01)) as f, \
+            fl.recfile.open(s3.local / "rows.flr") as local:
+        assert same(batches(f, seed=5), batches(local, seed=5))
+    assert s3.proxy.plan == []
+    assert sorted(s3.proxy.injected[-4:]) == ["500", "500", "drop", "drop"]
+
+
+def test_failures_past_the_retries_are_an_error_naming_the_url_and_range(s3):
+    f = fl.recfile.open(remote(s3, "rows.flr", proxied=True, block_size=4096, retries=1,
+                               backoff=0.01))
+    s3.proxy.plan = ["500"] * 40  # s3fs retries some itself: more than both layers try
+    with pytest.raises(OSError, match=r"s3://data/rows.flr: reading .* failed after 2"):
+        f.getitems(np.array([2999]))
+    s3.proxy.plan = []
+    assert f.getitems(np.array([2999]))["y"].tolist() == [2999]  # the handle still works
+    f.close()
+
+
+def test_a_missing_object_and_a_refused_one_are_clear_errors(s3):
+    with pytest.raises(FileNotFoundError, match=r"s3://data/nothing\.flr: no such object"):
+        fl.recfile.open(remote(s3, "nothing.flr"))
+    with pytest.raises(FileNotFoundError, match=r"s3://absent-bucket/rows\.flr"):
+        fl.remote.open("s3://absent-bucket/rows.flr", storage_options=s3.options())
+    f = fl.recfile.open(remote(s3, "rows.flr", proxied=True, block_size=4096))
+    s3.proxy.plan = ["403"]
+    with pytest.raises(PermissionError, match=r"s3://data/rows\.flr: access refused"):
+        f.getitems(np.array([1500]))
+    f.close()
+
+
+def test_the_cache_stays_within_its_bound(s3, tmp_path):
+    limit = 6 * BLOCK
+    with fl.recfile.open(remote(s3, "rows.flr", cache_dir=str(tmp_path),
+                                cache_bytes=limit)) as f:
+        for b in fl.Loader(f, 128, seed=2):
+            assert np.array_equal(b.y, np.sort(b.y)) or True  # every batch read
+            index = f._file._obj.index
+            assert np.count_nonzero(index) * BLOCK <= limit + 4 * BLOCK
+        data = next(p for p in tmp_path.iterdir() if p.suffix == ".data")
+        assert os.stat(data).st_blocks * 512 <= limit + 8 * BLOCK
+
+
+def test_processes_sharing_a_cache_directory_read_correct_rows(s3, tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, feedline as fl
+        opts = {s3.options()!r}
+        f = fl.recfile.open(fl.remote.open("s3://data/rows.flr", storage_options=opts,
+                                           block_size={BLOCK}, cache_dir={str(tmp_path)!r},
+                                           cache_bytes={8 * BLOCK}))
+        rng = np.random.default_rng(int(sys.argv[1]))
+        for _ in range(40):
+            idx = rng.integers(0, 3000, 50)
+            assert f.getitems(idx)["y"].tolist() == idx.tolist()
+        print("ok")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(i)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(3)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
+
+
+def test_a_remote_file_pickles_with_its_options(s3):
+    f = fl.recfile.open(remote(s3, "rows.flr"))
+    again = pickle.loads(pickle.dumps(f))
+    assert again._file.options == f._file.options
+    assert np.array_equal(again.getitems(np.array([9, 8]))["x"], f.getitems(np.array([9, 8]))["x"])
+    f.close()
+    again.close()
+
+
+def test_workers_open_the_remote_file_themselves(s3):
+    with fl.recfile.open(remote(s3, "rows.flr")) as f:
+        ds = fl.Dataset(f.record, f).map(double_y)
+        with fl.Loader(ds, 100, seed=4, workers=2) as loader:
+            got = sorted(y for b in loader for y in b.y.tolist())
+    assert got == list(range(0, 6000, 2))
+
+
+def test_bad_remote_options_are_refused():
+    with pytest.raises(ValueError, match="block_size must be a multiple of the page size"):
+        fl.remote.RemoteOptions(block_size=5000)
+    with pytest.raises(ValueError, match="retries must be an int >= 0"):
+        fl.remote.RemoteOptions(retries=-1)
+    with pytest.raises(ValueError, match="expected a URL"):
+        fl.remote.open("/local/path.flr")
