@@ -477,3 +477,27 @@ def test_reads_from_several_threads_at_once_are_correct(blob, tmp_path):
     shared.close()
     nd.close()
     rf.close()
+
+
+def test_the_next_write_removes_the_temporaries_of_a_killed_writer(tmp_path):
+    import fcntl
+
+    from feedline.formats._io import atomic_write
+
+    target = tmp_path / "data.flr"
+    stale = tmp_path / ".data.flr.dead1.tmp"
+    spool = tmp_path / ".data.flr.dead2.x.spool"
+    live = tmp_path / ".data.flr.live.tmp"
+    fresh = tmp_path / ".data.flr.fresh.tmp"
+    other = tmp_path / ".other.flr.dead.tmp"
+    for p in (stale, spool, live, fresh, other):
+        p.write_bytes(b"partial")
+    for p in (stale, spool, live, other):
+        os.utime(p, (0, 0))  # long ago
+    with open(live, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a writer still at work holds its lock
+        with atomic_write(target) as f:
+            f.write(b"new")
+    assert target.read_bytes() == b"new"
+    assert not stale.exists() and not spool.exists()
+    assert live.exists() and fresh.exists() and other.exists()

@@ -12,10 +12,12 @@ descriptor closes when the last share is given up.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import mmap
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -23,23 +25,75 @@ import numpy as np
 
 from ..errors import FormatError
 
+# A scratch file older than this, that no live process holds locked, was left by a
+# writer that was killed (SIGKILL skips every clean-up); the next writer removes it.
+_STALE_AFTER = 60.0
+
+
+def scratch_file(path: str | os.PathLike[str], suffix: str) -> tuple[int, str]:
+    """A new hidden scratch file beside ``path`` (``.NAME.RANDOM SUFFIX``), locked.
+
+    The descriptor holds an exclusive ``flock`` until it is closed, which marks the file
+    as in use; scratch files of ``path`` that are unlocked and stale (a killed writer's)
+    are removed first.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    remove_stale_scratch(path)
+    fd, name = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=suffix,
+                                dir=directory)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd, name
+
+
+def remove_stale_scratch(path: str | os.PathLike[str]) -> list[str]:
+    """Remove the scratch files that killed writers of ``path`` left; returns them."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    prefix = f".{os.path.basename(path)}."
+    removed = []
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix)
+                 and n.endswith((".tmp", ".spool"))]
+    except OSError:
+        return removed
+    now = time.time()
+    for n in names:
+        full = os.path.join(directory, n)
+        try:
+            fd = os.open(full, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            if now - os.fstat(fd).st_mtime < _STALE_AFTER:
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: its writer is alive
+            os.unlink(full)
+            removed.append(full)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Open a temporary file beside ``path``; on success it replaces ``path`` atomically.
 
-    On any exception the temporary is removed and ``path`` is left as it was.
+    On any exception the temporary is removed and ``path`` is left as it was. A writer
+    killed outright leaves its (locked, hidden) temporary behind; the next write of
+    ``path`` removes it.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
-                               dir=directory)
+    fd, tmp = scratch_file(path, ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # while the lock is held: the file is never seen stale
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

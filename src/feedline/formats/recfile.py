@@ -23,7 +23,6 @@ import math
 import os
 import shutil
 import struct
-import tempfile
 import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -32,7 +31,7 @@ import numpy as np
 
 from ..errors import FeedlineError, FormatError
 from ..records import Record, record_from_schema
-from ._io import OpenFile, atomic_write
+from ._io import OpenFile, atomic_write, scratch_file
 
 MAGIC = b"\x89FLR\r\n\x1a\n"
 VERSION = 1
@@ -170,13 +169,11 @@ def _write_columns(path: Any, record: type[Record], data: Mapping[str, Any],
 
 def _write_stream(path: Any, record: type[Record], chunks: Iterable[Any],
                   check_values: bool) -> int:
-    directory = os.path.dirname(os.path.abspath(os.fspath(path)))
     fields = list(record.fields.values())
     spools = []
     try:
         for f in fields:
-            fd, name = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.",
-                                        suffix=f".{f.name}.spool", dir=directory)
+            fd, name = scratch_file(path, f".{f.name}.spool")
             spools.append((os.fdopen(fd, "w+b"), name))
         crcs = [0] * len(fields)
         n = 0

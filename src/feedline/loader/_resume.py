@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import StateError
+from ..errors import FeedlineError, StateError
 
 STATE_FORMAT = "feedline.loader.state"
 STATE_VERSION = 2
+
+
+_KEYS = frozenset(("format", "version", "fingerprint", "seed", "epoch", "batches", "ended",
+                   "world", "base"))
+
+
+def _state_int(state: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int:
+    value = state[key]
+    if type(value) is not int or value < low or (high is not None and value > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise StateError(f"the state's {key!r} must be an integer {bound}, got {value!r}")
+    return value
 
 
 class Resumable:
@@ -48,6 +59,26 @@ class Resumable:
         text = json.dumps(doc, sort_keys=True).encode()
         return hashlib.sha256(text).hexdigest()
 
+    def _steps_for(self, seed: int | None, base: int, world: int | None) -> int:
+        """The batches of a pass for ``seed``, after ``base`` positions, dealt to ``world``
+        ranks (this loader's own when ``world`` is its count); under the lock."""
+        previous = self._seed, self._base
+        try:
+            if world is not None and world != self.shard[1]:
+                full = self._full_len - base
+                longest = -(-full // world)
+                b = self.batch_size
+                if self.even and self.drop_last:
+                    return (full // world) // b
+                return longest // b if self.drop_last else -(-longest // b)
+            self._seed, self._base = seed, base
+            return self._count_steps()
+        except (FeedlineError, ValueError, OverflowError) as e:
+            raise StateError(f"the state's seed {seed!r} and base {base} do not make an order "
+                             f"for this loader: {e}") from e
+        finally:
+            self._seed, self._base = previous
+
     def state_dict(self) -> dict:
         """The state after the last batch delivered: a small JSON-ready dict."""
         with self._lock:
@@ -75,56 +106,65 @@ class Resumable:
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise StateError(f"not a feedline loader state (format "
                              f"{state.get('format') if isinstance(state, Mapping) else state!r})")
-        if state.get("version") != STATE_VERSION:
-            raise StateError(f"loader state version {state.get('version')!r}; this feedline "
-                             f"reads version {STATE_VERSION}")
-        if state.get("fingerprint") != self._fingerprint:
+        version = state.get("version")
+        if type(version) is not int or version != STATE_VERSION:
+            raise StateError(f"loader state version {version!r}; this feedline reads version "
+                             f"{STATE_VERSION}")
+        if set(state) != _KEYS:
+            raise StateError(f"a loader state has the keys {sorted(_KEYS)}; this one lacks "
+                             f"{sorted(_KEYS - set(state))} and has unknown "
+                             f"{sorted(map(str, set(state) - _KEYS))}")
+        if state["fingerprint"] != self._fingerprint:
             raise StateError("the state was saved by a loader of another configuration (order, "
                              "sources, record, batch size or options differ); fingerprint "
-                             f"{str(state.get('fingerprint'))[:12]}... is not "
+                             f"{str(state['fingerprint'])[:12]}... is not "
                              f"{self._fingerprint[:12]}...")
-        try:
-            seed = state["seed"]
-            seed = None if seed is None else operator.index(seed)
-            epoch = operator.index(state["epoch"])
-            batches = operator.index(state["batches"])
-            base = operator.index(state["base"])
-            world = state["world"]
-            world = None if world is None else operator.index(world)
-            ended = state["ended"]
-            if not isinstance(ended, bool) or isinstance(seed, bool):
-                raise TypeError("'ended' must be a bool and 'seed' an int or None")
-        except (KeyError, TypeError) as e:
-            raise StateError(f"the loader state is incomplete or malformed: {e}") from e
-        if batches < 0 or base < 0 or epoch < 0 or (world is None) == self._dealt or (
-                world is not None and world < 1) or (base and not self._dealt) or (
-                self._dealt and base > self._full_len):
-            raise StateError(f"the state's position (epoch {epoch}, batch {batches}, base "
-                             f"{base}, world {world}) is not one this loader can be at")
-        if self._dealt and world != self.shard[1] and ended:
-            base = batches = 0  # the next pass starts afresh with the new ranks
-        elif self._dealt and world != self.shard[1]:
-            if self._share != (0, 1):
-                raise StateError(f"the state was saved by {world} ranks and this loader is one "
-                                 f"of {self.shard[1]}: a change of ranks cannot be resumed "
-                                 "when the batches are shared (torch DataLoader workers)")
-            # Every rank delivered `batches` batches: together the pass's first
-            # base + batches * batch_size * world positions (see the class docstring).
-            base = min(base + batches * self.batch_size * world, self._full_len)
-            batches = 0
-        self._drain()
+        seed = None if state["seed"] is None else _state_int(state, "seed", -(1 << 63),
+                                                               (1 << 64) - 1)
+        epoch = _state_int(state, "epoch", 0)
+        batches = _state_int(state, "batches", 0)
+        base = _state_int(state, "base", 0)
+        world = None if state["world"] is None else _state_int(state, "world", 1)
+        ended = state["ended"]
+        if not isinstance(ended, bool):
+            raise StateError(f"the state's 'ended' must be true or false, got {ended!r}")
+        where = f"(epoch {epoch}, batch {batches}, base {base}, world {world})"
+        if (world is None) == self._dealt:
+            raise StateError(f"the state's world {world!r} does not fit a loader whose "
+                             f"positions are {'' if self._dealt else 'not '}dealt to ranks")
+        if (base and not self._dealt) or (self._dealt and base > self._full_len):
+            raise StateError(f"the state's position {where} is not one this loader can be at")
+        restart = False  # an ended pass saved by other ranks: the next pass starts afresh
         with self._lock:
-            previous = self._seed, self._base
-            self._seed, self._base = seed, base
-            try:
-                steps = self._count_steps()
-            finally:
-                self._seed, self._base = previous
+            if self._dealt:
+                # what the saving ranks' pass allowed: rank 0 has the most positions
+                saved = self._steps_for(seed, base, world)
+                if batches > saved or (ended and batches != saved):
+                    raise StateError(f"the state's position {where} does not fit the saving "
+                                     f"ranks' pass of {saved} batches")
+                if world != self.shard[1]:
+                    if ended:
+                        base, restart = 0, True
+                    elif self._share != (0, 1):
+                        raise StateError(
+                            f"the state was saved by {world} ranks and this loader is one of "
+                            f"{self.shard[1]}: a change of ranks cannot be resumed when the "
+                            "batches are shared (torch DataLoader workers)")
+                    else:
+                        # Every rank delivered `batches` batches: together the pass's first
+                        # base + batches * batch_size * world positions (class docstring).
+                        base = min(base + batches * self.batch_size * world, self._full_len)
+                        batches = 0
+            steps = self._steps_for(seed, base, self.shard[1] if self._dealt else None)
             w, k = self._share
             share_steps = max(0, -(-(steps - w) // k))
-            if not batches <= share_steps:
-                raise StateError(f"the state's position (epoch {epoch}, batch {batches}) does "
-                                 f"not fit a pass of {steps} batches")
+            if restart:
+                batches = share_steps
+            if batches > share_steps or (ended and batches != share_steps):
+                raise StateError(f"the state's position {where} does not fit a pass of "
+                                 f"{share_steps} batches")
+        self._drain()
+        with self._lock:
             self._seed = seed
             self._base = base
             self._steps = steps
