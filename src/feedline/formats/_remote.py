@@ -117,6 +117,7 @@ class _Object:
         self._reading = 0
         self._fetched_since_check = False
         self._fetching = threading.Lock()
+        self.may_evict = self.blocks > max(1, options.cache_bytes // options.block_size)
         self._open_cache(info)
 
     # -- the cache files ---------------------------------------------------------------
@@ -164,6 +165,9 @@ class _Object:
         (the condition's lock keeps new readers out) and under the exclusive lock (no
         other process is reading): a block is never dropped under a reader.
         """
+        if not self.may_evict:  # the whole object fits the cache: no block is ever dropped
+            yield
+            return
         with self._readers:
             if self._reading == 0 and self._fetched_since_check:
                 self._fetched_since_check = False
@@ -198,11 +202,11 @@ class _Object:
         raise AssertionError("unreachable")
 
     def ensure(self, blocks: np.ndarray) -> None:
-        """Fetch the blocks of ``blocks`` (sorted, unique) the cache lacks. Call inside
-        ``reading()``."""
-        missing = blocks[self.index[blocks] == 0]
-        if not len(missing):
+        """Fetch the blocks of ``blocks`` the cache lacks. Call inside ``reading()``."""
+        present = self.index[blocks]
+        if present.all():
             return
+        missing = np.unique(blocks[present == 0])
         with self._fetching:  # one fetch at a time per process; others may have filled it
             missing = missing[self.index[missing] == 0]
             if not len(missing):
@@ -251,9 +255,11 @@ class _Object:
                     self._data_map.madvise(mmap.MADV_REMOVE, a, min(self.block, self.size - a))
 
     def blocks_of(self, starts: np.ndarray, nbytes: Any) -> np.ndarray:
-        """The blocks that byte ranges ``[s, s + nbytes)`` touch, sorted and unique
+        """The blocks that byte ranges ``[s, s + nbytes)`` touch, possibly repeated
         (``nbytes`` one length for all or one per range; empty ranges touch none)."""
         starts = np.asarray(starts, dtype=np.int64)
+        if isinstance(nbytes, int) and 0 < nbytes <= self.block:  # rows of one array
+            return np.concatenate((starts // self.block, (starts + nbytes - 1) // self.block))
         lengths = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), starts.shape)
         keep = lengths > 0
         starts, lengths = starts[keep], lengths[keep]
@@ -263,9 +269,9 @@ class _Object:
         last = (starts + lengths - 1) // self.block
         spans = last - first + 1
         if int(spans.max()) <= 2:  # the common case: a row touches one or two blocks
-            return np.unique(np.concatenate((first, last)))
+            return np.concatenate((first, last))
         within = np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
-        return np.unique(np.repeat(first, spans) + within)
+        return np.repeat(first, spans) + within
 
     def release(self) -> None:
         with self.lock:
@@ -377,6 +383,7 @@ class RemoteArray:
         self._obj, self.dtype, self._offset = obj, dtype, offset
         self.shape = tuple(int(s) for s in shape)
         self._row = dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        self._view: np.ndarray | None = None
 
     ndim = property(lambda self: len(self.shape))
     size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
@@ -390,11 +397,11 @@ class RemoteArray:
         data = self._obj.data
         if data is None:
             raise ValueError(f"{self._obj.url}: the file is closed")
-        n = self.size
-        if n == 0:
-            return np.zeros(self.shape, dtype=self.dtype)
-        return np.frombuffer(data, dtype=self.dtype, count=n,
-                             offset=self._offset).reshape(self.shape)
+        if self._view is None:
+            n = self.size
+            self._view = np.zeros(self.shape, dtype=self.dtype) if n == 0 else np.frombuffer(
+                data, dtype=self.dtype, count=n, offset=self._offset).reshape(self.shape)
+        return self._view
 
     def _fetch_rows(self, rows: np.ndarray) -> None:
         obj = self._obj
