@@ -11,11 +11,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[fast]"
+	$(BIN)/python -m pip install --quiet -e ".[fast,demo]"
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[fast,test]"
+	$(BIN)/python -m pip install --quiet -e ".[fast,demo,test]"
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed

@@ -10,17 +10,31 @@ import feedline as fl
 from feedline.cli import main
 
 
-def test_the_demo_runs_and_resumes_identically(tmp_path):
+def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "feedline.cli", "demo", "--out", str(tmp_path / "demo")],
         check=True, capture_output=True, text=True,
     )
+    assert "the resumed stream equals the uninterrupted one: True" in out.stdout
     assert "each exactly once" in out.stdout
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary["resumed_identical"] is True
-    assert summary["positions"] == 2_000_000_000
-    seq = fl.Seq.from_json((tmp_path / "demo" / "order.json").read_text())
-    assert len(fl.Order(seq)) == 2_000_000_000
+    assert summary["accuracy"] > 0.7
+    assert summary["windows"]["trained"] == summary["windows"]["expected"]
+    assert summary["orders"]["positions"] == 2_000_000_000
+    seq = fl.Seq.from_json((tmp_path / "demo" / "order.json").read_text(),
+                           _digit_sources(tmp_path / "demo"))
+    assert len(fl.Order(seq)) == 9000
+    for rank in range(2):
+        state = json.loads((tmp_path / "demo" / f"state-rank{rank}.json").read_text())
+        assert state["format"] == "feedline.loader.state" and state["batches"] == 40
+
+
+def _digit_sources(folder):
+    f = fl.recfile.open(folder / "digits.flr")
+    clean = fl.Dataset(f.record, f, name="digits")
+    f.close()
+    return [clean, fl.Dataset(clean.record, clean.source, name="digits-augmented")]
 
 
 def test_order_show_prints_the_positions_of_a_saved_configuration(tmp_path, capsys):
