@@ -2,10 +2,34 @@
 
 ``read_text_docs`` and ``mark_assistant_span`` are neuralnet.cpp's helpers; the
 tokenizers are a byte-level one that needs nothing and HuggingFace ``tokenizers``
-BPE (the ``hf`` extra); ``build`` writes a corpus to a ``.nndataset``; ``Windows``
+BPE (the ``text`` extra); ``build`` writes a corpus to a ``.nndataset``; ``Windows``
 reads language-model training windows from one.
 """
 
+from ._build import BuildSummary, build
+from ._docs import iter_doc_chunks, mark_assistant_span, read_text_docs
+from ._tokenizers import (
+    BPETokenizer,
+    ByteTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    tokenizer_from_vocab,
+    write_vocab,
+)
 from ._windows import Windows, window_record
 
-__all__ = ["Windows", "window_record"]
+__all__ = [
+    "BPETokenizer",
+    "BuildSummary",
+    "ByteTokenizer",
+    "Tokenizer",
+    "Windows",
+    "build",
+    "iter_doc_chunks",
+    "load_tokenizer",
+    "mark_assistant_span",
+    "read_text_docs",
+    "tokenizer_from_vocab",
+    "window_record",
+    "write_vocab",
+]
