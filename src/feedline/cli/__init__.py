@@ -1,4 +1,4 @@
-"""The ``feedline`` command line: ``feedline demo``, ``feedline bench``, ``feedline order ...``."""
+"""The ``feedline`` command line: ``feedline demo``, ``bench``, ``text build``, ``order ...``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.plot or args.from_markdown:
+        from .plots import run_bench_plot
+
+        return run_bench_plot(args)
     from .bench import run_bench
 
     return run_bench(quick=args.quick)
@@ -60,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark the ordering engine against baselines")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    from .plots import add_bench_plot_options, add_order_plot_parser
+
+    add_bench_plot_options(bench)  # feedline bench --plot [-o PNG] [--from-markdown FILE]
     bench.set_defaults(func=_cmd_bench)
 
     inspect = sub.add_parser("inspect", help="format, header, schema, counts and sizes of a file")
@@ -76,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("dst")
     convert.set_defaults(func=_cmd_convert)
 
+    from .text import add_parser as add_text_parser
+
+    add_text_parser(sub)  # feedline text build
+
     order = sub.add_parser("order", help="inspect ordering configurations")
     order_sub = order.add_subparsers(dest="order_command", required=True)
     show = order_sub.add_parser("show", help="print positions of an order saved as JSON")
@@ -84,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--count", type=int, default=10)
     show.add_argument("--seed", type=int, default=0, help="the order seed")
     show.set_defaults(func=_cmd_order_show)
+    add_order_plot_parser(order_sub)  # feedline order plot CONFIG.json -o PNG
     return parser
 
 

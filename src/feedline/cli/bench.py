@@ -204,6 +204,12 @@ def bench_memory(walk_len: int) -> dict:
 
 
 def run_bench(quick: bool = False) -> int:
+    run_benchmarks(quick)
+    return 0
+
+
+def run_benchmarks(quick: bool = False) -> dict:
+    """Run every benchmark, printing each line; returns the figures (what ``--plot`` draws)."""
     compiled = _kernels.enabled()
     path = "compiled (numba)" if compiled else "numpy"
     if compiled:
@@ -222,7 +228,7 @@ def run_bench(quick: bool = False) -> int:
     if os.environ.get("FEEDLINE_BENCH_JSON"):
         with open(os.environ["FEEDLINE_BENCH_JSON"], "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
-    return 0
+    return results
 
 
 def bench_loader(n: int, repeat: int) -> dict:

@@ -1,0 +1,603 @@
+"""Pictures: ``feedline order plot`` (an order's mix over training) and ``bench --plot``.
+
+The computations are plain functions returning arrays, cheap for orders of any length:
+``source_shares`` looks up ``points`` windows of consecutive positions (vectorised, one
+``order.lookup``), ``pass_boundaries`` reads the repeats off the ``Seq`` tree, and
+``parse_compare_markdown`` reads the tables of ``benchmarks/compare.py --markdown``.
+Drawing needs matplotlib (the ``plot`` extra), imported only when a picture is drawn,
+on the Agg canvas (no window, no global backend switch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..order import Order, Schedule, Seq
+from ..order._seq import source_len
+
+COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3",
+          "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD"]
+MAX_LEGEND = 10  # more sources than this: the largest nine, and "other"
+
+
+class PlotInputError(ValueError):
+    """An input to a picture that cannot be drawn (a bad table, a bad --names)."""
+
+
+def _matplotlib() -> tuple[Any, Any]:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError("pictures need matplotlib: pip install 'feedline[plot]'") from e
+    return Figure, FigureCanvasAgg
+
+
+def _save(fig: Any, canvas_cls: Any, path: str) -> None:
+    canvas_cls(fig)
+    fig.savefig(path, dpi=110)
+
+
+def _human(x: float, _pos: object = None) -> str:
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+# -- an order's mix ------------------------------------------------------------------------
+def source_shares(order: Order, points: int = 200, window: int = 2048
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Each source's share of the output in ``points`` windows spread over the order.
+
+    The positions ``[0, len)`` are cut into ``points`` equal bins; in the middle of each,
+    ``min(window, len // points)`` consecutive positions are looked up (one vectorised
+    ``order.lookup``, so an order of 1e9 positions costs ``points * window`` lookups).
+    Returns ``(centers, shares)``: the float middle position of each window, and a
+    ``(points, len(order.sources))`` array whose rows sum to 1.
+    """
+    n = order.length
+    if n == 0:
+        raise PlotInputError("the order is empty: there is nothing to draw")
+    points = max(1, min(points, n))
+    w = max(1, min(window, n // points))
+    edges = [i * n // points for i in range(points + 1)]
+    starts = np.array([edges[i] + (edges[i + 1] - edges[i] - w) // 2 for i in range(points)],
+                      dtype=np.uint64)
+    pos = (starts[:, None] + np.arange(w, dtype=np.uint64)).reshape(-1)
+    ords = order.lookup(pos)[0].reshape(points, w)
+    k = len(order.sources)
+    rows = np.repeat(np.arange(points) * k, w)
+    counts = np.bincount(rows + ords.reshape(-1), minlength=points * k).reshape(points, k)
+    return starts.astype(np.float64) + w / 2, counts / w
+
+
+def seq_length(seq: Seq) -> int:
+    """The number of positions of a (valid) configuration, from its tree alone."""
+    op, a = seq.op, seq.args
+    if op == "source":
+        return source_len(a[0].obj)
+    if op in ("concat", "mix"):
+        return sum(seq_length(c) for c in seq.children)
+    n = seq_length(seq.children[0])
+    if op == "shuffle":
+        return n
+    if op == "repeat":
+        return n * a[0]
+    if op in ("cycle_to", "take"):
+        return a[0]
+    if op == "skip":
+        return n - a[0]
+    if op == "step_by":
+        return -(-n // a[0])
+    i, c = a
+    if op == "shard":
+        return max(0, -(-(n - i) // c))
+    return (i + 1) * n // c - i * n // c  # split
+
+
+def pass_boundaries(seq: Seq, limit: int = 1000) -> list[tuple[int, int]]:
+    """Where passes of a repeat (or ``cycle_to``) end, as ``(position, level)`` pairs.
+
+    Level 0 is the outermost repeat; a repeat inside it is level 1, and so on. Passes
+    are followed through ``concat``, ``skip``, ``take``, ``step_by``, ``shard`` and
+    ``split``; a ``shuffle`` or ``mix`` above a repeat interleaves its passes, so none is
+    reported under one. At most ``limit`` boundaries, the first ones, sorted.
+    """
+    return sorted(set(_bounds(seq, 0, limit)))[:limit]
+
+
+def _bounds(seq: Seq, level: int, limit: int) -> list[tuple[int, int]]:
+    op, a = seq.op, seq.args
+    if op in ("source", "shuffle", "mix"):
+        return []
+    if op == "concat":
+        out: list[tuple[int, int]] = []
+        at = 0
+        for c in seq.children:
+            out += [(at + p, lv) for p, lv in _bounds(c, level, limit)]
+            at += seq_length(c)
+        return out
+    child = seq.children[0]
+    n = seq_length(child)
+    if op in ("repeat", "cycle_to"):
+        total = n * a[0] if op == "repeat" else a[0]
+        inner = _bounds(child, level + 1, limit)
+        out = []
+        m = 0
+        while n and m * n < total and len(out) < limit:
+            if m:
+                out.append((m * n, level))
+            out += [(m * n + p, lv) for p, lv in inner if m * n + p < total]
+            m += 1
+        return out
+    inner = _bounds(child, level, limit)
+    if op == "skip":
+        return [(p - a[0], lv) for p, lv in inner if p > a[0]]
+    if op == "take":
+        return [(p, lv) for p, lv in inner if p < a[0]]
+    if op == "split":
+        lo, hi = a[0] * n // a[1], (a[0] + 1) * n // a[1]
+        return [(p - lo, lv) for p, lv in inner if lo < p < hi]
+    first, step = (0, a[0]) if op == "step_by" else a  # shard: first index, count
+    length = seq_length(seq)
+    out = [(-(-(p - first) // step), lv) for p, lv in inner if p > first]
+    return [(p, lv) for p, lv in out if 0 < p < length]
+
+
+def describe_schedule(s: Schedule) -> str:
+    """A schedule as the constructor a user would have written."""
+    if s.is_uniform:
+        return "uniform"
+    st, f, d, o = s.start, s.full, s.fade_start, s.off
+    if d == 1.0 and o == 1.0:
+        return f"delayed({st:g})" if st == f else f"ramp({st:g}, {f:g})"
+    if st == 0.0 and f == 0.0:
+        return f"until({d:g})" if d == o else f"fade({d:g}, {o:g})"
+    return f"trapezoid({st:g}, {f:g}, {d:g}, {o:g})"
+
+
+def _schedule_labels(seq: Seq) -> list[str]:
+    """Per source ordinal: the schedules of the mix parts it is in ('' if in no mix)."""
+    out: list[str] = []
+
+    def walk(node: Seq, path: list[Schedule]) -> None:
+        if node.op == "source":
+            named = [describe_schedule(s) for s in path if not s.is_uniform]
+            out.append(" then ".join(named) or ("uniform" if path else ""))
+        elif node.op == "mix":
+            for c, s in zip(node.children, node.args):
+                walk(c, [*path, s])
+        else:
+            for c in node.children:
+                walk(c, path)
+
+    walk(seq, [])
+    return out
+
+
+def source_names(order: Order, names: list[str] | None = None) -> list[str]:
+    """``names`` if given, else each source's ``name`` attribute, else 'source i'."""
+    k = len(order.sources)
+    if names is not None:
+        if len(names) != k:
+            raise PlotInputError(f"--names gives {len(names)} names; the order has {k} sources")
+        return list(names)
+    out = []
+    for i, src in enumerate(order.sources):
+        name = getattr(src, "name", None)
+        out.append(name if isinstance(name, str) and name else f"source {i}")
+    return out
+
+
+def plot_order(seq: Seq, path: str, *, seed: int = 0, shards: int = 4, points: int = 200,
+               window: int = 2048, names: list[str] | None = None, columns: int = 12,
+               shard_at: int | None = None) -> str:
+    """Draw ``seq``'s mix over training positions and a sample of its shards into ``path``.
+
+    The top panel stacks each source's share of the output (``source_shares``) with the
+    ends of repeat passes marked; the bottom one tabulates the first ``columns``
+    positions of each of ``shards`` shards (``seq.shard(i, shards)``) from the global
+    position ``shard_at`` (default: the sampled window where the mix is most varied):
+    colour is the source, the number the record index. Returns a one-line summary.
+    """
+    Figure, Canvas = _matplotlib()
+    order = Order(seq, seed=seed)
+    labels = source_names(order, names)
+    centers, shares = source_shares(order, points, window)
+    w = max(1, min(window, order.length // max(1, min(points, order.length))))
+    sched = _schedule_labels(seq)
+    groups = _legend_groups(shares, labels, sched)
+
+    fig = Figure(figsize=(12, 8.6), layout="constrained")
+    top, bottom = fig.subplots(2, 1, height_ratios=[2.3, 1.2])
+    stack = [shares[:, ords].sum(axis=1) for _, ords in groups]
+    top.stackplot(centers, stack, labels=[g for g, _ in groups],
+                  colors=[COLORS[i % len(COLORS)] for i in range(len(groups))], alpha=0.9)
+    n = order.length
+    top.set_xlim(0, n)
+    top.set_ylim(0, 1)
+    top.xaxis.set_major_formatter(_human)
+    top.yaxis.set_major_formatter(lambda y, _p: f"{y:.0%}")
+    top.set_xlabel("training position (index in the order's output)")
+    top.set_ylabel("share of the output")
+    top.set_title(f"Each source's share of the output over training - {n:,} positions, "
+                  f"{len(labels)} sources, order seed {seed}", loc="left")
+    top.grid(axis="y", color="white", alpha=0.5, linewidth=0.6)
+    handles, _ = top.get_legend_handles_labels()
+    handles += _draw_boundaries(top, pass_boundaries(seq), n)
+    top.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9,
+               frameon=False, title="source (its mix schedule)" if any(sched) else "source",
+               title_fontsize=9,
+               alignment="left")
+    if shard_at is None:  # where the mix is most varied, so that the sample shows it
+        p = np.clip(shares, 1e-12, 1)
+        shard_at = int(centers[int(np.argmax(-(p * np.log(p)).sum(axis=1)))])
+    elif not 0 <= shard_at < n:
+        raise PlotInputError(f"--shard-at {shard_at} is outside the order's {n:,} positions")
+    _draw_shards(bottom, seq, seed, shards, columns, shard_at // shards, groups)
+    note = (" Schedules act on the mix's virtual clock [0, 1] (anew in each pass of a repeat "
+            "around it), not on positions: a part's share also depends on its length."
+            if any(sched) else "")
+    fig.supxlabel(f"Shares measured in {len(centers)} windows of {w:,} consecutive positions."
+                  + note, fontsize=8, color="#555555", x=0.01, ha="left")
+    _save(fig, Canvas, path)
+    return (f"{n:,} positions over {len(labels)} sources; shares in {len(centers)} "
+            f"windows of {w:,} positions")
+
+
+def _legend_groups(shares: np.ndarray, labels: list[str], sched: list[str]
+                   ) -> list[tuple[str, list[int]]]:
+    k = len(labels)
+    named = [f"{lab} ({s})" if s else lab for lab, s in zip(labels, sched)]
+    if k <= MAX_LEGEND:
+        return [(named[i], [i]) for i in range(k)]
+    top = sorted(np.argsort(-shares.mean(axis=0), kind="stable")[:MAX_LEGEND - 1].tolist())
+    rest = [i for i in range(k) if i not in set(top)]
+    return [*((named[i], [i]) for i in top), (f"other ({len(rest)} sources)", rest)]
+
+
+def _draw_boundaries(ax: Any, bounds: list[tuple[int, int]], n: int) -> list[Any]:
+    from matplotlib.lines import Line2D
+
+    outer = [p for p, lv in bounds if lv == 0]
+    inner = [p for p, lv in bounds if lv > 0]
+    if len(outer) + len(inner) > 60:
+        inner = []
+    if len(outer) > 60:
+        outer = []
+    for p in inner:
+        ax.axvline(p, color="black", linewidth=0.8, linestyle=":", alpha=0.7)
+    for p in outer:
+        ax.axvline(p, color="black", linewidth=1.6, linestyle="--")
+    handles = []
+    if outer:
+        handles.append(Line2D([], [], color="black", linewidth=1.6, linestyle="--",
+                              label="end of a pass (epoch) of\nthe outermost repeat"))
+        edges = [0, *outer, n]
+        if len(edges) <= 13:
+            for i in range(len(edges) - 1):
+                ax.text((edges[i] + edges[i + 1]) / 2, 0.975, f"pass {i + 1}",
+                        ha="center", va="top", fontsize=9, transform=ax.get_xaxis_transform(),
+                        bbox={"boxstyle": "round,pad=0.25", "facecolor": "white",
+                              "edgecolor": "none", "alpha": 0.85})
+    if inner:
+        handles.append(Line2D([], [], color="black", linewidth=0.8, linestyle=":",
+                              label="end of a pass of an\ninner repeat or cycle_to"))
+    return handles
+
+
+def _draw_shards(ax: Any, seq: Seq, seed: int, shards: int, columns: int, first: int,
+                 groups: list[tuple[str, list[int]]]) -> None:
+    from matplotlib.patches import Rectangle
+
+    rows = min(shards, 8)
+    color_of = {o: COLORS[g % len(COLORS)] for g, (_, ords) in enumerate(groups) for o in ords}
+    for r in range(rows):
+        order = Order(seq.shard(r, shards), seed=seed)
+        m = max(0, min(columns, order.length - first))
+        ords, recs = order.lookup(np.arange(first, first + m))
+        for j, (o, rec) in enumerate(zip(ords.tolist(), recs.tolist())):
+            ax.add_patch(Rectangle((j, r), 1, 1, facecolor=color_of[o], alpha=0.55,
+                                   edgecolor="white", linewidth=1.5))
+            ax.text(j + 0.5, r + 0.5, f"{rec:,}", ha="center", va="center", fontsize=7.5)
+    ax.set_xlim(0, columns)
+    ax.set_ylim(rows, 0)
+    ax.set_xticks(np.arange(columns) + 0.5, [f"{first + j:,}" for j in range(columns)],
+                  fontsize=8)
+    ax.set_yticks(np.arange(rows) + 0.5, [f"shard {r}" for r in range(rows)])
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_xlabel(f"position j within the shard (shard i's position j is the order's "
+                  f"position i + {shards} x j)")
+    more = f", the first {rows} shown" if rows < shards else ""
+    where = "first positions" if first == 0 else \
+        f"positions from j = {first:,} (the order's positions from {first * shards:,})"
+    ax.set_title(f"Sharded over {shards} ranks with seq.shard(i, {shards}){more}: each shard's "
+                 f"{where}\ncolour = source (as above), number = the record index it reads",
+                 loc="left", fontsize=10)
+
+
+# -- the side-by-side benchmark ------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchRow:
+    system: str
+    workers: int
+    rate: float | None  # samples/s; None when the run was skipped or failed
+
+
+_RATE = re.compile(r"^\s*([0-9.]+)\s*([kMG]?)\s*$")
+
+
+def _parse_rate(text: str) -> float | None:
+    m = _RATE.match(text)
+    if not m:
+        return None
+    return float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}[m.group(2)]
+
+
+def parse_compare_markdown(text: str) -> tuple[str, list[tuple[str, list[BenchRow]]]]:
+    """The side-by-side tables of ``benchmarks/compare.py --markdown`` (or docs/benchmarks.md).
+
+    Returns ``(header, workloads)``: the run's header line ('' if absent) and, per
+    workload heading (``## A: ...``), its rows in table order.
+    """
+    header = next((ln.strip() for ln in text.splitlines()
+                   if ln.startswith("feedline ") and "beside other loaders" in ln), "")
+    out: list[tuple[str, list[BenchRow]]] = []
+    title = ""
+    in_table = False
+    for line in text.splitlines():
+        heading = re.match(r"^#{2,4}\s+(.+?)\s*$", line)
+        if heading:
+            title, in_table = heading.group(1), False
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[:3] == ["system", "workers", "samples/s"]:
+            in_table = True
+            out.append((title, []))
+        elif in_table and line.startswith("|") and not set(cells[0]) <= set("-: "):
+            if len(cells) < 3 or not cells[1].isdigit():
+                raise PlotInputError(f"a results row is not 'system | workers | samples/s': "
+                                     f"{line.strip()[:80]!r}")
+            out[-1][1].append(BenchRow(cells[0], int(cells[1]), _parse_rate(cells[2])))
+        elif not line.startswith("|"):
+            in_table = False
+    if not out:
+        raise PlotInputError("no side-by-side results table found (a '| system | workers | "
+                             "samples/s |' table, as benchmarks/compare.py --markdown writes)")
+    return header, out
+
+
+def plot_bench_compare(header: str, workloads: list[tuple[str, list[BenchRow]]],
+                       path: str) -> str:
+    """Bars of samples/s per system (log scale), one bar per worker count, numpy marked."""
+    Figure, Canvas = _matplotlib()
+    systems_max = max(len({r.system for r in rows}) for _, rows in workloads)
+    fig = Figure(figsize=(12, 1.4 + len(workloads) * (0.9 + 0.42 * systems_max)),
+                 layout="constrained")
+    axes = fig.subplots(len(workloads), 1, squeeze=False)[:, 0]
+    worker_counts = sorted({r.workers for _, rows in workloads for r in rows})
+    wcolor = {w: c for w, c in zip(worker_counts, ["#4C72B0", "#DD8452", "#55A868", "#8172B3"])}
+    for ax, (title, rows) in zip(axes, workloads):
+        systems = list(dict.fromkeys(r.system for r in rows))
+        base = next((r.rate for r in rows if r.system.startswith("numpy") and r.rate), None)
+        h = 0.8 / len(worker_counts)
+        top = max((r.rate for r in rows if r.rate), default=1.0)
+        for r in rows:
+            y = systems.index(r.system) - 0.4 + h * (worker_counts.index(r.workers) + 0.5)
+            if r.rate is None:
+                ax.text(1, y, f"  {r.workers} workers: not measured (skipped or failed)",
+                        va="center", fontsize=7.5, color="#777777",
+                        transform=ax.get_yaxis_transform())
+                continue
+            ax.barh(y, r.rate, height=h * 0.92, color=wcolor[r.workers],
+                    edgecolor="black" if r.system.startswith("feedline") else "none")
+            ratio = f" ({r.rate / base:.2g}x numpy)" if base and not r.system.startswith(
+                "numpy") else ""
+            ax.text(r.rate * 1.08, y, f"{_human(r.rate)} /s{ratio}", va="center", fontsize=7.5,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.7, "pad": 0.5})
+        if base:
+            ax.axvline(base, color="black", linestyle="--", linewidth=1.2)
+        ax.set_xscale("log")
+        ax.set_xlim(left=min(r.rate for r in rows if r.rate) / 2, right=top * 8)
+        ax.xaxis.set_major_formatter(_human)
+        ax.set_yticks(range(len(systems)), systems, fontsize=8.5)
+        for tick in ax.get_yticklabels():
+            if tick.get_text().startswith("feedline"):
+                tick.set_fontweight("bold")
+        ax.set_ylim(len(systems) - 0.5, -0.5)
+        ax.set_xlabel("samples per second (log scale; longer is faster)")
+        ax.set_title(title, loc="left", fontsize=10)
+        ax.grid(axis="x", which="major", alpha=0.3)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=wcolor[w], label=f"{w} worker processes" if w else
+                     "0 workers (in the main process)") for w in worker_counts]
+    handles.append(Line2D([], [], color="black", linestyle="--",
+                          label="numpy baseline: np.take from the memory map"))
+    axes[0].legend(handles=handles, loc="lower right", fontsize=8.5, framealpha=0.95)
+    fig.suptitle("feedline beside other data loaders: samples per second reading shuffled "
+                 "batches from local disk", x=0.01, ha="left", fontsize=12)
+    if header:
+        fig.supxlabel(header, fontsize=7.5, color="#555555", x=0.01, ha="left")
+    _save(fig, Canvas, path)
+    return f"{sum(len(rows) for _, rows in workloads)} runs in {len(workloads)} workloads"
+
+
+def plot_bench_run(results: dict, path: str, note: str = "") -> str:
+    """The figures of one ``feedline bench`` run beside the baselines measured with them."""
+    Figure, Canvas = _matplotlib()
+    groups: list[tuple[str, list[tuple[str, float | None, str]]]] = []
+    s = results.get("shuffle") or {}
+    groups.append(("shuffle of 1e9 records:\nlookup of 64k random positions",
+                   [("feedline", s.get("lookup_mps"), "feedline"),
+                    ("the same Feistel in plain numpy", s.get("naive_feistel_mps"), "base")]))
+    groups.append(("shuffle of 1e9 records:\nwalk (cursor blocks of 64k)",
+                   [("feedline", s.get("walk_mps"), "feedline")]))
+    for key, label in (("mix100", "mix of 100 shuffled parts:\nwalk"),
+                       ("mix1000", "mix of 1,000 parts, 20% scheduled:\nwalk")):
+        m = results.get(key) or {}
+        groups.append((label, [("feedline", m.get("walk_mps"), "feedline"),
+                               ("materialise and sort every key", m.get("sort_baseline_mps"),
+                                "base")]))
+    ld = results.get("loader") or {}
+    groups.append(("loader over in-memory arrays:\nbatches of 512, shuffled",
+                   [("feedline Loader", ld.get("feedline_mps"), "feedline"),
+                    ("feedline next_into", ld.get("next_into_mps"), "feedline"),
+                    ("numpy take, precomputed permutation", ld.get("numpy_mps"), "base"),
+                    ("torch DataLoader + BatchSampler", ld.get("torch_mps"), "other")]))
+    dv = results.get("device") or {}
+    if dv:
+        groups.append((f"batches gathered on the device\n({dv.get('device')})",
+                       [("feedline Loader(device=...)", dv.get("feedline_mps"), "feedline"),
+                        ("torch index_select + randperm", dv.get("index_select_mps"), "base")]))
+    groups = [(g, [b for b in bars if b[1]]) for g, bars in groups]
+    groups = [(g, bars) for g, bars in groups if bars]
+    if not groups:
+        raise PlotInputError("the benchmark results hold no throughput to draw")
+    color = {"feedline": "#4C72B0", "base": "#8C8C8C", "other": "#DD8452"}
+    fig = Figure(figsize=(11, 1.2 + 0.36 * sum(len(b) + 1 for _, b in groups)),
+                 layout="constrained")
+    ax = fig.subplots()
+    y, ticks = 0.0, []
+    rates = [b[1] for _, bars in groups for b in bars]
+    for label, bars in groups:
+        ticks.append((y + (len(bars) - 1) / 2, label))
+        for name, rate, kind in bars:
+            ax.barh(y, rate, height=0.8, color=color[kind])
+            ax.text(rate * 1.06, y, f"{name}: {_human(rate * 1e6)} /s", va="center",
+                    fontsize=8)
+            y += 1
+        y += 0.8
+    ax.set_xscale("log")
+    ax.set_xlim(min(rates) / 2, max(rates) * 30)
+    ax.xaxis.set_major_formatter(lambda x, _p: _human(x * 1e6))
+    ax.set_yticks([t for t, _ in ticks], [lab for _, lab in ticks], fontsize=8.5)
+    ax.set_ylim(y - 0.5, -0.7)
+    ax.set_xlabel("per second: positions for the orders, examples for the loaders "
+                  "(log scale; longer is faster)")
+    ax.grid(axis="x", alpha=0.3)
+    from matplotlib.patches import Patch
+
+    ax.legend(handles=[Patch(color=color["feedline"], label="feedline"),
+                       Patch(color=color["base"], label="baseline measured in the same run"),
+                       Patch(color=color["other"], label="torch, same run")],
+              loc="lower right", fontsize=8.5)
+    ax.set_title("feedline bench: each figure beside the baseline measured in the same run\n"
+                 f"{results.get('path', '?')} path{note}", loc="left")
+    _save(fig, Canvas, path)
+    return f"{len(rates)} figures"
+
+
+# -- the command line ----------------------------------------------------------------------
+def add_order_plot_parser(order_sub: Any) -> None:
+    """Register ``order plot`` on the ``order`` subcommand's subparsers."""
+    p = order_sub.add_parser(
+        "plot", help="draw an order's mix over training and a sample of its shards (PNG)",
+        description="Draw each source's share of the output over training positions (the "
+                    "schedules at work, repeat passes marked) and a sample of the positions "
+                    "each shard reads, for an order saved with Seq.to_json(). Needs "
+                    "matplotlib: pip install 'feedline[plot]'.")
+    p.add_argument("config", help="a JSON file written by Seq.to_json()")
+    p.add_argument("-o", "--out", default="mix.png", help="the PNG to write (default mix.png)")
+    p.add_argument("--seed", type=int, default=0, help="the order seed (default 0)")
+    p.add_argument("--shards", type=_positive, default=4,
+                   help="shard count for the lower panel (default 4; at most 8 rows shown)")
+    p.add_argument("--points", type=_positive, default=200,
+                   help="windows sampled along the order (default 200)")
+    p.add_argument("--window", type=_positive, default=2048,
+                   help="consecutive positions looked up per window (default 2048)")
+    p.add_argument("--shard-at", type=int, default=None, metavar="POS",
+                   help="the order position where the shard sample starts (default: where "
+                        "the mix is most varied)")
+    p.add_argument("--names", default=None,
+                   help="comma-separated source names, in source order (a saved "
+                        "configuration records lengths only; default 'source 0', ...)")
+    p.set_defaults(func=run_order_plot)
+
+
+def add_bench_plot_options(bench: argparse.ArgumentParser) -> None:
+    """Add ``--plot``, ``-o`` and ``--from-markdown`` to ``feedline bench``."""
+    bench.epilog = ("--plot runs the benchmarks and draws each figure beside the baseline "
+                    "measured with it; --from-markdown FILE runs nothing and draws feedline "
+                    "beside other loaders from a saved side-by-side run.")
+    bench.add_argument("--plot", action="store_true",
+                       help="draw a bar chart (PNG, needs pip install 'feedline[plot]'): "
+                            "without --from-markdown, of this run's figures beside their "
+                            "baselines")
+    bench.add_argument("-o", "--out", default="bench.png", help="the PNG (default bench.png)")
+    bench.add_argument("--from-markdown", metavar="FILE", default=None,
+                       help="run nothing; draw the side-by-side tables that "
+                            "benchmarks/compare.py --markdown FILE wrote (docs/benchmarks.md "
+                            "works too): samples/s per system and worker count, log scale, "
+                            "numpy marked")
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def _fail(message: str) -> int:
+    print(f"feedline: {message}", file=sys.stderr)
+    return 2
+
+
+def run_order_plot(args: argparse.Namespace) -> int:
+    """``feedline order plot``: 0 on success, 2 with a one-line error."""
+    try:
+        _matplotlib()
+        with open(args.config, encoding="utf-8") as f:
+            text = f.read()
+    except (ImportError, OSError) as e:
+        return _fail(f"cannot read {args.config}: {e}" if isinstance(e, OSError) else str(e))
+    seq = Seq.from_json(text)  # an OrderError is reported by main()
+    names = [s.strip() for s in args.names.split(",")] if args.names else None
+    try:
+        summary = plot_order(seq, args.out, seed=args.seed, shards=args.shards,
+                             points=args.points, window=args.window, names=names,
+                             shard_at=args.shard_at)
+    except PlotInputError as e:
+        return _fail(str(e))
+    except OSError as e:
+        return _fail(f"cannot write {args.out}: {e}")
+    print(f"wrote {args.out}: {summary}")
+    return 0
+
+
+def run_bench_plot(args: argparse.Namespace) -> int:
+    """``feedline bench --plot``: run and draw, or draw a saved side-by-side table."""
+    try:
+        _matplotlib()  # before a long run, not after it
+    except ImportError as e:
+        return _fail(str(e))
+    try:
+        if args.from_markdown:
+            try:
+                with open(args.from_markdown, encoding="utf-8") as f:
+                    header, workloads = parse_compare_markdown(f.read())
+            except OSError as e:
+                return _fail(f"cannot read {args.from_markdown}: {e}")
+            summary = plot_bench_compare(header, workloads, args.out)
+        else:
+            from .bench import run_benchmarks
+
+            note = "; --quick: small sizes" if args.quick else ""
+            summary = plot_bench_run(run_benchmarks(args.quick), args.out, note)
+    except PlotInputError as e:
+        return _fail(str(e))
+    except OSError as e:
+        return _fail(f"cannot write {args.out}: {e}")
+    print(f"wrote {args.out}: {summary}")
+    return 0
