@@ -420,7 +420,7 @@ def plot_bench_compare(header: str, workloads: list[tuple[str, list[BenchRow]]],
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    handles = [Patch(color=wcolor[w], label=f"{w} worker processes" if w else
+    handles = [Patch(color=wcolor[w], label=f"{w} workers" if w else
                      "0 workers (in the main process)") for w in worker_counts]
     handles.append(Line2D([], [], color="black", linestyle="--",
                           label="numpy baseline: np.take from the memory map"))

@@ -37,7 +37,7 @@ _TRIM = b" \t\r"
 _NL = ord("\n")
 # Text read per block while streaming: big enough that the per-block costs vanish,
 # small enough that a few blocks in flight stay far below memory.
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 
 
 def _open(path: str | os.PathLike[str]) -> Any:
