@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .plots import PlotInputError, _human, _matplotlib, _save
+from ._draw import PlotInputError, _human, _matplotlib, _save
 
 
 # -- the side-by-side benchmark ------------------------------------------------------------
