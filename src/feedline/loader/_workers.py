@@ -34,7 +34,6 @@ import numpy as np
 
 from ..errors import WorkerError
 from ._batch import Batch
-from ._threads import ThreadPool
 
 # How long the loader waits for a result before it checks that the workers are alive.
 _POLL_S = 0.5
@@ -228,28 +227,18 @@ class WorkerPool:
 class PoolMode:
     """How a ``Loader`` uses a worker pool (the loader provides the attributes)."""
 
-    def _use_pool(self) -> WorkerPool | ThreadPool | None:
+    def _use_pool(self) -> WorkerPool | None:
         """The worker pool, started on first use (None: batches are made in process)."""
         if self._pool_decided:
-            pool = self._pool
-            if isinstance(pool, ThreadPool) and pool.pid != os.getpid():
-                # a forked copy of this loader: the pool's threads are not here
-                self._inflight.clear()
-                self._claimed = self._delivered
-                self._block = self._cursor = None
-                self._pool = self._thread_pool()
             return self._pool
         self._pool_decided = True
         if self.workers == 0:
             return None
         if all(ds.cheap_gathers for ds in self._datasets) and self.batch_transform is None:
-            # Arrays in memory and memory-mapped files gather faster in threads here than
-            # batches travel between processes (measured: 11 M/s in process, 4 M/s
-            # through 2 worker processes on a 2-core machine); batches kept on a device
-            # are one index operation each.
-            if self._use_device() is None:
-                self._pool = self._thread_pool()
-            return self._pool
+            # Arrays in memory and memory-mapped files gather faster here than batches
+            # travel between processes (measured: 11 M/s here, 4 M/s through 2 workers
+            # on a 2-core machine), and sending arrays would copy them into every worker.
+            return None
         reason = unpicklable_reason(self._datasets)
         if reason is not None:
             warnings.warn(f"the loader's datasets are loaded in the calling process, not in "
@@ -268,13 +257,7 @@ class PoolMode:
                                 device=None if self.device is None else str(self.device))
         return self._pool
 
-    def _thread_pool(self) -> ThreadPool:
-        def make(ords: np.ndarray, recs: np.ndarray, rows: int, start: int) -> dict:
-            return self._gather(ords, recs, rows, start)
-
-        return ThreadPool(make, self.workers, self.prefetch)
-
-    def _next_from_pool(self, pool: WorkerPool | ThreadPool) -> Any:
+    def _next_from_pool(self, pool: WorkerPool) -> Any:
         with self._next_lock:
             while pool.can_submit():
                 claim = self._claim()
