@@ -57,24 +57,22 @@ def rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, x):
 
 @jit
 def permute_block(n, rb, lm, rm, rk, idx, out):
-    # The six rounds of one element form a chain of dependent multiplies; four
-    # independent chains side by side let the CPU overlap them (about 2x faster).
+    # In chunks, two passes: the six rounds of every element into a scratch buffer in a
+    # loop without branches, which LLVM vectorises (4x faster here than four interleaved
+    # scalar chains; the scratch keeps `out`, often `idx` itself, from aliasing the
+    # loop's input, which would keep it scalar), then the cycle walk of the few
+    # elements that landed past n.
     k0, k1, k2, k3, k4, k5 = rk[0], rk[1], rk[2], rk[3], rk[4], rk[5]
     m = idx.shape[0]
-    e = 0
-    while e + 4 <= m:
-        a = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e])
-        b = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e + 1])
-        c = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e + 2])
-        d = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e + 3])
-        out[e] = a if a < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, a)
-        out[e + 1] = b if b < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, b)
-        out[e + 2] = c if c < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, c)
-        out[e + 3] = d if d < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, d)
-        e += 4
-    while e < m:
-        out[e] = permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[e])
-        e += 1
+    step = 512
+    tmp = np.empty(step, dtype=np.uint64)
+    for a in range(0, m, step):
+        c = min(step, m - a)
+        for i in range(c):
+            tmp[i] = rounds(rb, lm, rm, k0, k1, k2, k3, k4, k5, idx[a + i])
+        for i in range(c):
+            x = tmp[i]
+            out[a + i] = x if x < n else permute_one(n, rb, lm, rm, k0, k1, k2, k3, k4, k5, x)
 
 
 @jit
