@@ -251,8 +251,8 @@ class Dataset:
                     # mode="clip": with the bounds checked above, numpy need not buffer `out`.
                     np.take(col, idx, axis=0, out=out[k][: len(idx)], mode="clip")
                 batch = {k: out[k][: len(idx)] for k in columns}
-            else:
-                batch = {k: np.take(col, idx, axis=0) for k, col in columns.items()}
+            else:  # the method itself: np.take's dispatch costs a microsecond a field
+                batch = {k: col.take(idx, axis=0) for k, col in columns.items()}
             if check_values and self._columns is None:
                 self.record.check_columns(batch, idx, check_values=True)
             return batch
