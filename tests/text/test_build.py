@@ -284,6 +284,14 @@ def test_the_random_test_choice_is_seeded_and_keeps_corpus_order(tmp_path):
     assert numbers == sorted(numbers) and numbers != list(range(180, 200))
 
 
+@pytest.mark.parametrize("path", ["numpy_path", "compiled_path"])
+def test_the_random_test_choice_is_pinned(request, path):
+    request.getfixturevalue(path)  # the same picks with and without compiled kernels
+    assert _build._test_choice(20, 5, "random", 0).tolist() == [2, 7, 11, 16, 19]
+    assert _build._test_choice(20, 5, "random", 1).tolist() == [2, 3, 4, 6, 19]
+    assert _build._test_choice(20, 5, "last", 0).tolist() == [15, 16, 17, 18, 19]
+
+
 def test_an_empty_corpus_builds_an_empty_dataset(tmp_path):
     (tmp_path / "c.txt").write_text("\n \n\t\n")
     s = build(tmp_path / "c.txt", tmp_path / "o.nndataset", ByteTokenizer())

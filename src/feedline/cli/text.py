@@ -27,7 +27,7 @@ def add_parser(sub: Any) -> None:
     b.add_argument("--test-split", choices=("random", "last"), default="random",
                    help="which documents are test: a seeded random choice, or the last N")
     b.add_argument("--loss-scope", choices=("all", "assistant"), default="all")
-    b.add_argument("--workers", type=int, default=None, help="tokenizing threads (default 2)")
+    b.add_argument("--workers", type=int, default=None, help="tokenizing threads (default 1)")
     b.add_argument("--seed", type=int, default=0, help="seed of the test choice")
     b.add_argument("--created", type=int, default=None,
                    help="the timestamp to store (default: now), for reproducible files")

@@ -36,15 +36,17 @@ import numpy as np
 from ..errors import FormatError
 from ..formats import nndataset
 from ..formats._io import atomic_write
-from ..order import Order, Seq
+from ..order import Order, Seq, _kernels
 from ._docs import CHUNK_BYTES, _doc_blocks, mark_assistant_span, scan_text_docs
 from ._tokenizers import ASSISTANT, END_OF_ASSISTANT, Tokenizer
 
 __all__ = ["BuildSummary", "build"]
 
-# Threads tokenizing at once when ``workers`` is None; measured on the byte tokenizer,
-# two threads already keep one writer busy (benchmarks/text_build.py).
-_DEFAULT_WORKERS = 2
+# Threads tokenizing when ``workers`` is None. Measured (benchmarks/text_build.py, 2
+# CPUs, four runs): with the byte tokenizer 1 and 2 threads are level (90-100 MB/s);
+# with a BPE, whose batch encoder already uses every core, 1 thread reached 0.80-0.99x
+# the encoder alone and 2 threads 0.76-0.85x, ahead in one run of four.
+_DEFAULT_WORKERS = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +204,8 @@ def _test_choice(n: int, k: int, split: str, seed: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if split == "last":
         return np.arange(n - k, n, dtype=np.int64)
-    _, picked = Order(Seq.source(n).shuffle(seed)).lookup(np.arange(k, dtype=np.int64))
+    with _kernels.deferred():  # numpy's path (the same picks) rather than wait for numba
+        _, picked = Order(Seq.source(n).shuffle(seed)).lookup(np.arange(k, dtype=np.int64))
     return np.sort(picked.astype(np.int64))
 
 
@@ -278,8 +281,8 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
                       documents with ``seed`` (reproducible everywhere); "last": the last
     ``loss_scope``    "all", or "assistant": only tokens inside ``<|assistant|>`` ...
                       ``<|end_of_assistant|>`` spans count (``mark_assistant_span``)
-    ``workers``       threads tokenizing chunks while this one writes (None: 2; 0:
-                      tokenize here, between writes); the output does not depend on it
+    ``workers``       threads tokenizing chunks while this one reads and writes (None:
+                      1; 0: tokenize here, in turn); the output does not depend on it
     ``created``       the timestamp stored (None: now); fix it for reproducible files
     ``progress``      True: a progress bar with tokens/s on stderr (needs ``tqdm``)
     ================  ==================================================================
