@@ -12,6 +12,7 @@ import tempfile
 import time
 
 import numpy as np
+from transform_fns import slow  # workers import it (this script is __main__)
 
 import feedline as fl
 
@@ -19,14 +20,6 @@ import feedline as fl
 class Example(fl.Record, dims={"D": 64}):
     x = fl.field("D", "float32")
     y = fl.field((), "int64")
-
-
-def slow(example, rng):
-    """About 40-50 us of pure Python, then a little noise from the example's generator."""
-    acc = 0.0
-    for _ in range(1500):
-        acc += 1.0
-    return {"x": example["x"] + rng.random(64, dtype=np.float32) * (acc * 0), "y": example["y"]}
 
 
 def main() -> None:
