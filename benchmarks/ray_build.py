@@ -26,13 +26,13 @@ same call spreads over a cluster's nodes.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import shutil
 import time
 import warnings
 
 import numpy as np
+from text_build import synthetic_words  # this folder is on sys.path
 
 import feedline as fl
 
@@ -45,12 +45,7 @@ def make_corpus(folder: str, mb: int, unique_mb: int) -> str:
         return path
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(0)
-    letters = np.frombuffer(b"etaoinshrdlcumwfgypbvkjxqz", np.uint8)
-    weights = 1 / np.arange(1, 27) ** 0.9
-    lengths = rng.integers(1, 12, WORDS)
-    chars = rng.choice(letters, size=int(lengths.sum()), p=weights / weights.sum()).tobytes()
-    cuts = np.concatenate(([0], np.cumsum(lengths))).tolist()
-    vocab = [chars[a:b] for a, b in itertools.pairwise(cuts)]
+    vocab = synthetic_words(rng, WORDS)
     docs, size = [], 0
     while size < min(unique_mb, mb) * 1_000_000:
         n_words = rng.geometric(1 / DOC_MEAN_WORDS, 10_000)

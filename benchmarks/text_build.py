@@ -32,18 +32,23 @@ import feedline as fl
 WORDS, DOC_MEAN_WORDS = 50_000, 170
 
 
+def synthetic_words(rng: np.random.Generator, count: int = WORDS) -> list[bytes]:
+    """``count`` made-up words of 1 to 11 letters drawn with English-like frequencies."""
+    letters = np.frombuffer(b"etaoinshrdlcumwfgypbvkjxqz", np.uint8)
+    weights = 1 / np.arange(1, 27) ** 0.9
+    lengths = rng.integers(1, 12, count)
+    chars = rng.choice(letters, size=int(lengths.sum()), p=weights / weights.sum()).tobytes()
+    cuts = np.concatenate(([0], np.cumsum(lengths))).tolist()
+    return [chars[a:b] for a, b in itertools.pairwise(cuts)]
+
+
 def make_corpus(folder: str, mb: int) -> str:
     path = os.path.join(folder, f"corpus-{mb}mb.txt")
     if os.path.exists(path):
         return path
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(0)
-    letters = np.frombuffer(b"etaoinshrdlcumwfgypbvkjxqz", np.uint8)
-    weights = 1 / np.arange(1, 27) ** 0.9
-    lengths = rng.integers(1, 12, WORDS)
-    chars = rng.choice(letters, size=int(lengths.sum()), p=weights / weights.sum()).tobytes()
-    cuts = np.concatenate(([0], np.cumsum(lengths))).tolist()
-    vocab = [chars[a:b] for a, b in itertools.pairwise(cuts)]
+    vocab = synthetic_words(rng)
     target = mb * 1_000_000
     out, size = [], 0
     while size < target:
