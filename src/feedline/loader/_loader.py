@@ -150,6 +150,8 @@ class Loader(Resumable, PoolMode):
         self._device: DeviceColumns | None = None
         self._device_decided = False
         self._next_lock = threading.Lock()
+        self._plain_decided = False
+        self._plain_cols: Dataset | None = None
 
     # -- construction helpers -----------------------------------------------------------
     def _full_length(self, source: Any) -> int:
@@ -334,7 +336,38 @@ class Loader(Resumable, PoolMode):
         self._device = DeviceColumns(self._datasets, dict(self.record.fields), self.device)
         return self._device
 
+    def _plain_source(self) -> Dataset | None:
+        """The columns of the one source when a batch is nothing but a gather from them
+        (arrays in memory or a memory-mapped file, no map, no check, no padding, numpy
+        out, in this process): the path of the fastest sources, without layers. Its
+        columns are read at each batch (``refresh`` may replace them)."""
+        if self._plain_decided:
+            return self._plain_cols
+        self._plain_decided = True
+        ds = self._datasets[0] if len(self._datasets) == 1 else None
+        if (ds is None or ds.mapped or self.check_values or self.output != "numpy"
+                or self.batch_transform is not None or self._rows_for(0) != 0
+                or self._use_pool() is not None):
+            return None
+        if ds.columns is not None or ds._mapped_columns:
+            self._plain_cols = ds
+        return self._plain_cols
+
     def __next__(self) -> Any:
+        plain = self._plain_source()
+        if plain is not None:
+            claim = self._claim()
+            if claim is None:
+                with self._lock:
+                    self._ended = True
+                raise StopIteration
+            start, stop, ords, recs = claim
+            cols = plain._columns if plain._columns is not None else plain._mapped_columns
+            fields = ({k: col.take(recs, axis=0) for k, col in cols.items()} if cols
+                      else self._gather(ords, recs, stop - start, start))
+            with self._lock:
+                self._delivered = max(self._delivered, self._share_index(start) + 1)
+            return Batch(fields, stop - start, stop - start, start, ords, recs)
         pool = self._use_pool()
         if pool is not None:
             return self._next_from_pool(pool)
@@ -444,6 +477,7 @@ class Loader(Resumable, PoolMode):
                 self._plain.close()  # the dataset this loader made for a file it was given
             self._closed = True
             self._datasets = []
+            self._plain_cols, self._plain_decided = None, True
             self._orders.clear()
             self._block = None
             self._cursor = None
