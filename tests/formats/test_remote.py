@@ -196,3 +196,33 @@ def test_bad_remote_options_are_refused():
         fl.remote.RemoteOptions(retries=-1)
     with pytest.raises(ValueError, match="expected a URL"):
         fl.remote.open("/local/path.flr")
+
+
+def test_a_manifest_on_s3_opens_its_shards_beside_it(s3, tmp_path, monkeypatch):
+    from feedline.formats.manifest import write_manifest
+    from feedline.sources.manifest import open_manifest
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    parts = []
+    for i in range(2):
+        part = tmp_path / f"part-{i}.flr"
+        fl.recfile.write(part, Row, {"x": np.zeros((50, 12), np.float32),
+                                     "y": np.arange(100 * i, 100 * i + 50)})
+        parts.append(part)
+    write_manifest(tmp_path / "manifest.json", parts)
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3.options())
+    for name in ("manifest.json", "part-0.flr", "part-1.flr"):
+        fs.put(str(tmp_path / name), f"data/m/{name}")
+    with open_manifest("s3://data/m/manifest.json") as m:
+        assert len(m) == 100
+        got = sorted(y for b in fl.Loader(m.seq(), 16, seed=2) for y in b.y.tolist())
+        m.verify()
+    assert got == list(range(50)) + list(range(100, 150))
+    fs.rm("data/m/part-1.flr")
+    with pytest.raises(fl.FormatError, match=r"part-1\.flr"):
+        open_manifest("s3://data/m/manifest.json")

@@ -47,6 +47,7 @@ from ..errors import FeedlineError, FormatError
 from ..records import Record, record_from_schema
 from . import nndataset, recfile
 from ._io import atomic_write
+from ._remote import is_url
 
 __all__ = ["FORMATS", "ManifestInfo", "Shard", "describe", "read_manifest", "write_manifest"]
 
@@ -99,9 +100,31 @@ def _format_of(name: str) -> ShardFormat:
     raise ValueError(f"a shard is a .flr or .nndataset file, got {name!r}")
 
 
+def _fs(path: str) -> Any:
+    """fsspec's file system for a URL (the manifest and its shards share it)."""
+    try:
+        import fsspec
+    except ImportError as e:
+        raise ImportError(f"reading {path} needs fsspec: pip install 'feedline[remote]'") from e
+    return fsspec.core.url_to_fs(path)
+
+
+def _open_binary(path: str) -> Any:
+    """A local path or a URL, opened for reading (the caller's ``with`` closes it)."""
+    if is_url(path):
+        fs, p = _fs(path)
+        return fs.open(p, "rb")
+    return open(path, "rb")
+
+
+def _read_bytes(path: str) -> bytes:
+    with _open_binary(path) as f:
+        return f.read()
+
+
 def _sha256(path: str) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with _open_binary(path) as f:
         while block := f.read(_HASH_SLICE):
             h.update(block)
     return h.hexdigest()
@@ -150,11 +173,15 @@ class ManifestInfo:
 
     @property
     def directory(self) -> str:
+        if is_url(self.path):  # shards lie beside the manifest, at the same URL prefix
+            return self.path.rsplit("/", 1)[0]
         return os.path.dirname(os.path.abspath(self.path))
 
     def shard_path(self, shard: Shard | int) -> str:
-        """The file of ``shard`` (an entry or its index)."""
+        """The file (or URL) of ``shard`` (an entry or its index)."""
         entry = self.shards[shard] if isinstance(shard, int) else shard
+        if is_url(self.path):
+            return f"{self.directory}/{entry.name}"
         return os.path.join(self.directory, *entry.name.split("/"))
 
     @property
@@ -372,13 +399,18 @@ def _parse(doc: Any, path: str) -> ManifestInfo:
 
 
 def _check_files(info: ManifestInfo) -> None:
+    remote = _fs(info.path) if is_url(info.path) else None
     for shard in info.shards:
         file = info.shard_path(shard)
         try:
-            size = os.stat(file).st_size
+            if remote is not None:
+                stat = remote[0].info(remote[0]._strip_protocol(file))
+                size, is_file = int(stat["size"]), stat.get("type", "file") == "file"
+            else:
+                size, is_file = os.stat(file).st_size, os.path.isfile(file)
         except FileNotFoundError as e:
             raise info._fail(shard, f"expected the file {file}, found none") from e
-        if not os.path.isfile(file):
+        if not is_file:
             raise info._fail(shard, f"expected a file at {file}, found something else")
         if size != shard.size:
             raise info._fail(shard, f"the manifest lists {shard.size} bytes, the file {file} "
@@ -389,11 +421,12 @@ def read_manifest(path: str | os.PathLike[str]) -> ManifestInfo:
     """Read and check the manifest ``path``: every field, and that every shard file
     exists with its listed size (the shards are not opened: see
     :meth:`ManifestInfo.open_shards`; nor hashed: see :meth:`ManifestInfo.verify`).
-    Cost: the manifest plus one ``stat`` per shard."""
+    Cost: the manifest plus one ``stat`` per shard. ``path`` may be a URL (``s3://...``,
+    any fsspec protocol, default options): its shards are then the URLs beside it, which
+    every reader opens (see ``fl.remote``)."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = _read_bytes(path)
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{path}: no such manifest") from e
     try:
