@@ -136,7 +136,7 @@ class Loader(Resumable, PoolMode):
         self._epoch = 0
         self._claimed = 0
         self._ended = False
-        self._block: tuple[int, np.ndarray, np.ndarray] | None = None
+        self._block: tuple[int, np.ndarray, np.ndarray, int] | None = None
         self._cursor = None
         self._closed = False
         self._values_checked = False
@@ -263,20 +263,20 @@ class Loader(Resumable, PoolMode):
                 return None
             b = self.batch_size
             start = index * b
-            order_len = self._pass_order().length
+            block = self._block  # (first position, ordinals, records, the pass's length)
+            order_len = block[3] if block is not None else self._pass_order().length
             stop = min(start + b, order_len)
             self._claimed += 1
             if start >= stop:  # an all-padding step of a short rank (even=True)
                 empty = np.zeros(0, dtype=np.int64)
                 return start, start, empty, empty
-            block = self._block
             if block is None or not block[0] <= start or stop > block[0] + len(block[1]):
                 block = self._fetch(start)
             offset = block[0]
             return (start, stop, block[1][start - offset:stop - offset],
                     block[2][start - offset:stop - offset])
 
-    def _fetch(self, start: int) -> tuple[int, np.ndarray, np.ndarray]:
+    def _fetch(self, start: int) -> tuple[int, np.ndarray, np.ndarray, int]:
         b = self.batch_size
         length = max(b, -(-_BLOCK // b) * b)
         if self._cursor is None or self._cursor.offset != start:
@@ -284,7 +284,7 @@ class Loader(Resumable, PoolMode):
         _kernels.load_in_background()
         with _kernels.deferred():
             ords, recs = self._cursor.next_block(length)
-        self._block = (start, ords, recs)
+        self._block = (start, ords, recs, self._pass_order().length)
         return self._block
 
     def _gather(self, ords: np.ndarray, recs: np.ndarray, rows: int, start: int,
