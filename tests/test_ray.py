@@ -182,3 +182,26 @@ def test_without_ray_the_import_error_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "feedline.ray", raising=False)
     with pytest.raises(ImportError, match=r"pip install 'feedline\[ray\]'"):
         importlib.import_module("feedline.ray")
+
+
+def test_each_shard_holds_out_its_test_documents(local_ray, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    _corpus(corpus, 1200)
+    tok = fl.text.ByteTokenizer()
+    info = fl.ray.build_text(corpus, tmp_path / "shards", tok, num_shards=3, test_docs=7,
+                             seed=5, created=1)
+    again = fl.ray.build_text(corpus, tmp_path / "again", tok, num_shards=3, test_docs=7,
+                              seed=5, created=1)
+    assert [s.test_docs for s in info.shards] == [7, 7, 7]
+    single = fl.text.build(corpus, tmp_path / "one.nndataset", tok, created=1)
+    with open_manifest(info.path) as m, open_manifest(again.path) as m2:
+        docs = sum(s.docs + s.test_docs for s in m.shards)
+        tokens = sum(s.tokens + s.test_tokens for s in m.shards)
+        for h, h2 in zip(m.handles, m2.handles):  # the seeded choice is the same each run
+            np.testing.assert_array_equal(h.load_text("test").token_flow[:],
+                                          h2.load_text("test").token_flow[:])
+        test = [fl.text.Windows(h, 16, subset="test") for h in m.handles]
+        assert all(len(w) > 0 for w in test)
+        for w in test:
+            w.close()
+    assert docs == single.documents and tokens == single.tokens

@@ -58,6 +58,7 @@ import numpy as np
 from .errors import WorkerError
 from .formats import ndf, recfile
 from .formats.manifest import ManifestInfo, Shard, describe, shard_names, write_manifest
+from .order import salt
 from .records import Record
 from .sources import Dataset
 
@@ -310,6 +311,7 @@ def _build_task(spec: dict[str, Any], *, tokenizer: Any, out_dir: str,
 
     src, start, stop = spec["path"], int(spec["start"]), int(spec["stop"])
     path = os.path.join(out_dir, spec["name"])
+    options = {**options, "seed": int(spec.get("seed", 0))}
     if start == 0 and stop == os.path.getsize(src):
         build(src, path, tokenizer, **options)
         return _entry(int(spec["index"]), path, spec["name"])
@@ -336,7 +338,8 @@ def build_text(corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
                num_shards: int | None = None, shard_bytes: int = _TEXT_SHARD_BYTES,
                name: str | None = None, manifest: str = "manifest.json",
                loss_scope: Literal["all", "assistant"] = "all", workers: int = 0,
-               created: int | None = None, license: str | None = None,
+               test_docs: int = 0, test_split: Literal["random", "last"] = "random",
+               seed: int = 0, created: int | None = None, license: str | None = None,
                max_retries: int = 3, num_cpus: float = 1,
                overwrite: bool = False) -> ManifestInfo:
     """Tokenize the text file(s) ``corpus`` (a document a line) into ``.nndataset``
@@ -352,13 +355,15 @@ def build_text(corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     ``loss_scope``    as ``fl.text.build``
     ``workers``       ``fl.text.build``'s tokenizing threads inside each task (0: the
                       task's own thread; Ray already runs one task per CPU)
+    ``test_docs``     documents each shard holds out as its test subset, chosen as
+                      ``fl.text.build`` chooses them (``test_split`` "random": seeded by
+                      ``seed`` and the shard's index; "last": the shard's last ones)
     ``created``       the timestamp every shard stores (None: now, once for all)
     ``max_retries``, ``num_cpus``, ``name``, ``overwrite``: as :func:`convert`
     ================  ==================================================================
 
-    The shards' train token flows, concatenated in manifest order, are the flow
-    ``fl.text.build`` writes for the whole corpus (every document lands in the train
-    subset; hold test documents out in a corpus of their own). Each shard's document
+    Without ``test_docs``, the shards' train token flows, concatenated in manifest
+    order, are the flow ``fl.text.build`` writes for the whole corpus. Each shard's document
     ids restart at 1. A shard built from part of a file records a node-local copy of
     that part as its ``source_path`` (``<file>.bytes-<start>-<stop>``) and that part's
     SHA-256.
@@ -383,8 +388,15 @@ def build_text(corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     names = shard_names(prefix, len(ranges), "nndataset")
     specs = [{"index": k, "name": names[k], "path": f, "start": a, "stop": b}
              for k, (f, a, b) in enumerate(ranges)]
+    _check_count("test_docs", test_docs, 0)
+    _check_count("seed", seed, 0)
+    if test_split not in ("random", "last"):
+        raise ValueError(f"test_split must be 'random' or 'last', got {test_split!r}")
     options = {"loss_scope": loss_scope, "workers": workers, "license": license,
-               "created": int(time.time()) if created is None else int(created)}
+               "created": int(time.time()) if created is None else int(created),
+               "test_docs": test_docs, "test_split": test_split}
+    for spec in specs:  # each shard's own test choice: the seed hashed with its index
+        spec["seed"] = int(salt(f"{seed}/{spec['index']}")) & ((1 << 63) - 1)
     shards = _run(specs, _build_task,
                   {"tokenizer": ray.put(tokenizer), "out_dir": out_dir, "options": options},
                   max_retries=_check_count("max_retries", max_retries, 0), num_cpus=num_cpus)
