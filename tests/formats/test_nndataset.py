@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from feedline.errors import BoundsError, FormatError
-from feedline.formats import kvrec
+from feedline.formats import _nnwrite, kvrec
 from feedline.formats import nndataset as nnd
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "formats-nndataset.md"
@@ -277,9 +277,9 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
     path = tmp_path / "d.nndataset"
     nnd.write(path, worked_build())
     old = path.read_bytes()
-    monkeypatch.setattr(nnd, "_FLUSH", 1)  # every document reaches the temporary file
+    monkeypatch.setattr(_nnwrite, "_FLUSH", 1)  # every document reaches the temporary file
     calls = []
-    real = nnd._mask_bytes
+    real = _nnwrite._mask_bytes
 
     def failing(*args):
         calls.append(1)
@@ -287,7 +287,7 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
             raise OSError("disk full")
         return real(*args)
 
-    monkeypatch.setattr(nnd, "_mask_bytes", failing)
+    monkeypatch.setattr(_nnwrite, "_mask_bytes", failing)
     build = nnd.Build({}, "s", "h", 4, loss_scope="assistant", train_docs=[[1]] * 4,
                       train_masks=[[1]] * 4)
     with pytest.raises(OSError, match="disk full"):

@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import FormatError
 from ..formats import nndataset
 from ..formats._io import atomic_write
+from ..formats._nnwrite import encode_head, head_size
 from ..order import Order, Seq, _kernels
 from ._docs import CHUNK_BYTES, _doc_blocks, mark_assistant_span, scan_text_docs
 from ._tokenizers import ASSISTANT, END_OF_ASSISTANT, Tokenizer
@@ -356,7 +357,7 @@ def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
     t0 = time.perf_counter()
     target = os.path.dirname(os.path.abspath(out_path))
     with atomic_write(out_path) as f, tempfile.TemporaryFile(dir=target) as spill:
-        f.seek(nndataset.head_size(meta, meta.source_docs - n_test, n_test))
+        f.seek(head_size(meta, meta.source_docs - n_test, n_test))
         for c in chunks:
             blocks = memoryview(c.blocks)
             for to_test, a, b in c.runs:
@@ -378,5 +379,5 @@ def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
         _append_file(spill, f)
         size = f.tell()
         f.seek(0)
-        f.write(nndataset.encode_head(meta, train, test, meta.created))
+        f.write(encode_head(meta, train, test, meta.created))
     return train, test, tokens, loss_tokens, size

@@ -1,0 +1,195 @@
+"""Writing neuralnet.cpp's ``.nndataset``, version 1, byte for byte (``nndataset.write``).
+
+``head_size`` and ``encode_head`` lay out the label and the root record from the
+document counts alone, so ``fl.text.build`` can stream the documents and write the
+head last, as ``write`` does in one go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from . import kvrec
+from ._io import atomic_write
+from ._label import _LABEL, DATASET_MAGIC, LABEL_SIZE, VERSION
+
+KIND_TEXT, KIND_TABULAR = 0, 1  # the C++ DatasetKind; its writer stores 0 for text
+LOSS_SCOPES = ("all", "assistant")
+_U64 = struct.Struct("<Q")
+_MAX_U64 = (1 << 64) - 1
+_FLUSH = 4 << 20  # bytes gathered before one write while streaming documents
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Build:
+    """What a ``.nndataset`` holds; the fields of the C++ ``NndatasetBuild``.
+
+    ``train_docs``/``test_docs`` are sequences of documents, each a sequence or array
+    of token ids (u64); ``train_masks``/``test_masks`` one bool/0-1 array per document,
+    required (one per document, as long as it) when ``loss_scope`` is "assistant" and
+    refused when it is "all". ``created`` None means the time of writing (unix
+    seconds). ``license`` is stored only when non-empty (as in C++). An invalid build
+    is a ``ValueError`` (or ``TypeError``) here and in :func:`write`. The document
+    sequences are held, not copied (a generator is turned into a tuple).
+    """
+
+    vocab: Mapping[str, Any]
+    source_path: str
+    source_sha256: str
+    source_docs: int
+    loss_scope: Literal["all", "assistant"] = "all"
+    train_docs: Sequence[Any] = ()
+    train_masks: Sequence[Any] | None = None
+    test_docs: Sequence[Any] = ()
+    test_masks: Sequence[Any] | None = None
+    tool: str = "feedline"
+    created: int | None = None
+    license: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("train_docs", "test_docs", "train_masks", "test_masks"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (tuple, list, np.ndarray)):
+                object.__setattr__(self, name, tuple(value))
+        _check_build(self)
+
+
+def _check_u64(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"Build.{name} must be an int, got {type(value).__name__}")
+    if not 0 <= int(value) <= _MAX_U64:
+        raise ValueError(f"Build.{name} must be in [0, 2**64), got {value}")
+
+
+def _check_build(b: Build) -> None:
+    if not isinstance(b.vocab, Mapping):
+        raise TypeError(f"Build.vocab must be a dict record, got {type(b.vocab).__name__}")
+    for name in ("source_path", "source_sha256", "tool"):
+        if not isinstance(getattr(b, name), str):
+            raise TypeError(f"Build.{name} must be a str, got {type(getattr(b, name)).__name__}")
+    if b.license is not None and not isinstance(b.license, str):
+        raise TypeError(f"Build.license must be a str or None, got {type(b.license).__name__}")
+    _check_u64("source_docs", b.source_docs)
+    if b.created is not None:
+        _check_u64("created", b.created)
+    if b.loss_scope not in LOSS_SCOPES:
+        raise ValueError(f"Build.loss_scope must be 'all' or 'assistant', got {b.loss_scope!r}")
+    for subset, docs, masks in (("train", b.train_docs, b.train_masks),
+                                ("test", b.test_docs, b.test_masks)):
+        n_masks = 0 if masks is None else len(masks)
+        if b.loss_scope == "all":
+            if n_masks:
+                raise ValueError(f"loss_scope 'all' stores no masks, but {n_masks} "
+                                 f"{subset}_masks were given")
+            continue
+        if n_masks != len(docs):
+            raise ValueError(f"loss_scope 'assistant' needs one mask per document: "
+                             f"{len(docs)} {subset}_docs, {n_masks} {subset}_masks")
+        for i, (doc, mask) in enumerate(zip(docs, masks if masks is not None else ())):
+            if _len(doc, f"{subset}_docs[{i}]") != _len(mask, f"{subset}_masks[{i}]"):
+                raise ValueError(f"{subset}_masks[{i}] has {len(mask)} entries, "
+                                 f"{subset}_docs[{i}] has {len(doc)} tokens")
+
+
+def _len(x: Any, what: str) -> int:
+    try:
+        return len(x)
+    except TypeError as e:
+        raise TypeError(f"{what} must be a sequence or 1-D array, got {type(x).__name__}") from e
+
+
+def _root(b: Build, created: int, train_index: Any, test_index: Any) -> dict[str, Any]:
+    companion: dict[str, Any] = {
+        "vocab": b.vocab,
+        "source": {"path": b.source_path, "sha256": b.source_sha256,
+                   "docs": int(b.source_docs)},
+    }
+    if b.license:
+        companion["license"] = b.license
+    companion["gen"] = {"loss_scope": b.loss_scope, "tool": b.tool, "created": created}
+    root: dict[str, Any] = {
+        "kind": KIND_TEXT,
+        "companion": companion,
+        "train": {"num_docs": len(train_index) - 1, "doc_index": train_index},
+    }
+    if len(test_index) > 1:
+        root["test"] = {"num_docs": len(test_index) - 1, "doc_index": test_index}
+    return root
+
+
+def _mask_bytes(mask: Any, n: int, what: str) -> np.ndarray:
+    arr = np.asarray(mask)
+    if arr.ndim != 1 or len(arr) != n:
+        raise ValueError(f"{what}: expected {n} mask entries, got shape {arr.shape}")
+    if arr.dtype == np.bool_ or n == 0:
+        return arr.astype(np.uint8)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{what}: a mask is bool or 0/1 integers, got dtype {arr.dtype}")
+    if n and ((arr != 0) & (arr != 1)).any():
+        raise ValueError(f"{what}: a mask holds only 0 and 1")
+    return arr.astype(np.uint8)
+
+
+def head_size(build: Build, num_train: int, num_test: int) -> int:
+    """Bytes before the document blocks (label, root record); it depends on counts only."""
+    return LABEL_SIZE + kvrec.size_v2(_root(build, 0, range(num_train + 1), range(num_test + 1)))
+
+
+def encode_head(build: Build, train_counts: Any, test_counts: Any, created: int) -> bytes:
+    """The label and root record :func:`write` puts before documents of these token counts
+    (only ``build``'s metadata is read: ``fl.text.build`` streams its documents)."""
+    width = 9 if build.loss_scope == "assistant" else 8
+    tr, te = (np.asarray(c, np.int64) for c in (train_counts, test_counts))
+    arena = head_size(build, len(tr), len(te))  # measured with placeholder offsets, as in C++
+    train_index = (arena + np.concatenate(([0], np.cumsum(8 + width * tr)))).astype("<u8")
+    test_index = int(train_index[-1]) + np.concatenate(([0], np.cumsum(8 + width * te)))
+    root = kvrec.encode_v2(_root(build, created, train_index, test_index.astype("<u8")), LABEL_SIZE)
+    assert LABEL_SIZE + len(root) == arena, "internal error: the root was mis-measured"
+    return _LABEL.pack(DATASET_MAGIC, VERSION) + root
+
+
+def write(path: str | os.PathLike[str], build: Build) -> None:
+    """Write ``build`` as a version 1 ``.nndataset``, atomically, as neuralnet.cpp does.
+
+    The head comes from :func:`encode_head`; the documents are then streamed one at a
+    time (one ``tobytes``-sized copy per document, written in ~4 MiB batches), so memory
+    stays at the root record plus one document. Refused (``ValueError``): a bad
+    loss_scope, masks with "all", a mask count or length that does not match its
+    documents, a negative or non-integer token id or a mask entry other than 0/1.
+    On any error the target is left as it was and no temporary remains.
+    """
+    _check_build(build)
+    created = int(time.time()) if build.created is None else int(build.created)
+    has_mask = build.loss_scope == "assistant"
+    lens = [np.fromiter((_len(d, f"{s}_docs[{i}]") for i, d in enumerate(docs)),
+                        dtype=np.int64, count=len(docs))
+            for s, docs in (("train", build.train_docs), ("test", build.test_docs))]
+    buf = bytearray(encode_head(build, lens[0], lens[1], created))
+    with atomic_write(path) as f:
+        for subset, docs, masks, n_tokens in (
+                ("train", build.train_docs, build.train_masks, lens[0]),
+                ("test", build.test_docs, build.test_masks, lens[1])):
+            for i, doc in enumerate(docs):
+                tokens = np.ascontiguousarray(kvrec.u64_array(doc, f"{subset}_docs[{i}]"))
+                if len(tokens) != n_tokens[i]:
+                    raise ValueError(f"{subset}_docs[{i}] changed length while being written")
+                buf += _U64.pack(len(tokens))
+                if tokens.nbytes >= _FLUSH:
+                    f.write(buf)
+                    buf.clear()
+                    f.write(memoryview(tokens).cast("B"))
+                else:
+                    buf += memoryview(tokens).cast("B")
+                if has_mask:
+                    buf += _mask_bytes(masks[i], len(tokens), f"{subset}_masks[{i}]").tobytes()
+                if len(buf) >= _FLUSH:
+                    f.write(buf)
+                    buf.clear()
+        f.write(buf)
