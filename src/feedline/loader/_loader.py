@@ -276,6 +276,15 @@ class Loader(Resumable, PoolMode):
             return (start, stop, block[1][start - offset:stop - offset],
                     block[2][start - offset:stop - offset])
 
+    def _claim_or_stop(self) -> tuple[int, int, np.ndarray, np.ndarray]:
+        """The next batch's claim; at the end of the pass, mark it ended and stop."""
+        claim = self._claim()
+        if claim is None:
+            with self._lock:
+                self._ended = True
+            raise StopIteration
+        return claim
+
     def _fetch(self, start: int) -> tuple[int, np.ndarray, np.ndarray, int]:
         b = self.batch_size
         length = max(b, -(-_BLOCK // b) * b)
@@ -356,12 +365,7 @@ class Loader(Resumable, PoolMode):
     def __next__(self) -> Any:
         plain = self._plain_source()
         if plain is not None:
-            claim = self._claim()
-            if claim is None:
-                with self._lock:
-                    self._ended = True
-                raise StopIteration
-            start, stop, ords, recs = claim
+            start, stop, ords, recs = self._claim_or_stop()
             cols = plain._columns if plain._columns is not None else plain._mapped_columns
             fields = ({k: col.take(recs, axis=0) for k, col in cols.items()} if cols
                       else self._gather(ords, recs, stop - start, start))
@@ -371,12 +375,7 @@ class Loader(Resumable, PoolMode):
         pool = self._use_pool()
         if pool is not None:
             return self._next_from_pool(pool)
-        claim = self._claim()
-        if claim is None:
-            with self._lock:
-                self._ended = True
-            raise StopIteration
-        start, stop, ords, recs = claim
+        start, stop, ords, recs = self._claim_or_stop()
         size = stop - start
         rows = self._rows_for(size)
         device = self._use_device()
