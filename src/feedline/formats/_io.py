@@ -139,75 +139,57 @@ class _Descriptor:
             os.close(self.fd)
 
 
-class SharedFile:
-    """A read handle on a file: positional reads and a memory map, shared by copies.
+class Handle:
+    """What every read handle does: share, close (idempotent), ``with``, bounds checks.
 
-    ``share()`` returns another handle on the same descriptor; ``close()`` gives up
-    this handle's share (idempotent). The descriptor closes with the last share.
-    Pickling a handle (for a worker process) records the path; unpickling reopens it.
+    ``_shared`` is the counted object behind the handles of one open file (its
+    ``lock``, ``shares``, ``size`` and ``release()``); ``share()`` adds a handle on it,
+    ``close()`` gives this one up, and the object is released with the last. Subclasses
+    read (``pread``, ``array``) and make their twin (``_twin``).
     """
 
-    def __init__(self, path: str | os.PathLike[str], _desc: _Descriptor | None = None) -> None:
-        self.path = os.fspath(path)
-        self._desc = _desc if _desc is not None else _Descriptor(self.path)
+    _what = "file"  # named in bounds errors
+
+    def __init__(self, path: str, shared: Any) -> None:
+        self.path = path
+        self._shared = shared
         self._closed = False
 
     @property
     def size(self) -> int:
-        return self._desc.size
+        return self._shared.size
 
-    def share(self) -> SharedFile:
+    def _twin(self) -> Handle:
+        """A new handle on the same shared object (the share is already counted)."""
+        raise NotImplementedError
+
+    def share(self) -> Handle:
         """Another handle on the same open file."""
         self._check()
-        with self._desc.lock:
-            self._desc.shares += 1
-        return SharedFile(self.path, self._desc)
+        with self._shared.lock:
+            self._shared.shares += 1
+        return self._twin()
 
     def _check(self) -> None:
         if self._closed:
             raise ValueError(f"{self.path}: this handle is closed")
 
-    def pread(self, size: int, offset: int, what: str = "data") -> bytes:
-        """Exactly ``size`` bytes at ``offset``; a ``FormatError`` if the file is shorter."""
+    def _check_range(self, offset: int, nbytes: int, what: str) -> None:
         self._check()
-        if offset < 0 or size < 0 or offset + size > self._desc.size:
-            raise FormatError(f"{what} needs bytes [{offset}, {offset + size}) but the file "
-                              f"has {self._desc.size}", self.path, offset)
-        data = os.pread(self._desc.fd, size, offset)
-        if len(data) != size:
-            raise FormatError(f"{what}: read {len(data)} of {size} bytes (the file shrank?)",
-                              self.path, offset)
-        return data
-
-    def array(self, dtype: np.dtype | str, offset: int, count: int,
-              shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """A read-only numpy view of ``count`` items of ``dtype`` at ``offset`` (no copy)."""
-        self._check()
-        dtype = np.dtype(dtype)
-        nbytes = count * dtype.itemsize
-        if offset < 0 or offset + nbytes > self._desc.size:
-            raise FormatError(f"an array of {count} x {dtype} needs bytes [{offset}, "
-                              f"{offset + nbytes}) but the file has {self._desc.size}",
-                              self.path, offset)
-        if count == 0:
-            arr = np.zeros(0, dtype=dtype)
-        else:
-            arr = np.frombuffer(self._desc.map(), dtype=dtype, count=count, offset=offset)
-        return arr.reshape(shape) if shape is not None else arr
+        if offset < 0 or nbytes < 0 or offset + nbytes > self._shared.size:
+            raise FormatError(f"{what} needs bytes [{offset}, {offset + nbytes}) but the "
+                              f"{self._what} has {self._shared.size}", self.path, offset)
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._desc.release()
+            self._shared.release()
 
     @property
     def closed(self) -> bool:
         return self._closed
 
-    def __reduce__(self):
-        return (SharedFile, (self.path,))
-
-    def __enter__(self) -> SharedFile:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -218,12 +200,51 @@ class SharedFile:
             self.close()
 
 
+class SharedFile(Handle):
+    """A read handle on a file: positional reads and a memory map, shared by copies.
+
+    ``share()`` returns another handle on the same descriptor; ``close()`` gives up
+    this handle's share (idempotent). The descriptor closes with the last share.
+    Pickling a handle (for a worker process) records the path; unpickling reopens it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], _desc: _Descriptor | None = None) -> None:
+        path = os.fspath(path)
+        super().__init__(path, _desc if _desc is not None else _Descriptor(path))
+
+    def _twin(self) -> SharedFile:
+        return SharedFile(self.path, self._shared)
+
+    def pread(self, size: int, offset: int, what: str = "data") -> bytes:
+        """Exactly ``size`` bytes at ``offset``; a ``FormatError`` if the file is shorter."""
+        self._check_range(offset, size, what)
+        data = os.pread(self._shared.fd, size, offset)
+        if len(data) != size:
+            raise FormatError(f"{what}: read {len(data)} of {size} bytes (the file shrank?)",
+                              self.path, offset)
+        return data
+
+    def array(self, dtype: np.dtype | str, offset: int, count: int,
+              shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """A read-only numpy view of ``count`` items of ``dtype`` at ``offset`` (no copy)."""
+        dtype = np.dtype(dtype)
+        self._check_range(offset, count * dtype.itemsize, f"an array of {count} x {dtype}")
+        if count == 0:
+            arr = np.zeros(0, dtype=dtype)
+        else:
+            arr = np.frombuffer(self._shared.map(), dtype=dtype, count=count, offset=offset)
+        return arr.reshape(shape) if shape is not None else arr
+
+    def __reduce__(self):
+        return (SharedFile, (self.path,))
+
+
 def open_shared(path: Any) -> Any:
     """A read handle for ``path``: a local path or ``file://`` URL (a ``SharedFile``),
     another URL (a ``RemoteFile`` read through fsspec), or an open handle (shared)."""
     from ._remote import RemoteFile, is_url, local_path
 
-    if isinstance(path, (SharedFile, RemoteFile)):
+    if isinstance(path, Handle):
         return path.share()
     path = local_path(os.fspath(path))
     return RemoteFile(path) if is_url(path) else SharedFile(path)

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError
+from ._io import Handle
 
 _NOT_TRANSIENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _TRANSIENT_LIBS = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http",
@@ -294,7 +294,7 @@ class _Object:
                 os.rmdir(self._dir)
 
 
-class RemoteFile:
+class RemoteFile(Handle):
     """A read handle on a remote object, with a ``SharedFile``'s interface.
 
     ``fl.remote.open(url, ...)`` makes one; every reader (``fl.recfile.open``,
@@ -303,34 +303,24 @@ class RemoteFile:
     opens its own handle (and shares the cache directory, if any).
     """
 
+    _what = "object"
+
     def __init__(self, url: str, options: RemoteOptions | None = None,
                  _obj: _Object | None = None) -> None:
-        self.path = url
         self.options = options if options is not None else RemoteOptions()
-        self._obj = _obj if _obj is not None else _Object(url, self.options)
-        self._closed = False
+        super().__init__(url, _obj if _obj is not None else _Object(url, self.options))
 
     @property
-    def size(self) -> int:
-        return self._obj.size
+    def _obj(self) -> _Object:
+        return self._shared
 
-    def share(self) -> RemoteFile:
-        self._check()
-        with self._obj.lock:
-            self._obj.shares += 1
-        return RemoteFile(self.path, self.options, self._obj)
-
-    def _check(self) -> None:
-        if self._closed:
-            raise ValueError(f"{self.path}: this handle is closed")
+    def _twin(self) -> RemoteFile:
+        return RemoteFile(self.path, self.options, self._shared)
 
     def pread(self, size: int, offset: int, what: str = "data") -> bytes:
         """Exactly ``size`` bytes at ``offset``; a ``FormatError`` past the object's end."""
-        self._check()
+        self._check_range(offset, size, what)
         obj = self._obj
-        if offset < 0 or size < 0 or offset + size > obj.size:
-            raise FormatError(f"{what} needs bytes [{offset}, {offset + size}) but the object "
-                              f"has {obj.size}", self.path, offset)
         with obj.reading():
             obj.ensure(obj.blocks_of(np.array([offset], dtype=np.int64), size))
             return bytes(obj.data[offset:offset + size])
@@ -338,36 +328,12 @@ class RemoteFile:
     def array(self, dtype: np.dtype | str, offset: int, count: int,
               shape: tuple[int, ...] | None = None) -> RemoteArray:
         """``count`` items of ``dtype`` at ``offset``, read on demand (a ``RemoteArray``)."""
-        self._check()
         dtype = np.dtype(dtype)
-        nbytes = count * dtype.itemsize
-        if offset < 0 or offset + nbytes > self._obj.size:
-            raise FormatError(f"an array of {count} x {dtype} needs bytes [{offset}, "
-                              f"{offset + nbytes}) but the object has {self._obj.size}",
-                              self.path, offset)
+        self._check_range(offset, count * dtype.itemsize, f"an array of {count} x {dtype}")
         return RemoteArray(self._obj, dtype, offset, shape if shape is not None else (count,))
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._obj.release()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def __reduce__(self):
         return (RemoteFile, (self.path, self.options))
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
-
-    def __enter__(self) -> RemoteFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class RemoteArray:
