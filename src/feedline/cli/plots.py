@@ -368,15 +368,21 @@ def run_order_plot(args: argparse.Namespace) -> int:
         return _fail(f"cannot read {args.config}: {e}" if isinstance(e, OSError) else str(e))
     seq = Seq.from_json(text)  # an OrderError is reported by main()
     names = [s.strip() for s in args.names.split(",")] if args.names else None
+    return _draw_and_report(args.out, lambda: plot_order(
+        seq, args.out, seed=args.seed, shards=args.shards, points=args.points,
+        window=args.window, names=names, shard_at=args.shard_at))
+
+
+def _draw_and_report(out: str, draw: Any) -> int:
+    """Run ``draw`` (which writes ``out`` and returns a summary): 0 and a line saying
+    what was written, or 2 and a one-line error."""
     try:
-        summary = plot_order(seq, args.out, seed=args.seed, shards=args.shards,
-                             points=args.points, window=args.window, names=names,
-                             shard_at=args.shard_at)
+        summary = draw()
     except PlotInputError as e:
         return _fail(str(e))
     except OSError as e:
-        return _fail(f"cannot write {args.out}: {e}")
-    print(f"wrote {args.out}: {summary}")
+        return _fail(f"cannot write {out}: {e}")
+    print(f"wrote {out}: {summary}")
     return 0
 
 
@@ -386,25 +392,19 @@ def run_bench_plot(args: argparse.Namespace) -> int:
         _matplotlib()  # before a long run, not after it
     except ImportError as e:
         return _fail(str(e))
-    try:
-        if args.from_markdown:
-            try:
-                with open(args.from_markdown, encoding="utf-8") as f:
-                    header, workloads = parse_compare_markdown(f.read())
-            except OSError as e:
-                return _fail(f"cannot read {args.from_markdown}: {e}")
-            summary = plot_bench_compare(header, workloads, args.out)
-        else:
-            from .bench import run_benchmarks
+    if args.from_markdown:
+        try:
+            with open(args.from_markdown, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            return _fail(f"cannot read {args.from_markdown}: {e}")
+        return _draw_and_report(args.out, lambda: plot_bench_compare(
+            *parse_compare_markdown(text), args.out))
+    from .bench import run_benchmarks
 
-            note = "; --quick: small sizes" if args.quick else ""
-            summary = plot_bench_run(run_benchmarks(args.quick), args.out, note)
-    except PlotInputError as e:
-        return _fail(str(e))
-    except OSError as e:
-        return _fail(f"cannot write {args.out}: {e}")
-    print(f"wrote {args.out}: {summary}")
-    return 0
+    note = "; --quick: small sizes" if args.quick else ""
+    return _draw_and_report(args.out, lambda: plot_bench_run(run_benchmarks(args.quick),
+                                                             args.out, note))
 
 
 from .plot_bench import (  # noqa: E402  (it uses the helpers above)
