@@ -15,39 +15,42 @@ class Batch:
     ``record_indices`` and ``positions`` (in the order) are -1 on padding rows.
     """
 
-    __slots__ = ("_fields", "_ordinals", "_pos0", "_records", "_rows", "size")
+    # The fields dict is the instance's __dict__, so ``batch.x`` is a plain attribute
+    # lookup (a __getattr__ per field cost a microsecond a batch). The slots and the
+    # properties are data descriptors, so a field named like one of them is read with
+    # ``batch["name"]``.
+    __slots__ = ("__dict__", "_ordinals", "_pos0", "_records", "_rows", "size")
 
     def __init__(self, fields: dict[str, Any], size: int, rows: int, pos0: int,
                  ordinals: np.ndarray, records: np.ndarray) -> None:
-        self._fields = fields
+        self.__dict__ = fields
         self.size = size
         self._rows = rows
         self._pos0 = pos0
         self._ordinals = ordinals
         self._records = records
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # only reached for a name that is not set
         if name.startswith("_"):  # not yet set (unpickling) or not a field
             raise AttributeError(name)
-        try:
-            return self._fields[name]
-        except KeyError:
-            raise AttributeError(f"the batch has no field `{name}` (fields: "
-                                 f"{', '.join(self._fields)})") from None
+        raise AttributeError(f"the batch has no field `{name}` (fields: "
+                             f"{', '.join(self.__dict__)})")
 
     def __getitem__(self, name: str) -> Any:
-        return self._fields[name]
+        return self.__dict__[name]
 
     def __len__(self) -> int:
         return self._rows
 
+    @property
     def keys(self):
-        return self._fields.keys()
+        """The field names (``batch.keys()``, as for a dict)."""
+        return self.__dict__.keys
 
     @property
     def fields(self) -> dict[str, Any]:
         """The field arrays by name."""
-        return self._fields
+        return self.__dict__
 
     def _padded(self, values: np.ndarray, fill: int) -> np.ndarray:
         if self._rows == self.size:
@@ -79,5 +82,6 @@ class Batch:
         return self._padded(self._records, -1)
 
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{k}={tuple(getattr(v, 'shape', ()))}" for k, v in self._fields.items())
+        shapes = ", ".join(f"{k}={tuple(getattr(v, 'shape', ()))}"
+                           for k, v in self.__dict__.items())
         return f"Batch(size={self.size}, rows={self._rows}, {shapes})"

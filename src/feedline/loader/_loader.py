@@ -20,9 +20,11 @@ With a ``Seq`` or an ``Order``
     order's positions round-robin; ``shard="auto"`` does so for this process's rank.
 
 Cost
-    The order is read in blocks of about 64k positions; each batch is one gather per
-    field per source (``np.take`` for in-memory arrays), done outside the lock, so
-    threads sharing a loader gather in parallel and each batch goes to exactly one.
+    The order is read in blocks of about 64k positions, the next block made on a
+    look-ahead thread (compiled kernels, without the GIL) while batches are gathered
+    from the current one; each batch is one gather per field per source (``np.take``
+    for in-memory arrays), done outside the lock, so threads sharing a loader gather in
+    parallel and each batch goes to exactly one.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import numpy as np
 from ..errors import RecordError
 from ..order import Order, Seq, _hash, _kernels, _seq
 from ..sources import Dataset
+from ._ahead import Ahead
 from ._batch import Batch
 from ._device import DeviceColumns
 from ._gather import gather
@@ -136,8 +139,8 @@ class Loader(Resumable, PoolMode):
         self._epoch = 0
         self._claimed = 0
         self._ended = False
-        self._block: tuple[int, np.ndarray, np.ndarray, int] | None = None
-        self._cursor = None
+        self._block: tuple[int, np.ndarray, np.ndarray, int, int] | None = None
+        self._ahead: Ahead | None = None
         self._closed = False
         self._values_checked = False
         self._steps = self._count_steps()
@@ -253,28 +256,31 @@ class Loader(Resumable, PoolMode):
         return self._seed
 
     def _claim(self) -> tuple[int, int, np.ndarray, np.ndarray] | None:
-        """Under the lock: the next batch's (start, stop, ordinals, records), or None."""
+        """The next batch's (start, stop, ordinals, records), or None at the end."""
         with self._lock:
-            if self._closed:
-                raise ValueError("the loader is closed")
-            w, k = self._share
-            index = self._claimed * k + w  # this loader's share of the pass's batches
-            if self._ended or index >= self._steps:
-                return None
-            b = self.batch_size
-            start = index * b
-            block = self._block  # (first position, ordinals, records, the pass's length)
-            order_len = block[3] if block is not None else self._pass_order().length
-            stop = min(start + b, order_len)
+            return self._claim_locked()
+
+    def _claim_locked(self) -> tuple[int, int, np.ndarray, np.ndarray] | None:
+        if self._closed:
+            raise ValueError("the loader is closed")
+        w, k = self._share
+        index = self._claimed * k + w  # this loader's share of the pass's batches
+        if self._ended or index >= self._steps:
+            return None
+        b = self.batch_size
+        start = index * b
+        block = self._block  # (first position, ordinals, records, the pass's length, end)
+        stop = min(start + b, block[3] if block is not None else self._pass_order().length)
+        if start >= stop:  # an all-padding step of a short rank (even=True)
             self._claimed += 1
-            if start >= stop:  # an all-padding step of a short rank (even=True)
-                empty = np.zeros(0, dtype=np.int64)
-                return start, start, empty, empty
-            if block is None or not block[0] <= start or stop > block[0] + len(block[1]):
-                block = self._fetch(start)
-            offset = block[0]
-            return (start, stop, block[1][start - offset:stop - offset],
-                    block[2][start - offset:stop - offset])
+            empty = np.zeros(0, dtype=np.int64)
+            return start, start, empty, empty
+        if block is None or not block[0] <= start or stop > block[4]:
+            block = self._fetch(start)  # if the order raises, nothing is claimed
+        self._claimed += 1
+        offset = block[0]
+        return (start, stop, block[1][start - offset:stop - offset],
+                block[2][start - offset:stop - offset])
 
     def _claim_or_stop(self) -> tuple[int, int, np.ndarray, np.ndarray]:
         """The next batch's claim; at the end of the pass, mark it ended and stop."""
@@ -285,15 +291,25 @@ class Loader(Resumable, PoolMode):
             raise StopIteration
         return claim
 
-    def _fetch(self, start: int) -> tuple[int, np.ndarray, np.ndarray, int]:
+    def _fetch(self, start: int) -> tuple[int, np.ndarray, np.ndarray, int, int]:
+        """The order block starting at ``start`` (made ahead, if the last fetch made it),
+        and the next one started on the look-ahead thread."""
         b = self.batch_size
         length = max(b, -(-_BLOCK // b) * b)
-        if self._cursor is None or self._cursor.offset != start:
-            self._cursor = self._pass_order().cursor(start)
-        _kernels.load_in_background()
-        with _kernels.deferred():
-            ords, recs = self._cursor.next_block(length)
-        self._block = (start, ords, recs, self._pass_order().length)
+        order = self._pass_order()
+        ahead, self._ahead = self._ahead, None
+        cursor = None
+        if ahead is not None and ahead.matches(order, start):
+            ords, recs = ahead.result()
+            cursor = ahead.cursor
+        else:
+            _kernels.load_in_background()
+            cursor = order.cursor(start)
+            ords, recs = Ahead.make(cursor, length)
+        self._block = (start, ords, recs, order.length, start + len(ords))
+        after = start + len(ords)
+        if after < order.length:
+            self._ahead = Ahead(order, after, length, cursor)
         return self._block
 
     def _gather(self, ords: np.ndarray, recs: np.ndarray, rows: int, start: int,
@@ -323,7 +339,7 @@ class Loader(Resumable, PoolMode):
                 self._delivered = 0
                 self._ended = False
                 self._block = None
-                self._cursor = None
+                self._ahead = None
                 if self._base:  # a pass resumed with another number of ranks has ended
                     self._base = 0
                     self._steps = self._count_steps()
@@ -363,14 +379,26 @@ class Loader(Resumable, PoolMode):
         return self._plain_cols
 
     def __next__(self) -> Any:
-        plain = self._plain_source()
+        plain = self._plain_cols if self._plain_decided else self._plain_source()
         if plain is not None:
-            start, stop, ords, recs = self._claim_or_stop()
-            cols = plain._columns if plain._columns is not None else plain._mapped_columns
-            fields = ({k: col.take(recs, axis=0) for k, col in cols.items()} if cols
-                      else self._gather(ords, recs, stop - start, start))
+            # The fastest sources' path: one claim and one take per field, nothing else.
             with self._lock:
-                self._delivered = max(self._delivered, self._share_index(start) + 1)
+                claim = self._claim_locked()
+                if claim is None:
+                    self._ended = True
+                    raise StopIteration
+            start, stop, ords, recs = claim
+            cols = plain._columns if plain._columns is not None else plain._mapped_columns
+            if cols:
+                fields = {}
+                for k, col in cols.items():
+                    fields[k] = col.take(recs, axis=0)
+            else:
+                fields = self._gather(ords, recs, stop - start, start)
+            done = (start // self.batch_size) // self._share[1] + 1  # _share_index + 1
+            with self._lock:
+                if done > self._delivered:
+                    self._delivered = done
             return Batch(fields, stop - start, stop - start, start, ords, recs)
         pool = self._use_pool()
         if pool is not None:
@@ -462,7 +490,7 @@ class Loader(Resumable, PoolMode):
             self._delivered = 0
             self._ended = False
             self._block = None
-            self._cursor = None
+            self._ahead = None
             self._steps = self._count_steps()
 
     def close(self) -> None:
@@ -479,7 +507,7 @@ class Loader(Resumable, PoolMode):
             self._plain_cols, self._plain_decided = None, True
             self._orders.clear()
             self._block = None
-            self._cursor = None
+            self._ahead = None
 
     def __enter__(self) -> Loader:
         return self

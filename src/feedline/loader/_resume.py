@@ -173,4 +173,4 @@ class Resumable:
             self._delivered = batches
             self._ended = ended
             self._block = None
-            self._cursor = None
+            self._ahead = None
