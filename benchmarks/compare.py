@@ -30,7 +30,9 @@ Systems (``--only`` takes these names, comma-separated):
   requested item: the default's 256-item decode windows collapse with 2 workers here).
 
 Every system and worker count runs in a fresh child process (see ``_compare_systems.py``)
-for one epoch, or until ``--cap`` seconds have passed after its first batch. Figures:
+for one epoch, or until ``--cap`` seconds have passed after its first batch; the systems
+whose epoch is short run ``--repeat`` times, in rounds over those systems, and the
+table shows each one's median run. Figures:
 
 - samples/s: the rows after the first batch over the time after it;
 - time to the first batch: from opening the stored data (libraries already imported) to
@@ -453,7 +455,25 @@ def run_workload(name: str, n: int, b: int, wdir: str, runs: list[tuple[str, int
     print(f"\n== {name}: {n:,} rows written (.npy and .flr) in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
     prepared: dict[str, Outcome] = {}
-    outcomes: list[Outcome] = []
+    tries: dict[tuple[str, int], list[Outcome]] = {}
+    skipped: dict[tuple[str, int], Outcome] = {}
+
+    def measure(system: str, workers: int) -> Outcome:
+        spec = {"mode": "measure", "system": system, "workers": workers, "dir": wdir,
+                "workload": name, "n": n, "batch": b, "cap_s": cap, "label_sum": label_sum}
+        for store in STORES.get(system, [f"{feat}.npy", f"{label}.npy"]):
+            warm(os.path.join(wdir, store))
+        o = run_child(spec, cap + 240, sample=True, tmp=tmp)
+        r = o.result
+        msg = (f"skipped: {o.skip}" if o.skip else f"FAILED: {o.error}" if o.error
+               else f"{_rate(r['rate'])} samples/s, first batch {_secs(r['first_s'])}"
+               + ("" if r["complete"] else f" ({r['seconds']:.1f} s)"))
+        print(f"   {system:<12} workers={workers}: {msg}", flush=True)
+        if o.error:
+            print("\n".join("     | " + s for s in o.log[-15:]), flush=True)
+        tries.setdefault((system, workers), []).append(o)
+        return o
+
     for system, workers in runs:
         fmt = PREP_OF.get(system, system)
         if fmt in NEEDS_PREP and fmt not in prepared:
@@ -472,31 +492,31 @@ def run_workload(name: str, n: int, b: int, wdir: str, runs: list[tuple[str, int
                 sizes.append(f"{fmt} {_size(store) / 1e9:.2f} GB (written in {secs:.0f} s)")
         prep = prepared.get(fmt)
         if prep is not None and (prep.skip or prep.error):
-            outcomes.append(Outcome(system, workers, skip=prep.skip,
-                                    error=prep.error and f"writing: {prep.error}"))
+            skipped[(system, workers)] = Outcome(system, workers, skip=prep.skip,
+                                                 error=prep.error and f"writing: {prep.error}")
             continue
-        spec = {"mode": "measure", "system": system, "workers": workers, "dir": wdir,
-                "workload": name, "n": n, "batch": b, "cap_s": cap, "label_sum": label_sum}
-        tries: list[Outcome] = []
-        while True:
-            for store in STORES.get(system, [f"{feat}.npy", f"{label}.npy"]):
-                warm(os.path.join(wdir, store))
-            o = run_child(spec, cap + 240, sample=True, tmp=tmp)
-            tries.append(o)
-            r = o.result
-            msg = (f"skipped: {o.skip}" if o.skip else f"FAILED: {o.error}" if o.error
-                   else f"{_rate(r['rate'])} samples/s, first batch {_secs(r['first_s'])}"
-                   + ("" if r["complete"] else f" ({r['seconds']:.1f} s)"))
-            print(f"   {system:<12} workers={workers}: {msg}", flush=True)
-            if o.error:
-                print("\n".join("     | " + s for s in o.log[-15:]), flush=True)
-            # a fast full epoch is noisy: run it again (a fresh process each time)
-            if not (r and r["complete"] and r["rate"] and r["seconds"] < FAST_S
-                    and len(tries) < repeat):
-                break
-        good = sorted((t for t in tries if t.result and t.result["rate"]),
+        measure(system, workers)
+
+    # A fast full epoch is noisy: the systems whose epoch took under FAST_S run again, a
+    # fresh process each time, in rounds (numpy, feedline, ..., numpy, feedline, ...), so
+    # that this machine's drift over minutes falls on every system alike.
+    def fast(o: Outcome) -> bool:
+        r = o.result
+        return bool(r and r["complete"] and r["rate"] and r["seconds"] < FAST_S)
+
+    for _ in range(repeat - 1):
+        for key in [k for k, ts in tries.items() if fast(ts[0])]:
+            measure(*key)
+
+    outcomes: list[Outcome] = []
+    for key in runs:
+        if key in skipped:
+            outcomes.append(skipped[key])
+            continue
+        got = tries[key]
+        good = sorted((t for t in got if t.result and t.result["rate"]),
                       key=lambda t: t.result["rate"])
-        chosen = good[len(good) // 2] if good else tries[-1]  # the median run
+        chosen = good[len(good) // 2] if good else got[-1]  # the median run
         chosen.rates = [t.result["rate"] for t in good]
         outcomes.append(chosen)
     return outcomes, sizes
