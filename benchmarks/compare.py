@@ -34,6 +34,10 @@ for one epoch, or until ``--cap`` seconds have passed after its first batch; the
 whose epoch is short run ``--repeat`` times, in rounds over those systems, and the
 table shows each one's median run. Figures:
 
+- vs numpy gather: for systems run in rounds, the median over the rounds of the rate
+  over numpy's in the same round (runs a few seconds apart, where this machine's drift
+  over minutes cancels); otherwise the rate over numpy's median;
+
 - samples/s: the rows after the first batch over the time after it;
 - time to the first batch: from opening the stored data (libraries already imported) to
   holding the first batch; for numpy it includes computing the permutation; feedline's
@@ -250,6 +254,7 @@ class Outcome:
     base_rss_kb: int | None = None
     log: list[str] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
+    paired: list[float] = field(default_factory=list)  # over numpy's rate, round by round
 
 
 def run_child(spec: dict, timeout: float, sample: bool, tmp: str) -> Outcome:
@@ -381,7 +386,9 @@ def table(outcomes: list[Outcome]) -> list[str]:
         r = o.result or {}
         rate = r.get("rate")
         ratio = "—"
-        if rate and base:
+        if len(o.paired) > 1:  # rounds: the median of the ratios within each round
+            ratio = f"{sorted(o.paired)[len(o.paired) // 2]:.2f}x"
+        elif rate and base:
             ratio = f"{rate / base:.2f}x" if rate >= 0.1 * base else f"{rate / base:.2g}x"
         growth = rss = None
         if o.peak_kb and o.base_kb is not None:
@@ -393,6 +400,9 @@ def table(outcomes: list[Outcome]) -> list[str]:
         elif len(o.rates) > 1:
             over = (f"one epoch; median of {len(o.rates)} runs "
                     f"({_rate(o.rates[0])} - {_rate(o.rates[-1])})")
+            if len(o.paired) > 1 and o.system != "numpy":
+                p = sorted(o.paired)
+                over += f"; ratio within a round {p[0]:.2f} - {p[-1]:.2f}x"
         else:
             over = "one epoch"
         lines.append(f"| {name} | {o.workers} | {_rate(rate)} | {ratio} | "
@@ -518,6 +528,11 @@ def run_workload(name: str, n: int, b: int, wdir: str, runs: list[tuple[str, int
                       key=lambda t: t.result["rate"])
         chosen = good[len(good) // 2] if good else got[-1]  # the median run
         chosen.rates = [t.result["rate"] for t in good]
+        base = tries.get(("numpy", 0), [])
+        if len(got) == len(base) > 1:
+            rounds = list(zip(got, base))
+            chosen.paired = [t.result["rate"] / u.result["rate"] for t, u in rounds
+                             if t.result and t.result["rate"] and u.result and u.result["rate"]]
         outcomes.append(chosen)
     return outcomes, sizes
 
