@@ -61,3 +61,25 @@ def test_loaders_over_ndf_and_over_its_arrays_give_the_same_batches(tmp_path):
     for (a, b), (c, d) in zip(from_file, from_arrays, strict=True):
         np.testing.assert_array_equal(a, c)
         np.testing.assert_array_equal(b, d)
+
+
+def test_next_into_over_a_mapped_flr_fills_the_callers_arrays_like_iteration(tmp_path):
+    class P(fl.Record, dims={"D": 3}):
+        v = fl.field("D", "float32")
+        k = fl.field((), "int64")
+
+    n = 70_000  # more than one order block
+    v = np.random.default_rng(1).random((n, 3), dtype=np.float32)
+    fl.recfile.write(tmp_path / "p.flr", P, {"v": v, "k": np.arange(n)})
+    with fl.recfile.open(tmp_path / "p.flr") as f:
+        want = [(b.v, b.k) for b in fl.Loader(f, 512, seed=4)]
+        loader = fl.Loader(f, 512, seed=4)
+        out = {"v": np.full((600, 3), -1, np.float32), "k": np.full(600, -1, np.int64)}
+        for v_want, k_want in want:
+            rows = loader.next_into(out)
+            assert rows == len(k_want)
+            np.testing.assert_array_equal(out["v"][:rows], v_want)
+            np.testing.assert_array_equal(out["k"][:rows], k_want)
+            assert (out["k"][rows:] == -1).all() or rows < 512  # rows past the count kept
+        assert loader.next_into(out) == 0
+        assert loader._plain_source() is not None  # the path without layers was taken

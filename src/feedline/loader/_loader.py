@@ -372,11 +372,11 @@ class Loader(Resumable, PoolMode):
         ds = self._datasets[0] if len(self._datasets) == 1 else None
         if (ds is None or ds.mapped or self.check_values or self.output != "numpy"
                 or self.batch_transform is not None or self._rows_for(0) != 0
+                or (ds.columns is None and not ds._mapped_columns)
                 or self._use_pool() is not None):
             return None
-        if ds.columns is not None or ds._mapped_columns:
-            self._plain_cols = ds
-        return self._plain_cols
+        self._plain_cols = ds
+        return ds
 
     def __next__(self) -> Any:
         plain = self._plain_cols if self._plain_decided else self._plain_source()
@@ -461,7 +461,14 @@ class Loader(Resumable, PoolMode):
         start, stop, ords, recs = claim
         size = stop - start
         rows = self._rows_for(size)
-        self._gather(ords, recs, size, start, out={n: out[n] for n in self.record.fields})
+        plain = self._plain_cols if self._plain_decided else self._plain_source()
+        cols = None if plain is None else (
+            plain._columns if plain._columns is not None else plain._mapped_columns)
+        if cols:  # the order's records are in range: "clip" spares numpy a buffered copy
+            for n, col in cols.items():
+                np.take(col, recs, axis=0, out=out[n][:size], mode="clip")
+        else:
+            self._gather(ords, recs, size, start, out={n: out[n] for n in self.record.fields})
         with self._lock:
             self._delivered = max(self._delivered, self._share_index(start) + 1)
         if rows > size:
