@@ -441,3 +441,42 @@ def test_the_command_line_reports_a_missing_corpus_in_one_line(tmp_path, capsys)
     assert rc == 2
     assert err.strip() == (f"feedline text build: {tmp_path / 'nope.txt'}: no such corpus file "
                            "(expected a text file with one document a line)")
+
+
+class TextOnly(SkipTilde):
+    """A tokenizer that needs text (as BPE does): it says nothing of keeping bytes."""
+
+
+@pytest.mark.parametrize("chunk", [3, 4, 5, 1 << 20])  # the bad byte inside or cut
+def test_invalid_utf8_is_refused_with_its_offset_for_a_tokenizer_that_needs_text(
+        tmp_path, chunk):
+    data = "ok é\n".encode() + b"bad \xe9t\xc3\n" + "fine ü\n".encode()
+    path = tmp_path / "c.txt"
+    path.write_bytes(data)
+    out = tmp_path / "c.nndataset"
+    with pytest.raises(FormatError, match=r"byte 10: expected UTF-8 text, found the byte "
+                                          r"0xe9"):
+        build(path, out, TextOnly(), chunk_bytes=chunk)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("chunk", [2, 7, 1 << 20])
+def test_a_character_cut_at_the_end_of_the_file_is_refused_there(tmp_path, chunk):
+    path = tmp_path / "c.txt"
+    path.write_bytes("ab 😀\n".encode() + "😀".encode()[:2])
+    with pytest.raises(FormatError, match=r"byte 8: .* 0xf0"):
+        build(path, tmp_path / "c.nndataset", TextOnly(), chunk_bytes=chunk)
+
+
+def test_the_byte_tokenizer_keeps_bytes_that_are_not_utf8(tmp_path):
+    path = tmp_path / "c.txt"
+    path.write_bytes(b"latin-1 caf\xe9\nnext\n")
+    out = tmp_path / "c.nndataset"
+    build(path, out, ByteTokenizer(), created=CREATED)
+    with nnd.open(out) as ds:
+        assert bytes(ds.text_doc("train", 0).tokens.astype(np.uint8)) == b"latin-1 caf\xe9"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 1 << 20])
+def test_valid_utf8_cut_anywhere_by_the_blocks_is_accepted(corpus, tmp_path, chunk):
+    build(corpus, tmp_path / "c.nndataset", TextOnly(), chunk_bytes=chunk, created=CREATED)

@@ -294,7 +294,9 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
     worker) plus 8 bytes per document, whatever the corpus size. Returns a
     :class:`BuildSummary`. A missing corpus is a ``FileNotFoundError``; bad arguments
     a ``ValueError``/``TypeError``; a corpus that changes while it is read a
-    ``FormatError``. Cost: the tokenizer's, plus two reads of the text and one write.
+    ``FormatError``, and so is text that is not valid UTF-8 (naming the byte offset)
+    unless the tokenizer keeps bytes as they are (``ByteTokenizer``: ids 0-255).
+    Cost: the tokenizer's, plus two reads of the text and one write.
 
     >>> import os, tempfile
     >>> from feedline.text import ByteTokenizer
@@ -313,7 +315,10 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
         markers = (tokenizer.special_id(ASSISTANT), tokenizer.special_id(END_OF_ASSISTANT))
     bar = _progress(progress, os.path.getsize(corpus), "counting documents")
     try:
-        scan = scan_text_docs(corpus, chunk_bytes, None if bar is None else bar.update)
+        # A tokenizer that needs text would turn invalid bytes into U+FFFD: refused
+        # here with the offset instead; one that keeps bytes keeps them.
+        scan = scan_text_docs(corpus, chunk_bytes, None if bar is None else bar.update,
+                              utf8=not getattr(tokenizer, "keeps_bytes", False))
     finally:
         if bar is not None:
             bar.close()

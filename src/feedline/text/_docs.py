@@ -20,6 +20,7 @@ memory; :func:`scan_text_docs` counts them and hashes the file in one pass.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import hashlib
 import os
@@ -116,20 +117,24 @@ class CorpusScan:
 
 
 def scan_text_docs(path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES,
-                   on_block: Any = None) -> CorpusScan:
+                   on_block: Any = None, utf8: bool = False) -> CorpusScan:
     """Count the documents :func:`iter_doc_chunks` yields and hash the file, in one pass.
 
     A line is a document when it holds a byte other than space, tab and CR; counting
     deletes those bytes and counts the line starts that remain (vectorised, no list of
-    lines). ``on_block(n)`` is called with the bytes of each block read. Cost: one pass
-    over the file, memory one block.
+    lines). ``on_block(n)`` is called with the bytes of each block read. With ``utf8``,
+    text that is not valid UTF-8 is a ``FormatError`` naming the byte offset. Cost: one
+    pass over the file, memory one block.
     """
     digest = hashlib.sha256()
     docs = size = 0
     prev_newline = True  # the start of the file starts a line
+    decoder = codecs.getincrementaldecoder("utf-8")() if utf8 else None
     with _open(path) as f:
         while True:
             block = f.read(chunk_bytes)
+            if decoder is not None:
+                _check_utf8(decoder, block, size, path)
             if not block:
                 break
             digest.update(block)
@@ -145,6 +150,19 @@ def scan_text_docs(path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES,
             if on_block is not None:
                 on_block(len(block))
     return CorpusScan(docs, size, digest.hexdigest())
+
+
+def _check_utf8(decoder: Any, block: bytes, offset: int,
+                path: str | os.PathLike[str]) -> None:
+    """Feed ``block`` (at file offset ``offset``; empty at the end) to the incremental
+    UTF-8 ``decoder``; invalid text is a FormatError naming its byte offset."""
+    pending = decoder.getstate()[0]  # the start of a character cut by the last block
+    try:
+        decoder.decode(block, final=not block)
+    except UnicodeDecodeError as e:  # e.start counts from the pending bytes
+        data = pending + block
+        raise FormatError(f"expected UTF-8 text, found the byte 0x{data[e.start]:02x}",
+                          path, offset - len(pending) + e.start) from None
 
 
 def mark_assistant_span(tokens: Any, begin_id: int, end_id: int, *,

@@ -105,9 +105,12 @@ class ByteTokenizer:
     gives each its id; every other byte is its own id. Vectorised: a batch is joined,
     viewed with ``np.frombuffer`` and widened once; only the special matches are
     visited from Python. A special may not contain a newline (documents are lines).
-    ``bytes`` documents are taken as they are, so any byte sequence round-trips.
+    ``bytes`` documents are taken as they are, so any byte sequence round-trips
+    (``keeps_bytes``: ``build`` gives it a corpus without checking that it is UTF-8).
     Cost: a few passes over a batch's bytes, plus one Python step per special found.
     """
+
+    keeps_bytes = True
 
     def __init__(self, specials: Sequence[str] = DEFAULT_SPECIALS) -> None:
         self._specials = _specials_map(specials, 256)
