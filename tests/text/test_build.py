@@ -480,3 +480,8 @@ def test_the_byte_tokenizer_keeps_bytes_that_are_not_utf8(tmp_path):
 @pytest.mark.parametrize("chunk", [1, 2, 3, 1 << 20])
 def test_valid_utf8_cut_anywhere_by_the_blocks_is_accepted(corpus, tmp_path, chunk):
     build(corpus, tmp_path / "c.nndataset", TextOnly(), chunk_bytes=chunk, created=CREATED)
+    unchecked = type("KeepsBytes", (SkipTilde,), {"keeps_bytes": True})()
+    build(corpus, tmp_path / "ref.nndataset", unchecked, created=CREATED)
+    # the same bytes as without the check (the vocab record is the same; only the check
+    # differs), for every block size
+    assert (tmp_path / "c.nndataset").read_bytes() == (tmp_path / "ref.nndataset").read_bytes()
