@@ -99,3 +99,14 @@ def test_inspect_and_verify_read_an_nndataset(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "num_docs: 3" in out and "test_docs: 1" in out
     assert main(["verify", str(path)]) == 0
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (4, 3)])
+def test_npy_converts_to_ndf_with_or_without_rows(tmp_path, shape):
+    x = np.arange(np.prod(shape), dtype=np.float64).reshape(shape)
+    np.save(tmp_path / "e.npy", x)
+    assert main(["convert", str(tmp_path / "e.npy"), str(tmp_path / "e.ndf")]) == 0
+    with fl.ndf.open(tmp_path / "e.ndf") as f:
+        assert len(f) == shape[0] and f.record.fields["x"].shape == (3,)
+        if shape[0]:
+            np.testing.assert_array_equal(f.rows(np.arange(shape[0]))[0], x)  # (x, y)

@@ -6,6 +6,7 @@ import os
 import pickle
 import select
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -75,6 +76,24 @@ def test_atomic_write_writes_a_hidden_temporary_beside_the_target_then_renames(t
         assert target.read_bytes() == b"old"  # not replaced before the end
     assert target.read_bytes() == b"new"
     assert listing(tmp_path) == ["out.bin"]
+
+
+def test_a_written_file_gets_the_mode_a_plain_write_gives_or_the_replaced_files(tmp_path):
+    old_mask = os.umask(0o027)
+    try:
+        (tmp_path / "plain").write_bytes(b"")
+        fl.ndf.save(tmp_path / "new.ndf", np.zeros((2, 2)))
+        with atomic_write(tmp_path / "new.bin") as f:
+            f.write(b"x")
+    finally:
+        os.umask(old_mask)
+    mode = stat.S_IMODE(os.stat(tmp_path / "plain").st_mode)
+    assert mode == 0o640
+    assert stat.S_IMODE(os.stat(tmp_path / "new.ndf").st_mode) == mode  # not mkstemp's 0600
+    assert stat.S_IMODE(os.stat(tmp_path / "new.bin").st_mode) == mode
+    os.chmod(tmp_path / "new.ndf", 0o664)
+    fl.ndf.save(tmp_path / "new.ndf", np.ones((2, 2)))
+    assert stat.S_IMODE(os.stat(tmp_path / "new.ndf").st_mode) == 0o664  # kept on replace
 
 
 @pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt(), OSError("disk")])

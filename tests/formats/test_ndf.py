@@ -407,3 +407,19 @@ def test_fuzz_random_header_fields(tmp_path, n, d, l, body):  # noqa: E741
     path = tmp_path / "fields.ndf"
     path.write_bytes(data)
     open_or_format_error(path)
+
+
+def test_save_refuses_rows_of_nothing_that_open_would_refuse(tmp_path):
+    with pytest.raises(ValueError, match="at least one value"):
+        fl.ndf.save(tmp_path / "a.ndf", np.zeros((5, 0)))
+    assert not (tmp_path / "a.ndf").exists()
+    fl.ndf.save(tmp_path / "empty.ndf", np.zeros((0, 0)))  # no rows: nothing to refuse
+    with fl.ndf.open(tmp_path / "empty.ndf") as f:
+        assert len(f) == 0
+
+
+def test_zero_rows_with_one_dimensional_labels_save_and_open(tmp_path):
+    fl.ndf.save(tmp_path / "a.ndf", np.zeros((0, 3)), np.zeros(0))
+    with fl.ndf.open(tmp_path / "a.ndf") as f:
+        assert len(f) == 0 and f.record.fields["x"].shape == (3,)
+        assert f.record.fields["y"].shape == (1,)

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import mmap
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -77,6 +78,25 @@ def remove_stale_scratch(path: str | os.PathLike[str]) -> list[str]:
     return removed
 
 
+def _mode_for(path: str) -> int:
+    """The permission bits for a file written to ``path``: those of the file there, else
+    0666 less the process's umask (what ``open(path, "w")`` gives a new file)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        pass
+    try:  # Linux 4.7+: read the umask without changing it (os.umask would, for a moment)
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Open a temporary file beside ``path``; on success it replaces ``path`` atomically.
@@ -92,6 +112,9 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
+            # mkstemp made it 0600: give it the mode the file it replaces had, or the one
+            # a plain open() would give a new file
+            os.fchmod(f.fileno(), _mode_for(path))
             os.fsync(f.fileno())
             os.replace(tmp, path)  # while the lock is held: the file is never seen stale
     except BaseException:

@@ -127,6 +127,12 @@ class _HFColumn:
         return np.asarray(self.ds[s][self.key])
 
 
+def _rows(column: Any) -> np.ndarray:
+    """A column as an n x width matrix (its values per row flattened; n may be 0)."""
+    a = np.asarray(column)
+    return a.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64)))
+
+
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
             progress: Progress | None = None) -> int:
     """Convert ``src`` to ``dst`` (format from ``dst``'s extension); returns the rows moved.
@@ -145,9 +151,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
                 raise ValueError(f"an .ndf holds columns x and y; {src} has {sorted(columns)}")
             x = columns["x"]
             y = columns.get("y")
-            x = np.asarray(x).reshape(n, -1) if not hasattr(x, "ds") else np.asarray(x[:n])
-            y = None if y is None else np.asarray(y).reshape(n, -1)
-            ndf.save(dst, x, y)
+            x = _rows(x) if not hasattr(x, "ds") else np.asarray(x[:n])
+            ndf.save(dst, x, None if y is None else _rows(y))
             if progress:
                 progress(n, n)
             return n

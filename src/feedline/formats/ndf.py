@@ -52,11 +52,14 @@ def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
         raise ValueError(f"x must be n x d, got shape {x.shape}")
     n, d = x.shape
     y = np.zeros((n, 0)) if y is None else np.asarray(y, dtype=np.float64)
-    if y.ndim == 1 and n:
-        y = y.reshape(n, -1)
+    if y.ndim == 1:  # one label a row
+        y = y.reshape(n, -1) if n else y.reshape(0, 1)
     if y.ndim != 2 or y.shape[0] != n:
         raise ValueError(f"y must be n x l with n = {n}, got shape {y.shape}")
     l = y.shape[1]  # noqa: E741
+    if n and d + l == 0:  # the reader refuses such a file: rows of nothing
+        raise ValueError(f"an .ndf row holds at least one value; got {n} rows of d = 0 "
+                         f"features and l = 0 labels")
     rows_per_chunk = max(1, (8 << 20) // max(8 * (d + l), 1))
     with atomic_write(path) as f:
         f.write(_HEADER.pack(MAGIC, n, d, l))
