@@ -2,7 +2,9 @@
 
 ``convert(src, dst)`` moves rows between ``.ndf``, ``.flr``, numpy ``.npy`` / ``.npz`` and
 (with the ``hf`` extra) a HuggingFace dataset saved with ``save_to_disk``. Memory stays
-O(chunk): rows are read from memory maps and written through streaming writers.
+O(chunk): rows are read from memory maps and written through streaming writers; the
+exception is a ``.npz`` source, whose arrays are read whole (a zip member cannot be
+memory-mapped).
 """
 
 from __future__ import annotations
