@@ -249,3 +249,47 @@ def test_a_batch_transform_on_arrays_in_memory_runs_in_the_workers_too():
         got = list(loader)
     assert [g["sum"] for g in got] == [45, 145, 245]
     assert os.getpid() not in {g["pid"] for g in got}
+
+
+def noise_by_record(loader) -> dict[int, list]:
+    """Each example's augmented features, by record (the noise is x minus the record's)."""
+    return {int(r): np.round(x, 5).tolist()
+            for b in loader for r, x in zip(b.record_indices, b.x)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_ranks_draw_their_own_augmentation_the_whole_runs_draw(workers):
+    ds = fl.Dataset(Rows, ItemSource(64)).map(jitter, seed=7)
+    whole = noise_by_record(fl.Loader(fl.Seq.source(ds).shuffle(1), 4))
+    for count in (2, 3):  # dealt shards, also after an elastic change of rank count
+        got = {}
+        for index in range(count):
+            with fl.Loader(fl.Seq.source(ds).shuffle(1), 4, shard=(index, count),
+                           workers=workers) as loader:
+                part = noise_by_record(loader)
+            assert not set(part) & set(got)
+            got.update(part)
+        assert got == whole  # each example drew what it draws unsharded: ranks differ
+    # a plain source's contiguous slices draw differently from one another too
+    first = noise_by_record(fl.Loader(ds, 4, seed=1, shard=(0, 2)))
+    second = noise_by_record(fl.Loader(ds, 4, seed=1, shard=(1, 2)))
+    offsets = [np.round(np.subtract(v, ItemSource(64)[r]["x"]), 4).tolist()
+               for part in (first, second) for r, v in part.items()]
+    assert len({tuple(o) for o in offsets}) == 64  # no two examples share their noise
+
+
+def test_next_into_with_workers_takes_the_batches_in_order_and_resumes_exactly():
+    ds = fl.Dataset(Rows, ItemSource(40))
+    want = [b.record_indices.tolist() for b in fl.Loader(ds, 4, seed=2)]
+    out = {"x": np.zeros((4, 3), np.float32), "y": np.zeros(4, np.int64)}
+    with fl.Loader(ds, 4, seed=2, workers=2, prefetch=3) as loader:
+        it = iter(loader)
+        got = [next(it).record_indices.tolist()]
+        assert loader.next_into(out) == 4  # the workers had made this one ahead
+        got.append(out["y"].tolist())
+        got.append(next(it).record_indices.tolist())
+        state = loader.state_dict()
+        assert got == want[:3] and state["batches"] == 3
+    resumed = fl.Loader(ds, 4, seed=2)
+    resumed.load_state_dict(state)
+    assert [b.record_indices.tolist() for b in resumed] == want[3:]

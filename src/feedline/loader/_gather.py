@@ -9,20 +9,16 @@ import numpy as np
 
 
 def gather(datasets: list, fields: Mapping[str, Any], ords: np.ndarray, recs: np.ndarray,
-           rows: int, start: int, context: int, check_values: bool,
+           rows: int, positions: np.ndarray | None, context: int, check_values: bool,
            out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """The fields of records ``recs`` of datasets ``ords``, stacked; zero-padded to ``rows``.
 
-    ``start`` is the first row's position in the order (rows are consecutive positions)
-    and ``context`` the pass: both seed mapped datasets' per-example generators. With
-    ``out``, the rows are written into the given arrays (padding is left to the caller).
+    ``positions`` (the rows' positions in the whole pass, see ``Loader._seeds``) and
+    ``context`` (the pass) seed mapped datasets' per-example generators; None when no
+    dataset is mapped. With ``out``, the rows are written into the given arrays
+    (padding is left to the caller).
     """
     size = len(recs)
-    # Positions seed mapped datasets' generators; others never look at them.
-    mapped = False
-    for ds in datasets:
-        mapped = mapped or ds.mapped
-    positions = np.arange(start, start + size, dtype=np.int64) if mapped else None
     if len(datasets) == 1 or (size and ords.min() == ords.max()):
         ds = datasets[int(ords[0]) if size else 0]
         if out is None and rows == size:

@@ -319,8 +319,23 @@ class Loader(Resumable, PoolMode):
             for ds in self._datasets:
                 ds.check_values()
             self._values_checked = True
-        return gather(self._datasets, self.record.fields, ords, recs, rows, start,
-                      self._context(), self.check_values, out)
+        return gather(self._datasets, self.record.fields, ords, recs, rows,
+                      self._seeds(start, len(recs)), self._context(), self.check_values, out)
+
+    def _seeds(self, start: int, size: int) -> np.ndarray | None:
+        """The positions, in the whole pass before sharding, of this shard's positions
+        ``start .. start + size``: with the pass, they seed mapped datasets' generators,
+        so every rank draws its own and a resume with another number of ranks draws
+        the same. None when no dataset is mapped."""
+        if not self._mapped:
+            return None
+        p = np.arange(start, start + size, dtype=np.int64)
+        if self.shard is None:
+            return p
+        index, count = self.shard
+        if self._dealt:  # positions dealt round-robin after skipping _base
+            return self._base + p * count + index
+        return p + index * len(self._plain) // count  # data.nu's contiguous slice
 
     def _context(self) -> int:
         """The pass's context: it seeds mapped datasets' per-example generators."""
@@ -453,6 +468,9 @@ class Loader(Resumable, PoolMode):
         if padded and mask is None:
             raise ValueError("with even=True, next_into needs out['mask'] (a bool array): "
                              "short ranks take steps of padding only")
+        pool = self._use_pool()
+        if pool is not None:  # the workers make batches ahead: the next is one of theirs
+            return self._next_into_from_pool(pool, out, mask, padded)
         claim = self._claim()
         if claim is None:
             with self._lock:
@@ -474,6 +492,24 @@ class Loader(Resumable, PoolMode):
         if rows > size:
             for n in self.record.fields:
                 out[n][size:rows] = 0
+        if mask is not None:
+            mask[:rows] = False
+            mask[:size] = True
+        return rows if padded else size
+
+    def _next_into_from_pool(self, pool: WorkerPool, out: Mapping[str, np.ndarray],
+                             mask: np.ndarray | None, padded: bool) -> int:
+        if self._transform_in_workers:
+            raise ValueError("next_into fills arrays with the records' fields; this loader's "
+                             "batches are its batch_transform's results: iterate it instead")
+        try:
+            batch = self._next_from_pool(pool)
+        except StopIteration:
+            return 0
+        rows, size = len(batch), batch.size
+        for n in self.record.fields:
+            a = batch[n]
+            out[n][:rows] = a.cpu().numpy() if hasattr(a, "cpu") else a
         if mask is not None:
             mask[:rows] = False
             mask[:size] = True

@@ -42,11 +42,11 @@ def serve(conn: Connection) -> None:
             msg = conn.recv()
             if msg[0] == "stop":
                 return
-            _, batch_no, slot, ords, recs, rows, start, context = msg
+            _, batch_no, slot, ords, recs, rows, start, seeds, context = msg
             try:
                 out = _views(slots[slot], layout, batch_size)
                 size = len(recs)
-                gather(datasets, fields, ords, recs, size, start, context, check_values,
+                gather(datasets, fields, ords, recs, size, seeds, context, check_values,
                        out={name: a for name, a in out.items()})
                 if rows > size:
                     for name in out:

@@ -141,13 +141,13 @@ class WorkerPool:
         return bool(self.free)
 
     def submit(self, batch_no: int, ords: np.ndarray, recs: np.ndarray, rows: int, start: int,
-               context: int) -> None:
+               seeds: np.ndarray | None, context: int) -> None:
         slot = self.free.popleft()
         w = self.workers[self._next_worker % len(self.workers)]
         self._next_worker += 1
         try:
             w.conn.send(("task", batch_no, slot, np.ascontiguousarray(ords),
-                         np.ascontiguousarray(recs), rows, start, context))
+                         np.ascontiguousarray(recs), rows, start, seeds, context))
         except OSError as e:  # the worker died (a broken pipe): say so, with how it died
             self.free.appendleft(slot)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -265,7 +265,7 @@ class PoolMode:
                     break
                 start, stop, ords, recs = claim
                 pool.submit(start // self.batch_size, ords, recs, self._rows_for(stop - start),
-                            start, self._context())
+                            start, self._seeds(start, stop - start), self._context())
                 self._inflight.append(claim)
             if not self._inflight:
                 with self._lock:
@@ -274,7 +274,7 @@ class PoolMode:
             start, stop, ords, recs = self._inflight.popleft()
             fields = pool.result(start // self.batch_size)
             with self._lock:
-                self._delivered = self._share_index(start) + 1
+                self._delivered = max(self._delivered, self._share_index(start) + 1)
             if self._transform_in_workers:
                 return fields  # the transform's result, made in a worker
             size = stop - start

@@ -314,8 +314,8 @@ class Dataset:
         ``fn(example)`` or ``fn(example, rng)`` takes a dict of the fields' arrays and
         returns one that fits the record. ``rng`` is a ``numpy.random.Generator`` whose
         state comes from ``seed``, the loader's pass and the example's position in the
-        order, so an augmented stream is the same on every run, with any number of
-        workers, and resumes exactly. ``rng`` is valid during the call (it is reset for
+        pass before sharding, so an augmented stream is the same on every run, with any
+        number of workers or ranks (each rank draws its own), and resumes exactly. ``rng`` is valid during the call (it is reset for
         the next example). A loader runs maps in its worker processes.
         """
         if not callable(fn):
