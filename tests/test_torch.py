@@ -50,6 +50,30 @@ def test_a_torch_dataloader_yields_the_loaders_own_stream(num_workers):
     assert sorted(flat(got)) == list(range(103))
 
 
+@pytest.mark.parametrize("num_workers, persistent", [(0, False), (2, False), (2, True)])
+def test_epochs_are_the_loaders_passes_with_set_epoch_or_persistent_workers(num_workers,
+                                                                            persistent):
+    loader = fl.Loader(dataset(), 10, seed=5)
+    want = [ys(loader) for _ in range(3)]
+    assert want[0] != want[1] != want[2]  # each pass reshuffled
+    it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
+    dl = DataLoader(it, batch_size=None, num_workers=num_workers,
+                    persistent_workers=persistent)
+    got = []
+    for epoch in range(3):
+        it.set_epoch(epoch)
+        got.append(ys(dl))
+    assert got == want
+
+
+def test_without_set_epoch_fresh_workers_repeat_the_first_pass_as_documented():
+    it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
+    dl = DataLoader(it, batch_size=None, num_workers=2)
+    assert ys(dl) == ys(dl) == ys(fl.Loader(dataset(), 10, seed=5))
+    with pytest.raises(ValueError, match="epoch"):
+        it.set_epoch(-1)
+
+
 def test_the_length_is_the_loaders():
     it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
     assert len(it) == 11

@@ -11,8 +11,12 @@
 
 Inside a ``DataLoader`` with ``num_workers=K``, torch worker ``w`` makes batches
 ``w, w + K, ...`` of each pass; torch hands them out in turn, so the stream is the
-loader's own, every example exactly once, whatever ``K`` is. ``state_dict`` and
-``load_state_dict`` have the form torchdata's ``StatefulDataLoader`` calls on a
+loader's own, every example exactly once, whatever ``K`` is. Workers that are not
+persistent are started afresh, from a pickled copy, for every epoch: call
+``set_epoch(e)`` before epoch ``e`` (as with torch's ``DistributedSampler``) so they
+make pass ``e``, reshuffled; without it every epoch repeats pass 0 there. With
+``num_workers=0`` or ``persistent_workers=True`` the passes follow on by themselves.
+``state_dict`` and ``load_state_dict`` have the form torchdata's ``StatefulDataLoader`` calls on a
 dataset (in each worker), so its checkpoints resume exactly. ``shard="auto"`` is the
 default: under ``torch.distributed`` (or torchrun's environment) each rank takes its
 share of the positions.
@@ -53,6 +57,7 @@ class IterableDataset(_TorchIterable):
         self.options = loader_options
         self._loader: Loader | None = None
         self._pending_state: dict | None = None
+        self._epoch: int | None = None
         # Validate the configuration now, in the calling process.
         Loader(source, batch_size, **loader_options).close()
 
@@ -68,8 +73,22 @@ class IterableDataset(_TorchIterable):
             self._loader = loader
         return self._loader
 
+    def set_epoch(self, epoch: int) -> None:
+        """Make pass ``epoch`` next (from its start, unless the loader is already in it):
+        call it before each epoch when torch's workers are not persistent."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        self._epoch = epoch
+
     def __iter__(self):
-        return iter(self._make())
+        loader = self._make()
+        if self._epoch is not None:  # applied once by each copy (a persistent worker's
+            # copy never sees a later set_epoch: its passes follow on by themselves)
+            upcoming = loader.epoch + 1 if loader._ended else loader.epoch
+            if upcoming != self._epoch:  # a fresh worker's copy, or a jump
+                loader.reset(epoch=self._epoch)
+            self._epoch = None
+        return iter(loader)
 
     def __len__(self) -> int:
         return len(Loader(self.source, self.batch_size, **self.options))

@@ -519,15 +519,17 @@ class Loader(Resumable, PoolMode):
         return to_torch(fields, self.device)
 
     # -- control ------------------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> None:
-        """Rewind to the start of pass 0: a pure function of ``seed`` (None: the current)."""
+    def reset(self, seed: int | None = None, *, epoch: int = 0) -> None:
+        """Rewind to the start of pass ``epoch`` (0: the first): a pure function of
+        ``seed`` (None: the current) and ``epoch``."""
         if seed is not None:
             seed = check_int("seed", seed)
+        epoch = check_int("epoch", epoch, 0)
         self._drain()
         with self._lock:
             if seed is not None:
                 self._seed = seed
-            self._epoch = 0
+            self._epoch = epoch
             self._base = 0
             self._claimed = 0
             self._delivered = 0
