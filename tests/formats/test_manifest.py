@@ -3,6 +3,7 @@ against every shard, and opened as one dataset (a concat of the shards)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -171,6 +172,51 @@ def test_a_shard_whose_bytes_changed_fails_verification(flr_manifest, tmp_path):
         m.verify()
 
 
+def _flip(path, at):
+    data = bytearray(path.read_bytes())
+    data[at] ^= 1  # the size stays the same: only opening the shard can notice
+    path.write_bytes(bytes(data))
+
+
+def _sha256_of(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_shard_failing_its_own_checks_is_refused_naming_the_manifest(flr_manifest, tmp_path):
+    _flip(tmp_path / "p-1.flr", 9)  # the version: the preamble's checksum no longer holds
+    err = _refused(flr_manifest, "shard 'p-1.flr'", "preamble checksum")
+    assert isinstance(err.__cause__, fl.FormatError)
+    assert err.__cause__.path == os.fspath(tmp_path / "p-1.flr")
+
+
+def test_an_nndataset_shard_failing_its_own_checks_is_refused_naming_the_manifest(tmp_path):
+    p = tmp_path / "t-0.nndataset"
+    fl.nndataset.write(p, fl.nndataset.Build({}, "c.txt", "", 1, train_docs=[[1, 2, 3]]))
+    write_manifest(tmp_path / "manifest.json", [p])
+    _flip(p, 0)
+    _refused(tmp_path / "manifest.json", "shard 't-0.nndataset'")
+
+
+def test_verify_names_the_manifest_when_a_listed_shard_fails_to_open(flr_manifest, tmp_path):
+    p = tmp_path / "p-2.flr"
+    _flip(p, 9)
+    # The manifest lists the damaged bytes' hash, so only the shard's own checks object.
+    _edit(flr_manifest, lambda d: d["shards"][2].update(sha256=_sha256_of(p)))
+    with pytest.raises(fl.FormatError) as info:
+        read_manifest(flr_manifest).verify()
+    assert info.value.path == os.fspath(flr_manifest)
+    assert "shard 'p-2.flr'" in str(info.value) and "preamble checksum" in str(info.value)
+
+
+def test_verify_names_the_manifest_when_a_shard_is_gone(flr_manifest, tmp_path):
+    info = read_manifest(flr_manifest)
+    os.unlink(tmp_path / "p-0.flr")
+    with pytest.raises(fl.FormatError) as err:
+        info.verify()
+    assert err.value.path == os.fspath(flr_manifest)
+    assert "shard 'p-0.flr'" in str(err.value) and "found none" in str(err.value)
+
+
 @pytest.mark.parametrize(("change", "words"), [
     (lambda d: d.update(format="parquet"), ["format 'flr' or 'nndataset'", "'parquet'"]),
     (lambda d: d.update(kind="something.else"), ["feedline.manifest"]),
@@ -189,6 +235,10 @@ def test_a_shard_whose_bytes_changed_fails_verification(flr_manifest, tmp_path):
     (lambda d: d["shards"][1].update(name="p-1.nndataset"), ["shards[1]", ".flr files"]),
     (lambda d: d["shards"].append(d["shards"][0]), ["'p-0.flr' is listed twice"]),
     (lambda d: d["record"].update(fields="none"), ["`record`"]),
+    (lambda d: d["record"]["fields"][0].update(dims=[float("inf")]), ["`record`", "inf"]),
+    (lambda d: d["record"]["fields"][0].update(dims=[2.7]), ["`record`", "2.7"]),
+    (lambda d: d["record"]["fields"][0].update(dims=[True]), ["`record`", "True"]),
+    (lambda d: d["record"]["fields"][0].update(shape=[3]), ["`record`", "stored shape [3]"]),
     (lambda d: d.update(shards=[3]), ["shards[0]: expected an object"]),
 ])
 def test_a_tampered_manifest_is_refused(flr_manifest, change, words):

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import feedline as fl
+from feedline.records import make_record
 
 MAGIC = b"\x89FLR\r\n\x1a\n"
 # A liveness bound for a fuzzed file's open and reads (a hang fails the test), not a timing.
@@ -649,6 +650,96 @@ def test_a_crafted_header_is_a_format_error(tmp_path, image_file, case):
     with pytest.raises(fl.FormatError), fl.recfile.open(path) as f:
         f.record.schema()
         f.record.check_columns(f.getitems([0]))
+
+
+def one_field_file(tmp_path, rows: int, body: bytes, **entry) -> os.PathLike:
+    """A file of one field `x` (a float32 scalar unless ``entry`` says otherwise) whose
+    column is ``body``: every length and checksum right."""
+    f = {"name": "x", "dims": [], "shape": [], "dtype": "<f4", "domain": None, "doc": None,
+         **entry}
+    doc = {"format": "feedline.recfile", "version": 1, "rows": rows,
+           "record": {"name": "R", "doc": None, "dims": {}, "fields": [f]},
+           "columns": [{"field": f["name"], "kind": "fixed", "offset": 1024,
+                        "length": len(body), "crc32": zlib.crc32(body)}]}
+    path = tmp_path / "one.flr"
+    path.write_bytes(seal(doc, body, rows, 1024))
+    return path
+
+
+def test_a_crafted_one_field_file_opens_when_its_header_is_consistent(tmp_path):
+    path = one_field_file(tmp_path, 1, np.arange(2, dtype="<f4").tobytes(), dims=[2],
+                          shape=[2])
+    with fl.recfile.open(path) as f:
+        assert f.columns["x"].tolist() == [[0.0, 1.0]]
+
+
+# Each column holds what int() of the bad dim would make of it, so only the dims object.
+@pytest.mark.parametrize(("dims", "body"), [
+    ([float("inf")], b""),  # was an OverflowError from int(inf)
+    ([float("-inf")], b""),
+    ([float("nan")], b""),
+    ([2.7], bytes(8)),  # was read as shape (2,)
+    ([2.0], bytes(8)),
+    ([True], bytes(4)),  # was read as shape (1,)
+    ([None], b""),
+    ([[2]], bytes(8)),
+], ids=repr)
+def test_a_dim_that_is_not_a_name_or_an_int_is_a_format_error_at_the_header(tmp_path, dims,
+                                                                             body):
+    path = one_field_file(tmp_path, 1, body, dims=dims, shape=dims)
+    err = open_error(path)
+    assert err.offset == 64 and "dims" in str(err)
+
+
+@pytest.mark.parametrize("shape", [[3], [2, 1], [], [2.0], [True, 2], "2", None],
+                         ids=repr)
+def test_a_stored_shape_that_is_not_the_one_the_dims_resolve_to_is_a_format_error(tmp_path,
+                                                                                   shape):
+    path = one_field_file(tmp_path, 1, bytes(8), dims=[2], shape=shape)
+    err = open_error(path)
+    assert err.offset == 64 and "stored shape" in str(err)
+
+
+def test_a_stored_shape_is_checked_against_named_dims_too(image_file):
+    path, data, _ = image_file
+    doc, body, start = relocated(data)
+    assert doc["record"]["fields"][0]["dims"] == ["H", "W"]
+    doc["record"]["fields"][0]["shape"] = [3, 4]  # the same bytes a row, transposed
+    path.write_bytes(seal(doc, body, 5, start))
+    err = open_error(path)
+    assert err.offset == 64 and "[3, 4] is not [4, 3]" in str(err)
+
+
+@pytest.mark.parametrize(("rows", "dtype", "dims"), [
+    (2**62 - 1, "<f4", [0]),  # was numpy's ValueError "array is too big"
+    (2**61, "<f8", [0, 1]),
+    (2**40, "<f4", [3, 0, 2**20]),
+])
+def test_a_zero_size_field_with_more_rows_than_an_array_can_index_is_a_format_error(
+        tmp_path, rows, dtype, dims):
+    path = one_field_file(tmp_path, rows, b"", dims=dims, shape=dims, dtype=dtype)
+    err = open_error(path)
+    assert err.offset == 32 and f"{rows} rows" in str(err)
+
+
+def test_a_zero_size_field_of_a_shape_no_array_can_index_is_a_format_error(tmp_path):
+    path = one_field_file(tmp_path, 1, b"", dims=[0, 2**62], shape=[0, 2**62])
+    assert open_error(path).offset == 64
+
+
+def test_a_zero_size_field_may_have_many_rows(tmp_path):
+    path = one_field_file(tmp_path, 2**40, b"", dims=[0, 3], shape=[0, 3])
+    with fl.recfile.open(path) as f:
+        assert f.columns["x"].shape == (2**40, 0, 3) and len(f) == 2**40
+
+
+def test_a_field_name_the_writer_accepts_reads_back_though_not_an_identifier(tmp_path):
+    # docs/formats.md asks an identifier of the record's name only; make_record (and so
+    # Dataset.from_arrays and convert) accepts any field name, and its files must open.
+    record = make_record("Odd", {"1 bad": ((2,), np.float32)})
+    fl.recfile.write(tmp_path / "odd.flr", record, {"1 bad": np.ones((3, 2))})
+    with fl.recfile.open(tmp_path / "odd.flr") as f:
+        assert list(f.record.fields) == ["1 bad"] and f.columns["1 bad"].sum() == 6
 
 
 def test_a_file_truncated_at_any_length_is_a_format_error(image_file):

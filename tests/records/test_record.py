@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import feedline as fl
+from feedline.records import record_from_schema
 
 HERE = Path(__file__)
 
@@ -293,6 +294,60 @@ def test_a_zero_dim_is_allowed():
     R = record({"a": fl.field("D", "float32")}, dims={"D": 0})
     assert R.a.shape == (0,)
     assert R.check(np.zeros(0))["a"].shape == (0,)
+
+
+# -- rebuilding from a schema (what files store) ---------------------------------------------------
+
+
+def schema_error(change) -> str:
+    """The RecordError that rebuilding Digit's schema, changed by ``change``, raises."""
+    schema = Digit.schema()
+    change(schema)
+    with pytest.raises(fl.RecordError) as info:
+        record_from_schema(schema, "digit.json")
+    assert str(info.value).startswith("digit.json")
+    return str(info.value)
+
+
+def test_a_schema_rebuilds_the_record_it_came_from():
+    rebuilt = record_from_schema(Digit.schema(), "digit.json")
+    assert rebuilt.schema() == Digit.schema() and rebuilt.same_schema(Digit)
+
+
+def test_a_schema_without_stored_shapes_rebuilds_from_the_dims():
+    schema = Digit.schema()
+    for f in schema["fields"]:
+        del f["shape"]
+    assert record_from_schema(schema, "digit.json").img.shape == (64,)
+
+
+@pytest.mark.parametrize("dims", [[float("inf")], [float("nan")], [2.7], [64.0], [True],
+                                  [-1], [None], [[64]], "D", None], ids=repr)
+def test_schema_dims_that_are_not_names_or_ints_are_a_record_error(dims):
+    # int(d) used to turn 2.7 into 2, True into 1 and Infinity into an OverflowError.
+    msg = schema_error(lambda s: s["fields"][0].update(dims=dims, shape=dims))
+    assert "`img`" in msg and "dims" in msg
+
+
+@pytest.mark.parametrize("shape", [[63], [64, 1], [], [64.0], [True], "64", None], ids=repr)
+def test_a_stored_shape_that_the_dims_do_not_resolve_to_is_a_record_error(shape):
+    msg = schema_error(lambda s: s["fields"][0].update(shape=shape))
+    assert "`img`" in msg and "stored shape" in msg and "[64]" in msg
+
+
+@pytest.mark.parametrize("name", [5, None, "_img", "__slots__", "fields", "dims", "check"],
+                         ids=repr)
+def test_a_schema_field_name_a_record_cannot_hold_is_a_record_error(name):
+    assert repr(name) in schema_error(lambda s: s["fields"][0].update(name=name))
+
+
+@pytest.mark.parametrize("fields", [5, "img", {"img": {}}, [5], [["img"]]], ids=repr)
+def test_schema_fields_that_are_not_a_list_of_objects_are_a_record_error(fields):
+    schema_error(lambda s: s.update(fields=fields))
+
+
+def test_a_schema_field_doc_that_is_not_a_string_is_a_record_error():
+    assert "doc" in schema_error(lambda s: s["fields"][0].update(doc=3))
 
 
 # -- checking an item ------------------------------------------------------------------------------

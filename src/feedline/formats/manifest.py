@@ -205,6 +205,8 @@ class ManifestInfo:
                     handle = _open(path, self.format)
                 except FileNotFoundError as e:
                     raise self._fail(shard, f"expected the file {path}, found none") from e
+                except FormatError as e:  # the shard's own checks: name the manifest too
+                    raise self._fail(shard, str(e)) from e
                 handles.append(handle)
                 try:
                     found = _lengths(handle)
@@ -229,16 +231,21 @@ class ManifestInfo:
         (``.flr`` column CRCs) must hold. Cost: one pass over all the data."""
         for shard in self.shards:
             path = self.shard_path(shard)
-            found = _sha256(path)
+            try:
+                found = _sha256(path)
+            except FileNotFoundError as e:
+                raise self._fail(shard, f"expected the file {path}, found none") from e
             if found != shard.sha256:
                 raise self._fail(shard, f"the manifest lists sha256 {shard.sha256}, the file "
                                  f"{path} has {found}")
             if self.format == "flr":
-                with recfile.open(path) as f:
-                    try:
+                try:
+                    with recfile.open(path) as f:
                         f.verify()
-                    except FormatError as e:
-                        raise self._fail(shard, str(e)) from e
+                except FileNotFoundError as e:
+                    raise self._fail(shard, f"expected the file {path}, found none") from e
+                except FormatError as e:
+                    raise self._fail(shard, str(e)) from e
 
     def __len__(self) -> int:
         """Rows (``.flr``) or train documents (``.nndataset``) over every shard."""

@@ -292,9 +292,18 @@ class RecFile(OpenFile):
             dtype = _le(f.dtype)
             elements = math.prod(f.shape)  # Python ints: a crafted shape cannot overflow
             per_row = dtype.itemsize * elements
-            if per_row > size or n * elements >= 1 << 62:
+            if per_row > size:
                 raise self._fail(f"field `{f.name}` of shape {f.shape} cannot fit the file",
                                  h_off)
+            # numpy sizes even an empty array by its nonzero dims ((2**62 - 1, 0) floats are
+            # "too big"), so a zero-size field bounds the rows too, though it holds no bytes.
+            nominal = dtype.itemsize * math.prod(d for d in f.shape if d)
+            if nominal >= 1 << 62:
+                raise self._fail(f"field `{f.name}` of shape {f.shape} is more than an array "
+                                 f"can index", h_off)
+            if n * nominal >= 1 << 62:
+                raise self._fail(f"{n} rows of field `{f.name}` ({dtype}, shape {f.shape}) are "
+                                 f"more than an array can index", 32)
             if length != n * per_row:
                 raise self._fail(f"column `{f.name}` should hold {n} rows of {per_row} bytes = "
                                  f"{n * per_row}, its length is {length}", h_off)
