@@ -673,6 +673,14 @@ def test_a_crafted_one_field_file_opens_when_its_header_is_consistent(tmp_path):
         assert f.columns["x"].tolist() == [[0.0, 1.0]]
 
 
+@pytest.mark.parametrize("dtype", [">f4", ">i4", ">u8"])
+def test_a_big_endian_dtype_in_the_header_is_refused(tmp_path, dtype):
+    path = one_field_file(tmp_path, 1, bytes(np.dtype(dtype).itemsize), dtype=dtype)
+    with pytest.raises(fl.FormatError, match=r"big-endian dtype .* little-endian") as info:
+        fl.recfile.open(path)
+    assert info.value.offset == 64
+
+
 # Each column holds what int() of the bad dim would make of it, so only the dims object.
 @pytest.mark.parametrize(("dims", "body"), [
     ([float("inf")], b""),  # was an OverflowError from int(inf)

@@ -263,6 +263,10 @@ class RecFile(OpenFile):
         except (FeedlineError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise self._fail(f"the header's record does not declare a valid record: {e}",
                              h_off) from e
+        for spec in doc["record"]["fields"]:  # checked by record_from_schema: a list of dicts
+            if np.dtype(spec["dtype"]).byteorder == ">":
+                raise self._fail(f"field `{spec['name']}` has the big-endian dtype "
+                                 f"{spec['dtype']!r}; .flr columns are little-endian", h_off)
         columns = doc.get("columns")
         fields = list(self.record.fields.values())
         if not isinstance(columns, list) or len(columns) != len(fields):
