@@ -284,7 +284,18 @@ def _without(key: str) -> dict:
 MALFORMED = [
     pytest.param(lambda s: {**s, "format": "torch.dataloader"}, id="format"),
     pytest.param(lambda s: {k: v for k, v in s.items() if k != "format"}, id="no format"),
-    pytest.param(lambda s: {**s, "version": 3}, id="version 3"),
+    pytest.param(lambda s: {**s, "version": 4}, id="version 4"),
+    pytest.param(lambda s: {**s, "version": 2}, id="version 2 with ahead"),
+    pytest.param(lambda s: _without("ahead"), id="version 3 without ahead"),
+    pytest.param(lambda s: {**s, "ahead": None}, id="ahead None"),
+    pytest.param(lambda s: {**s, "ahead": [s["batches"]]}, id="ahead at the count"),
+    pytest.param(lambda s: {**s, "ahead": [s["batches"] + 3, s["batches"] + 2]},
+                 id="ahead decreasing"),
+    pytest.param(lambda s: {**s, "ahead": [s["batches"] + 2] * 2}, id="ahead twice"),
+    pytest.param(lambda s: {**s, "ahead": [s["batches"] + 1.0]}, id="ahead float"),
+    pytest.param(lambda s: {**s, "ahead": [10_000]}, id="ahead past the pass"),
+    pytest.param(lambda s: {**s, "ahead": [s["batches"] + 1], "ended": True},
+                 id="ahead in an ended pass"),
     pytest.param(lambda s: {**s, "version": 1}, id="version 1"),
     pytest.param(lambda s: {**s, "version": "2.0"}, id="version text"),
     pytest.param(lambda s: {**s, "fingerprint": "0" * 64}, id="fingerprint"),
@@ -313,6 +324,18 @@ def test_a_malformed_state_is_refused_with_state_error(corrupt):
     loader = fl.Loader(mixed(), 8, seed=2)
     with pytest.raises(fl.StateError):
         loader.load_state_dict(corrupt(reference_state()))
+
+
+def test_a_version_2_state_loads_as_one_with_nothing_delivered_ahead():
+    state = reference_state()
+    assert state["version"] == 3 and state["ahead"] == []
+    old = {k: v for k, v in state.items() if k != "ahead"} | {"version": 2}
+    resumed = fl.Loader(mixed(), 8, seed=2)
+    resumed.load_state_dict(old)
+    again = fl.Loader(mixed(), 8, seed=2)
+    again.load_state_dict(state)
+    assert [b.record_indices.tolist() for b in resumed] == [
+        b.record_indices.tolist() for b in again]
 
 
 def test_state_error_is_a_value_error():

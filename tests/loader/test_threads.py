@@ -198,3 +198,30 @@ def test_threads_can_save_state_while_others_read():
     assert sum(run_threads(work)) == 2_000
     assert all(s["batches"] <= len(loader) for s in states)
     assert max(s["batches"] for s in states) == len(loader)
+    # every state, saved while other threads were mid-batch, resumes exactly: the batches
+    # it names as delivered, plus those a restored loader makes, are the pass, once each
+    want = [b.record_indices.tolist() for b in fl.Loader(fl.Dataset(R, arrays(2_000)),
+                                                          BATCH, seed=2)]
+    for state in states[::7]:
+        resumed = fl.Loader(fl.Dataset(R, arrays(2_000)), BATCH, seed=2)
+        resumed.load_state_dict(state)
+        made = [b.record_indices.tolist() for b in resumed]
+        delivered = list(range(state["batches"])) + state["ahead"]
+        assert sorted(map(tuple, made + [want[i] for i in delivered])) == sorted(
+            map(tuple, want))
+
+
+def test_a_batch_finished_out_of_order_is_not_lost_by_a_state_saved_meanwhile():
+    ds = fl.Dataset(R, arrays(100))
+    want = [b.record_indices.tolist() for b in fl.Loader(ds, 10, seed=4)]
+    loader = fl.Loader(ds, 10, seed=4)
+    first = loader._claim()  # a thread claims batch 0 and is still gathering it...
+    second = next(loader)  # ...while another thread delivers batch 1
+    assert second.record_indices.tolist() == want[1]
+    state = loader.state_dict()
+    assert state["batches"] == 0 and state["ahead"] == [1]  # batch 0 is not delivered
+    resumed = fl.Loader(ds, 10, seed=4)
+    resumed.load_state_dict(state)
+    assert [b.record_indices.tolist() for b in resumed] == [want[0]] + want[2:]
+    loader._mark_delivered(first[0])  # the first thread delivers batch 0 at last
+    assert loader.state_dict()["batches"] == 2 and loader.state_dict()["ahead"] == []

@@ -144,7 +144,8 @@ class Loader(Resumable, PoolMode):
         self._closed = False
         self._values_checked = False
         self._steps = self._count_steps()
-        self._delivered = 0
+        self._delivered = 0  # batches delivered in this pass, counted without a gap
+        self._done_ahead: set[int] = set()  # batches delivered past the gap (threads)
         self._pool: WorkerPool | None = None
         self._pool_decided = False
         self._transform_in_workers = False
@@ -263,6 +264,9 @@ class Loader(Resumable, PoolMode):
     def _claim_locked(self) -> tuple[int, int, np.ndarray, np.ndarray] | None:
         if self._closed:
             raise ValueError("the loader is closed")
+        # Batches delivered before a restore (listed, or passed by the count) are skipped.
+        while self._claimed < self._delivered or self._claimed in self._done_ahead:
+            self._claimed += 1
         w, k = self._share
         index = self._claimed * k + w  # this loader's share of the pass's batches
         if self._ended or index >= self._steps:
@@ -281,6 +285,20 @@ class Loader(Resumable, PoolMode):
         offset = block[0]
         return (start, stop, block[1][start - offset:stop - offset],
                 block[2][start - offset:stop - offset])
+
+    def _mark_delivered(self, start: int) -> None:
+        """Under the lock: the batch starting at ``start`` reached the caller. Threads may
+        deliver out of order, so the state keeps a count without a gap and the batches
+        delivered past it (a restore skips those and makes the ones in the gap)."""
+        index = self._share_index(start)
+        if index == self._delivered:
+            self._delivered += 1
+            ahead = self._done_ahead
+            while self._delivered in ahead:
+                ahead.remove(self._delivered)
+                self._delivered += 1
+        elif index > self._delivered:
+            self._done_ahead.add(index)
 
     def _claim_or_stop(self) -> tuple[int, int, np.ndarray, np.ndarray]:
         """The next batch's claim; at the end of the pass, mark it ended and stop."""
@@ -352,6 +370,7 @@ class Loader(Resumable, PoolMode):
                 self._epoch += 1
                 self._claimed = 0
                 self._delivered = 0
+                self._done_ahead.clear()
                 self._ended = False
                 self._block = None
                 self._ahead = None
@@ -410,10 +429,8 @@ class Loader(Resumable, PoolMode):
                     fields[k] = col.take(recs, axis=0)
             else:
                 fields = self._gather(ords, recs, stop - start, start)
-            done = (start // self.batch_size) // self._share[1] + 1  # _share_index + 1
             with self._lock:
-                if done > self._delivered:
-                    self._delivered = done
+                self._mark_delivered(start)
             return Batch(fields, stop - start, stop - start, start, ords, recs)
         pool = self._use_pool()
         if pool is not None:
@@ -425,7 +442,7 @@ class Loader(Resumable, PoolMode):
         if device is not None:
             fields = device.gather(ords, recs, rows)
             with self._lock:
-                self._delivered = max(self._delivered, self._share_index(start) + 1)
+                self._mark_delivered(start)
             batch = Batch(fields, size, rows, start, ords, recs)
             return batch if self.batch_transform is None else self.batch_transform(batch)
         # Every batch gets fresh arrays: reusing the arrays of batches the caller dropped
@@ -433,7 +450,7 @@ class Loader(Resumable, PoolMode):
         # that no Python reference holds.
         fields = self._gather(ords, recs, rows, start)
         with self._lock:
-            self._delivered = max(self._delivered, self._share_index(start) + 1)
+            self._mark_delivered(start)
         if self.output == "torch":
             fields = self._to_torch(fields)
         batch = Batch(dict(fields), size, rows, start, ords, recs)
@@ -488,7 +505,7 @@ class Loader(Resumable, PoolMode):
         else:
             self._gather(ords, recs, size, start, out={n: out[n] for n in self.record.fields})
         with self._lock:
-            self._delivered = max(self._delivered, self._share_index(start) + 1)
+            self._mark_delivered(start)
         if rows > size:
             for n in self.record.fields:
                 out[n][size:rows] = 0
@@ -533,6 +550,7 @@ class Loader(Resumable, PoolMode):
             self._base = 0
             self._claimed = 0
             self._delivered = 0
+            self._done_ahead.clear()
             self._ended = False
             self._block = None
             self._ahead = None

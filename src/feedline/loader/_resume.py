@@ -10,11 +10,13 @@ from typing import Any
 from ..errors import FeedlineError, StateError
 
 STATE_FORMAT = "feedline.loader.state"
-STATE_VERSION = 2
+STATE_VERSION = 3
 
-
-_KEYS = frozenset(("format", "version", "fingerprint", "seed", "epoch", "batches", "ended",
-                   "world", "base"))
+# Version 2 had no "ahead" (the batches delivered past the count, by threads); it loads
+# as a state with none.
+_KEYS_V2 = frozenset(("format", "version", "fingerprint", "seed", "epoch", "batches",
+                      "ended", "world", "base"))
+_KEYS = _KEYS_V2 | {"ahead"}
 
 
 def _state_int(state: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int:
@@ -29,9 +31,12 @@ class Resumable:
     """``state_dict`` / ``load_state_dict`` for ``Loader`` (which provides the attributes).
 
     The state records the batches delivered (not made ahead) in the current pass, the
-    pass and the seed; its fingerprint covers the order (with its sources' lengths and
-    salts), the record, the batch size and the options, so a state never loads into a
-    loader of another configuration.
+    pass and the seed: ``batches`` counts them up to the first batch not yet delivered,
+    and ``ahead`` lists the ones delivered past it (threads sharing a loader finish
+    batches out of order), so a restore makes exactly the batches not delivered. Its
+    fingerprint covers the order (with its sources' lengths and salts), the record, the
+    batch size and the options, so a state never loads into a loader of another
+    configuration.
 
     Elastic resume: when the order's positions are dealt to ranks (``shard="auto"``, or
     any shard of a ``Seq``/``Order``), the fingerprint leaves out the rank and the number
@@ -89,6 +94,7 @@ class Resumable:
                 "seed": self._seed,
                 "epoch": self._epoch,
                 "batches": self._delivered,
+                "ahead": sorted(self._done_ahead),
                 "ended": self._ended and self._delivered == self._claimed,
                 "world": self.shard[1] if self._dealt else None,
                 "base": self._base,
@@ -107,13 +113,14 @@ class Resumable:
             raise StateError(f"not a feedline loader state (format "
                              f"{state.get('format') if isinstance(state, Mapping) else state!r})")
         version = state.get("version")
-        if type(version) is not int or version != STATE_VERSION:
-            raise StateError(f"loader state version {version!r}; this feedline reads version "
-                             f"{STATE_VERSION}")
-        if set(state) != _KEYS:
-            raise StateError(f"a loader state has the keys {sorted(_KEYS)}; this one lacks "
-                             f"{sorted(_KEYS - set(state))} and has unknown "
-                             f"{sorted(map(str, set(state) - _KEYS))}")
+        if type(version) is not int or version not in (2, STATE_VERSION):
+            raise StateError(f"loader state version {version!r}; this feedline reads versions "
+                             f"2 and {STATE_VERSION}")
+        keys = _KEYS if version == STATE_VERSION else _KEYS_V2
+        if set(state) != keys:
+            raise StateError(f"a version {version} loader state has the keys {sorted(keys)}; "
+                             f"this one lacks {sorted(keys - set(state))} and has unknown "
+                             f"{sorted(map(str, set(state) - keys))}")
         if state["fingerprint"] != self._fingerprint:
             raise StateError("the state was saved by a loader of another configuration (order, "
                              "sources, record, batch size or options differ); fingerprint "
@@ -128,6 +135,11 @@ class Resumable:
         ended = state["ended"]
         if not isinstance(ended, bool):
             raise StateError(f"the state's 'ended' must be true or false, got {ended!r}")
+        ahead = state.get("ahead", [])
+        if (not isinstance(ahead, list) or any(type(a) is not int for a in ahead)
+                or ahead != sorted(set(ahead)) or (ahead and (ahead[0] <= batches or ended))):
+            raise StateError(f"the state's 'ahead' must list increasing batch numbers past "
+                             f"its {batches} batches (none in an ended pass), got {ahead!r:.80}")
         where = f"(epoch {epoch}, batch {batches}, base {base}, world {world})"
         if (world is None) == self._dealt:
             raise StateError(f"the state's world {world!r} does not fit a loader whose "
@@ -145,6 +157,11 @@ class Resumable:
                 if world != self.shard[1]:
                     if ended:
                         base, restart = 0, True
+                    elif ahead:
+                        raise StateError(
+                            f"the state was saved by {world} ranks and this loader is one of "
+                            f"{self.shard[1]}: a change of ranks cannot be resumed from a state "
+                            f"saved while threads had batches {ahead} out of order")
                     elif self._share != (0, 1):
                         raise StateError(
                             f"the state was saved by {world} ranks and this loader is one of "
@@ -160,7 +177,8 @@ class Resumable:
             share_steps = max(0, -(-(steps - w) // k))
             if restart:
                 batches = share_steps
-            if batches > share_steps or (ended and batches != share_steps):
+            if (batches > share_steps or (ended and batches != share_steps)
+                    or (ahead and ahead[-1] >= share_steps)):
                 raise StateError(f"the state's position {where} does not fit a pass of "
                                  f"{share_steps} batches")
         self._drain()
@@ -171,6 +189,7 @@ class Resumable:
             self._epoch = epoch
             self._claimed = batches
             self._delivered = batches
+            self._done_ahead = set(ahead)
             self._ended = ended
             self._block = None
             self._ahead = None

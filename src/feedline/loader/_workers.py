@@ -274,7 +274,7 @@ class PoolMode:
             start, stop, ords, recs = self._inflight.popleft()
             fields = pool.result(start // self.batch_size)
             with self._lock:
-                self._delivered = max(self._delivered, self._share_index(start) + 1)
+                self._mark_delivered(start)
             if self._transform_in_workers:
                 return fields  # the transform's result, made in a worker
             size = stop - start
