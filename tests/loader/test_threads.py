@@ -222,6 +222,6 @@ def test_a_batch_finished_out_of_order_is_not_lost_by_a_state_saved_meanwhile():
     assert state["batches"] == 0 and state["ahead"] == [1]  # batch 0 is not delivered
     resumed = fl.Loader(ds, 10, seed=4)
     resumed.load_state_dict(state)
-    assert [b.record_indices.tolist() for b in resumed] == [want[0]] + want[2:]
+    assert [b.record_indices.tolist() for b in resumed] == [want[0], *want[2:]]
     loader._mark_delivered(first[0])  # the first thread delivers batch 0 at last
     assert loader.state_dict()["batches"] == 2 and loader.state_dict()["ahead"] == []

@@ -315,8 +315,9 @@ class Dataset:
         returns one that fits the record. ``rng`` is a ``numpy.random.Generator`` whose
         state comes from ``seed``, the loader's pass and the example's position in the
         pass before sharding, so an augmented stream is the same on every run, with any
-        number of workers or ranks (each rank draws its own), and resumes exactly. ``rng`` is valid during the call (it is reset for
-        the next example). A loader runs maps in its worker processes.
+        number of workers or ranks (each rank draws its own), and resumes exactly.
+        ``rng`` is valid during the call (it is reset for the next example). A loader
+        runs maps in its worker processes.
         """
         if not callable(fn):
             raise TypeError(f"map takes a function, got {type(fn).__name__}")
