@@ -197,6 +197,8 @@ class Loader(Resumable, PoolMode):
             if self._dealt:
                 seq = (seq.skip(base) if base else seq).shard(*self.shard)
             order = Order(seq) if self._plain is not None else Order(seq, seed=seed or 0)
+            if len(self._orders) >= 8:  # reset(seed) each epoch must not grow it forever
+                self._orders.clear()
             self._orders[(seed, base)] = order
         return order
 

@@ -228,10 +228,18 @@ class PoolMode:
     """How a ``Loader`` uses a worker pool (the loader provides the attributes)."""
 
     def _use_pool(self) -> WorkerPool | None:
-        """The worker pool, started on first use (None: batches are made in process)."""
+        """The worker pool, started on first use (None: batches are made in process).
+        Decided once, under a lock: threads that call next() while the pool starts wait
+        for it rather than gather in process meanwhile."""
         if self._pool_decided:
             return self._pool
-        self._pool_decided = True
+        with self._next_lock:
+            if not self._pool_decided:
+                self._pool = self._start_pool()
+                self._pool_decided = True
+        return self._pool
+
+    def _start_pool(self) -> WorkerPool | None:
         if self.workers == 0:
             return None
         if all(ds.cheap_gathers for ds in self._datasets) and self.batch_transform is None:
@@ -242,20 +250,19 @@ class PoolMode:
         reason = unpicklable_reason(self._datasets)
         if reason is not None:
             warnings.warn(f"the loader's datasets are loaded in the calling process, not in "
-                          f"{self.workers} workers: {reason}", RuntimeWarning, stacklevel=3)
+                          f"{self.workers} workers: {reason}", RuntimeWarning, stacklevel=4)
             return None
         transform = self.batch_transform
         if transform is not None and unpicklable_reason(transform) is not None:
             # The transform stays here; the workers still make the batches.
             warnings.warn(f"batch_transform runs in the calling process: "
-                          f"{unpicklable_reason(transform)}", RuntimeWarning, stacklevel=3)
+                          f"{unpicklable_reason(transform)}", RuntimeWarning, stacklevel=4)
             transform = None
         self._transform_in_workers = transform is not None
-        self._pool = WorkerPool(self._datasets, dict(self.record.fields), self.batch_size,
-                                self.workers, self.prefetch, self.check_values,
-                                transform=transform, output=self.output,
-                                device=None if self.device is None else str(self.device))
-        return self._pool
+        return WorkerPool(self._datasets, dict(self.record.fields), self.batch_size,
+                          self.workers, self.prefetch, self.check_values,
+                          transform=transform, output=self.output,
+                          device=None if self.device is None else str(self.device))
 
     def _next_from_pool(self, pool: WorkerPool) -> Any:
         with self._next_lock:
