@@ -293,3 +293,29 @@ def test_next_into_with_workers_takes_the_batches_in_order_and_resumes_exactly()
     resumed = fl.Loader(ds, 4, seed=2)
     resumed.load_state_dict(state)
     assert [b.record_indices.tolist() for b in resumed] == want[3:]
+
+
+def test_threads_that_start_a_loader_together_all_wait_for_its_workers(monkeypatch):
+    import threading
+
+    in_process = []
+    real = fl.Loader._gather
+    monkeypatch.setattr(fl.Loader, "_gather",
+                        lambda self, *a, **k: in_process.append(1) or real(self, *a, **k))
+    ds = fl.Dataset(Rows, ItemSource(400))
+    with fl.Loader(ds, 8, seed=1, workers=2) as loader:
+        iter(loader)
+        barrier, got = threading.Barrier(3), []
+
+        def work():
+            barrier.wait()
+            while (batch := next(loader, None)) is not None:
+                got.extend(batch.record_indices.tolist())
+
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert sorted(got) == list(range(400))
+    assert in_process == []  # every batch came from the workers
