@@ -218,12 +218,26 @@ def test_the_record_must_be_a_record_class_with_fields():
 # -- dict of arrays -------------------------------------------------------------------------------
 
 
-def test_a_dict_of_arrays_is_checked_once_at_construction():
+def count_checks(monkeypatch, record) -> list:
+    """The calls of ``record.check_columns`` from now on (one per check of columns)."""
+    calls: list = []
+    real = record.check_columns.__func__
+    monkeypatch.setattr(record, "check_columns", classmethod(
+        lambda cls, *a, **k: calls.append(1) or real(cls, *a, **k)))
+    return calls
+
+
+def test_a_dict_of_arrays_is_checked_once_at_construction(monkeypatch):
     with pytest.raises(fl.ShapeError) as info:
         fl.Dataset(Digit, {"img": np.zeros((N, 5)), "label": LABELS})
     msg = str(info.value)
     assert msg.startswith(declared_at("img") + ": Digit field `img`")
     assert msg.endswith("should be [D] = (4,), got shape (5,)")
+    calls = count_checks(monkeypatch, Digit)
+    ds = fl.Dataset(Digit, {"img": IMGS, "label": LABELS})
+    for _ in range(3):
+        ds.getitems([1, 2, 3])
+    assert len(calls) == 1  # at construction, not per batch
 
 
 def test_a_dict_of_arrays_of_the_wrong_kind_is_a_shape_error_at_construction():
@@ -280,10 +294,16 @@ def test_a_tensor_dataset_of_the_wrong_shape_is_a_shape_error_at_construction():
         fl.Dataset(Digit, TensorDataset(torch.zeros(N, 4, 1), torch.tensor(LABELS)))
 
 
-def test_a_tensor_dataset_is_converted_to_the_field_dtypes_once():
+def test_a_tensor_dataset_is_converted_to_the_field_dtypes_once(monkeypatch):
+    calls = count_checks(monkeypatch, Digit)
     ds = make("TensorDataset")
     assert ds.columns["img"].dtype == np.float32
     assert ds.columns["label"].dtype == np.int64
+    columns = ds.columns
+    for _ in range(3):
+        got = ds.getitems([4, 5])
+    np.testing.assert_array_equal(got["img"], IMGS[[4, 5]].astype(np.float32))
+    assert ds.columns is columns and len(calls) == 1  # converted and checked once
 
 
 def test_a_tensor_dataset_subclass_that_changes_items_is_read_item_by_item():
