@@ -21,6 +21,8 @@ def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_pat
     assert summary["resumed_identical"] is True
     assert summary["accuracy"] > 0.7
     assert summary["windows"]["trained"] == summary["windows"]["expected"]
+    assert summary["windows"]["each_once"] is True
+    assert "every window read once: True" in out.stdout
     assert summary["orders"]["positions"] == 2_000_000_000
     seq = fl.Seq.from_json((tmp_path / "demo" / "order.json").read_text(),
                            _digit_sources(tmp_path / "demo"))
