@@ -132,6 +132,10 @@ def test_a_task_that_always_fails_leaves_no_manifest_and_no_partial_shard(local_
     assert "manifest.json" not in left
     assert all(not n.startswith(".") for n in left)  # no temporaries
     assert set(left) <= {"out-00000.flr"}  # the shard that succeeded, complete or absent
+    if left:  # complete: every checksum holds and it has the shard's 50 rows
+        with fl.recfile.open(tmp_path / "out" / "out-00000.flr") as f:
+            f.verify()
+            assert f.columns["i"].tolist() == list(range(50))
 
 
 def _corpus(path, docs: int) -> None:
