@@ -180,10 +180,17 @@ def test_train_and_test_subsets_round_trip(tmp_path):
 def test_no_test_documents_writes_no_test_subset(tmp_path):
     with write_read(tmp_path, nnd.Build({}, "s", "h", 1, train_docs=[[1]])) as ds:
         assert not ds.info.has_test and ds.info.test_docs == 0
-        with pytest.raises(ValueError, match="no test subset"):
+        # the file lacks the subset: a FormatError naming it and the root record
+        with pytest.raises(FormatError,
+                           match=r"no test subset \(expected one .* found train only\)") as e:
             ds.load_text("test")
-        with pytest.raises(ValueError, match="subset must be"):
+        assert (e.value.path, e.value.offset) == (str(ds.path), 8)
+        with pytest.raises(FormatError, match="train only"):
+            ds.text_doc("test", 0)
+        # a subset that no file can hold is the caller's mistake: a plain ValueError
+        with pytest.raises(ValueError, match="subset must be") as bad:
             ds.load_text("validation")
+        assert not isinstance(bad.value, FormatError)
     root = kvrec.decode((tmp_path / "d.nndataset").read_bytes(), 8)[0]
     assert list(root) == ["kind", "companion", "train"]
 
@@ -570,8 +577,12 @@ def test_a_tabular_dataset_opens_but_does_not_load_as_text(tmp_path):
     path.write_bytes(data)
     with nnd.open(path) as ds:
         assert ds.info.kind == "tabular"
-        with pytest.raises(ValueError, match="tabular"):
+        with pytest.raises(FormatError, match=r"expected a text dataset .* found kind 1 "
+                                              r"\(tabular\)") as e:
             ds.load_text("train")
+        assert (e.value.path, e.value.offset) == (str(path), 8)
+        with pytest.raises(FormatError, match="tabular"):
+            ds.text_doc("train", 0)
 
 
 def test_fields_of_the_wrong_type_are_looked_past(tmp_path):

@@ -178,6 +178,102 @@ def test_processes_sharing_a_cache_directory_read_correct_rows(s3, tmp_path):
         assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
 
 
+def in_memory(tmp_path, data: bytes) -> str:
+    """A memory:// URL of ``data``, named after the test (fsspec's memory is global)."""
+    import fsspec
+
+    path = f"/feedline-tests/{tmp_path.name}/obj.bin"
+    fsspec.filesystem("memory").pipe(path, data)
+    return f"memory:/{path}"
+
+
+SMALL = 4096  # the smallest block: p4's layout, 8 blocks of never-zero bytes
+NEVER_ZERO = (np.arange(8 * SMALL) % 251 + 1).astype(np.uint8)
+
+
+def test_a_handle_that_never_evicts_keeps_its_blocks_from_one_that_does(tmp_path):
+    # two handles on one cache: the whole object fits the first's budget, not the second's
+    url = in_memory(tmp_path, NEVER_ZERO.tobytes())
+    cache = str(tmp_path / "cache")
+    big = fl.remote.open(url, block_size=SMALL, cache_dir=cache, cache_bytes=1 << 30)
+    small = fl.remote.open(url, block_size=SMALL, cache_dir=cache, cache_bytes=2 * SMALL)
+    arr = big.array(np.uint8, 0, 4 * SMALL)
+    with arr.spans(np.array([0]), np.array([4 * SMALL])) as local:  # blocks 0-3, held
+        assert small.pread(4 * SMALL, 4 * SMALL) == NEVER_ZERO[4 * SMALL:].tobytes()
+        assert small.pread(1, 4 * SMALL) == NEVER_ZERO[4 * SMALL:4 * SMALL + 1].tobytes()
+        got = np.array(local[:4 * SMALL])
+    assert np.array_equal(got, NEVER_ZERO[:4 * SMALL])
+    # the eviction was put off, not lost: the next read, with no reader left, does it
+    assert small.pread(SMALL, 0) == NEVER_ZERO[:SMALL].tobytes()
+    assert np.count_nonzero(small._obj.index) <= 2
+    big.close()
+    small.close()
+
+
+def test_a_reader_whose_budget_fits_the_object_holds_the_shared_lock(tmp_path):
+    import fcntl
+
+    data = tmp_path / "obj.bin"
+    data.write_bytes(NEVER_ZERO.tobytes())
+    cache = tmp_path / "cache"
+    opts = f"block_size={SMALL}, cache_dir={str(cache)!r}"
+    script = textwrap.dedent(f"""
+        import numpy as np, feedline as fl
+        f = fl.remote.open("local://{data}", {opts}, cache_bytes=1 << 30)
+        arr = f.array(np.uint8, 0, {4 * SMALL})
+        with arr.spans(np.array([0]), np.array([{4 * SMALL}])) as local:
+            print("ready", flush=True)
+            input()
+            got = np.array(local[:{4 * SMALL}])
+        want = (np.arange({4 * SMALL}) % 251 + 1).astype(np.uint8)
+        print("ok" if np.array_equal(got, want) else f"zeros: {{int((got == 0).sum())}}")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    reader = subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert reader.stdout.readline().strip() == "ready", reader.stderr.read()[-2000:]
+        (lock_path,) = cache.glob("*.lock")
+        fd = os.open(lock_path, os.O_RDWR)
+        try:  # another process cannot take the lock to evict while the reader copies
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+        small = fl.remote.open(f"local://{data}", block_size=SMALL, cache_dir=str(cache),
+                               cache_bytes=2 * SMALL)
+        assert small.pread(4 * SMALL, 4 * SMALL) == NEVER_ZERO[4 * SMALL:].tobytes()
+        reader.stdin.write("go\n")
+        reader.stdin.flush()
+        # this read evicts, once the reader has let go of its blocks
+        assert small.pread(1, 4 * SMALL) == NEVER_ZERO[4 * SMALL:4 * SMALL + 1].tobytes()
+        out, err = reader.communicate(timeout=120)
+        assert reader.returncode == 0 and out.strip() == "ok", err[-2000:]
+        assert np.count_nonzero(small._obj.index) <= 2
+        small.close()
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
+
+
+def test_an_nnvocab_at_a_url_opens_as_the_local_file(tmp_path):
+    vocab = {"size": 3, "merges": [1, 2], "meta": {"x": "y"}}
+    path = tmp_path / "v.nnvocab"
+    path.write_bytes(fl.nndataset.write_nnvocab(vocab))
+    url = in_memory(tmp_path, path.read_bytes())
+    with fl.nndataset.open(url) as ds, fl.nndataset.open(path) as local:
+        assert ds.info.kind == local.info.kind == "vocab"
+        assert ds.vocab["merges"].tolist() == local.vocab["merges"].tolist() == [1, 2]
+        assert {k: v for k, v in ds.vocab.items() if k != "merges"} == {"size": 3,
+                                                                         "meta": {"x": "y"}}
+        with pytest.raises(fl.FormatError, match="vocabulary"):
+            ds.load_text("train")
+    truncated = in_memory(tmp_path / "t", path.read_bytes()[:-3])
+    with pytest.raises(fl.FormatError, match=r"memory://.*obj\.bin"):
+        fl.nndataset.open(truncated)
+
+
 def test_a_remote_file_pickles_with_its_options(s3):
     f = fl.recfile.open(remote(s3, "rows.flr"))
     again = pickle.loads(pickle.dumps(f))

@@ -14,9 +14,12 @@ The cache
     closes. With ``cache_dir`` it persists, named by the URL, the object's size and its
     ETag (or modification time), so a changed object never reuses stale blocks, and
     several processes share it safely: blocks are written with ``pwrite`` before their
-    presence entry, readers hold a shared ``flock`` while they copy, and eviction takes
-    the lock exclusively. ``cache_bytes`` bounds the blocks kept: past it, the oldest
-    fetched blocks are dropped (their holes punched) until the cache is at 3/4 of it.
+    presence entry, readers hold a shared ``flock`` while they copy (one lock per read,
+    whatever their own ``cache_bytes``: another handle's may be smaller), and eviction
+    takes the lock exclusively. ``cache_bytes`` bounds the blocks kept: past it, the
+    oldest fetched blocks are dropped (their holes punched) until the cache is at 3/4 of
+    it. A process holds one lock per cache, shared by its handles, so a handle evicts
+    only when none of the process's handles on that cache is reading.
 
 Errors
     A missing object is a ``FileNotFoundError`` and a refused one a ``PermissionError``,
@@ -94,6 +97,47 @@ def _transient(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] in _TRANSIENT_LIBS
 
 
+_HELD: dict[tuple[int, str], _CacheLock] = {}  # (pid, lock file) -> this process's hold
+_HELD_LOCK = threading.Lock()
+
+
+class _CacheLock:
+    """A process's hold on one cache's lock file: shared by all its handles on that cache.
+
+    An ``flock`` belongs to an open file description, so two handles of one process that
+    opened the lock file each would lock each other out like two processes: an eviction
+    in one would wait forever for a read that the same thread holds open in the other.
+    Here the process's handles on a cache share one descriptor and one count of readers,
+    and the shared lock is held while that count is above zero.
+    """
+
+    def __init__(self, key: tuple[int, str]) -> None:
+        self.key = key
+        self.fd = os.open(key[1], os.O_RDWR | os.O_CREAT, 0o644)
+        self.refs = 0
+        self.readers = threading.Condition()  # its lock keeps new readers out
+        self.reading = 0
+
+    @classmethod
+    def acquire(cls, path: str) -> _CacheLock:
+        """The process's lock on ``path`` (keyed by process id: a forked child opens its own)."""
+        key = (os.getpid(), os.path.realpath(path))
+        with _HELD_LOCK:
+            lock = _HELD.get(key)
+            if lock is None:
+                lock = _HELD[key] = cls(key)
+            lock.refs += 1
+            return lock
+
+    def release(self) -> None:
+        with _HELD_LOCK:
+            self.refs -= 1
+            if self.refs:
+                return
+            del _HELD[self.key]
+        os.close(self.fd)
+
+
 class _Object:
     """One remote object, its cache and its lock: shared by a process's handles."""
 
@@ -113,8 +157,6 @@ class _Object:
         self.blocks = -(-self.size // self.block)
         self.shares = 1
         self.lock = threading.Lock()
-        self._readers = threading.Condition()
-        self._reading = 0
         self._fetched_since_check = False
         self._fetching = threading.Lock()
         self.may_evict = self.blocks > max(1, options.cache_bytes // options.block_size)
@@ -135,13 +177,23 @@ class _Object:
         base = os.path.join(self._dir, key.hexdigest()[:32])
         self.data_fd = os.open(base + ".data", os.O_RDWR | os.O_CREAT, 0o644)
         self.index_fd = os.open(base + ".blocks", os.O_RDWR | os.O_CREAT, 0o644)
-        self.lock_fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        with self._flock(fcntl.LOCK_EX):  # size the files once, whoever comes first
-            if os.fstat(self.data_fd).st_size != self.size:
-                os.ftruncate(self.data_fd, self.size)
-            if os.fstat(self.index_fd).st_size != 8 * max(1, self.blocks):
-                os.ftruncate(self.index_fd, 8 * max(1, self.blocks))
-        self._index_map = mmap.mmap(self.index_fd, 8 * max(1, self.blocks))
+        self._lock = _CacheLock.acquire(base + ".lock")
+        self.lock_fd = self._lock.fd
+        index_bytes = 8 * max(1, self.blocks)
+
+        def sized() -> bool:
+            return (os.fstat(self.data_fd).st_size == self.size
+                    and os.fstat(self.index_fd).st_size == index_bytes)
+
+        # size the files once, whoever comes first. Only the first opener waits for the
+        # exclusive lock: once the files are sized, readers (of any process) may hold the
+        # shared one for as long as they read, and this process's unlock would drop it.
+        if not sized():
+            with self._lock.readers, self._flock(fcntl.LOCK_EX):
+                if not sized():
+                    os.ftruncate(self.data_fd, self.size)
+                    os.ftruncate(self.index_fd, index_bytes)
+        self._index_map = mmap.mmap(self.index_fd, index_bytes)
         # per block: 0 = absent, else the fetch tick (a global counter) for eviction
         self.index = np.frombuffer(self._index_map, dtype=np.uint64)
         self._data_map = mmap.mmap(self.data_fd, self.size) if self.size else None
@@ -161,27 +213,31 @@ class _Object:
     def reading(self):
         """Blocks stay in the cache while the caller copies from it (all processes).
 
-        Eviction happens here, before a read, when no thread of this process is reading
-        (the condition's lock keeps new readers out) and under the exclusive lock (no
-        other process is reading): a block is never dropped under a reader.
+        Every read of a cache on disk holds the shared lock (one ``flock`` per read, not
+        per block), whatever this handle's ``cache_bytes``: a handle whose budget fits
+        the whole object never evicts, but another one on the same cache may. Eviction
+        happens here, before a read, when no handle of this process is reading that
+        cache (the condition's lock keeps new readers out) and under the exclusive lock
+        (no other process is reading): a block is never dropped under a reader.
         """
-        if not self.may_evict:  # the whole object fits the cache: no block is ever dropped
+        if self._private and not self.may_evict:  # nobody else can drop a block
             yield
             return
-        with self._readers:
-            if self._reading == 0 and self._fetched_since_check:
-                self._fetched_since_check = False
-                self._evict_if_needed()
-            self._reading += 1
-            if self._reading == 1:
-                fcntl.flock(self.lock_fd, fcntl.LOCK_SH)
+        lock = self._lock
+        with lock.readers:
+            if lock.reading == 0:
+                if self.may_evict and self._fetched_since_check:
+                    self._fetched_since_check = False
+                    self._evict_if_needed()
+                fcntl.flock(lock.fd, fcntl.LOCK_SH)
+            lock.reading += 1
         try:
             yield
         finally:
-            with self._readers:
-                self._reading -= 1
-                if self._reading == 0:
-                    fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
+            with lock.readers:
+                lock.reading -= 1
+                if lock.reading == 0:
+                    fcntl.flock(lock.fd, fcntl.LOCK_UN)
 
     # -- fetching ----------------------------------------------------------------------
     def _retry(self, fn, what: str):
@@ -284,8 +340,9 @@ class _Object:
             if m is not None:
                 with contextlib.suppress(BufferError):
                     m.close()
-        for fd in (self.data_fd, self.index_fd, self.lock_fd):
+        for fd in (self.data_fd, self.index_fd):
             os.close(fd)
+        self._lock.release()
         if self._private:
             for suffix in (".data", ".blocks", ".lock"):
                 with contextlib.suppress(FileNotFoundError):

@@ -189,7 +189,8 @@ def _parse(file: SharedFile, u8: np.ndarray) -> tuple[Info, dict[str, _Layout]]:
     path, size = file.path, file.size
     magic = _check_label(file.pread(min(size, LABEL_SIZE), 0, "the file label"), size, path)
     if magic == VOCAB_MAGIC:
-        vocab = _parse_vocab_file(u8, size, path)
+        # the record must end the file, so all of it is read: from a remote object, at once
+        vocab = _parse_vocab_file(u8 if isinstance(u8, np.ndarray) else u8[:], size, path)
         return Info("vocab", 0, 0, False, "all", None, None, None, None, None, None, vocab), {}
     fields, end = _decode_root(u8, size, path)
     companion = kvrec.lookup(fields, "companion", kvrec.RECORD)
@@ -274,10 +275,13 @@ class Nndataset(OpenFile):
             raise FormatError(f"this is a vocabulary (NNVC) file: it holds no {subset} "
                               "documents", self.path, 0)
         if self.info.kind != "text":
-            raise ValueError(f"{self.path}: kind {self.info.kind} datasets cannot be loaded "
-                             "as text (neither can neuralnet.cpp)")
+            raise FormatError(f"expected a text dataset to load as text, found kind "
+                              f"{KIND_TABULAR} ({self.info.kind}) in the root record "
+                              "(neuralnet.cpp cannot load it either)", self.path, LABEL_SIZE)
         if subset not in self._layouts:
-            raise ValueError(f"{self.path}: the dataset has no {subset} subset")
+            raise FormatError(f"the dataset has no {subset} subset (expected one in the root "
+                              f"record, found {' and '.join(self._layouts)} only)", self.path,
+                              LABEL_SIZE)
         return self._layouts[subset]
 
     def load_text(self, subset: Subset = "train") -> TextCorpus:
