@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 import feedline as fl  # noqa: E402
-from feedline.sources.manifest import open_manifest  # noqa: E402
+from feedline.manifest import open_manifest  # noqa: E402
 
 pytestmark = [
     # Ray Data's DataContext sets its own deprecated attributes when it is created.

@@ -3,7 +3,7 @@
 ::
 
     import feedline as fl
-    from feedline.sources.manifest import open_manifest
+    from feedline.manifest import open_manifest
 
     fl.ray.convert(["train.ndf"], "train-flr", Row)          # .flr shards + manifest.json
     fl.ray.build_text("corpus.txt", "corpus-nn", fl.text.ByteTokenizer())

@@ -12,8 +12,8 @@ import pytest
 
 import feedline as fl
 from feedline.formats.manifest import Shard, describe, read_manifest, write_manifest
+from feedline.manifest import open_manifest
 from feedline.records import record_from_schema
-from feedline.sources.manifest import open_manifest
 
 
 class Point(fl.Record):

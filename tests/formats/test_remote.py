@@ -302,7 +302,7 @@ def test_bad_remote_options_are_refused():
 
 def test_a_manifest_on_s3_opens_its_shards_beside_it(s3, tmp_path, monkeypatch):
     from feedline.formats.manifest import write_manifest
-    from feedline.sources.manifest import open_manifest
+    from feedline.manifest import open_manifest
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")

@@ -29,7 +29,7 @@ SHA-256s and the files' own checksums. Every refusal is a ``FormatError`` naming
 manifest and the shard. The manifest is written atomically; a writer that produces
 shards writes it last, so a manifest never lists a shard that was not finished.
 
-This module reads files only; ``feedline.sources.manifest`` opens a manifest as one
+This module reads files only; ``feedline.manifest`` opens a manifest as one
 dataset (a concat of its shards) for orders and loaders.
 """
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from feedline.sources.manifest import open_manifest
+    from feedline.manifest import open_manifest
 
     with open_manifest("web-flr/manifest.json") as m:     # every shard checked
         seq = m.seq()                                      # fl.Seq.concat of the shards
@@ -25,11 +25,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..formats.manifest import ManifestInfo, Shard, read_manifest
-from ..order import Seq
-from ..records import Record
-from ..text._windows import Windows, window_record
-from ._dataset import Dataset
+from .formats.manifest import ManifestInfo, Shard, read_manifest
+from .order import Seq
+from .records import Record
+from .sources import Dataset
+from .text import Windows, window_record
 
 __all__ = ["Manifest", "open_manifest"]
 
