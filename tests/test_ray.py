@@ -181,6 +181,19 @@ def test_an_existing_manifest_is_kept_unless_overwrite_is_given(tmp_path):
         fl.ray.convert(_columns(10), tmp_path / "out", Row)
 
 
+@pytest.mark.parametrize("bad", [{"test_split": "bogus"}, {"seed": -1}, {"test_docs": -2},
+                                 {"loss_scope": "bogus"}])
+def test_a_bad_argument_to_build_text_leaves_the_old_manifest(tmp_path, bad):
+    corpus = tmp_path / "c.txt"
+    _corpus(corpus, 10)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "manifest.json").write_text("{}")
+    with pytest.raises(ValueError):  # refused before Ray is asked for anything
+        fl.ray.build_text(corpus, tmp_path / "out", fl.text.ByteTokenizer(), overwrite=True,
+                          **bad)
+    assert (tmp_path / "out" / "manifest.json").read_text() == "{}"
+
+
 def test_without_ray_the_import_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     monkeypatch.delitem(sys.modules, "feedline.ray", raising=False)

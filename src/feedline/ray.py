@@ -56,7 +56,7 @@ except ImportError as e:  # pragma: no cover - exercised where Ray is missing
 import numpy as np
 
 from .errors import WorkerError
-from .formats import ndf, recfile
+from .formats import ndf, nndataset, recfile
 from .formats.manifest import ManifestInfo, Shard, describe, shard_names, write_manifest
 from .order import salt
 from .records import Record
@@ -382,16 +382,19 @@ def build_text(corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     if num_shards is not None:
         total = sum(os.path.getsize(f) for f in files)
         shard_bytes = max(1, -(-total // _check_count("num_shards", num_shards, 1)))
+    # every argument is checked before anything in out_dir is touched
+    _check_count("test_docs", test_docs, 0)
+    _check_count("seed", seed, 0)
+    if test_split not in ("random", "last"):
+        raise ValueError(f"test_split must be 'random' or 'last', got {test_split!r}")
+    if loss_scope not in nndataset.LOSS_SCOPES:
+        raise ValueError(f"loss_scope must be 'all' or 'assistant', got {loss_scope!r}")
     out_dir, manifest_path = _prepare_out_dir(out_dir, manifest, overwrite)
     ranges = [(f, a, b) for f in files for a, b in _text_ranges(f, shard_bytes)]
     prefix = name if name is not None else os.path.basename(out_dir)
     names = shard_names(prefix, len(ranges), "nndataset")
     specs = [{"index": k, "name": names[k], "path": f, "start": a, "stop": b}
              for k, (f, a, b) in enumerate(ranges)]
-    _check_count("test_docs", test_docs, 0)
-    _check_count("seed", seed, 0)
-    if test_split not in ("random", "last"):
-        raise ValueError(f"test_split must be 'random' or 'last', got {test_split!r}")
     options = {"loss_scope": loss_scope, "workers": workers, "license": license,
                "created": int(time.time()) if created is None else int(created),
                "test_docs": test_docs, "test_split": test_split}
