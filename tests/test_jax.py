@@ -75,6 +75,42 @@ def test_a_global_batch_is_sharded_over_the_mesh():
     """, devices=2) == "ok 20"
 
 
+def test_a_two_dimensional_spec_shards_every_field_by_its_own_axes():
+    assert run_jax("""
+        import numpy as np, jax, feedline as fl
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        ds = fl.Dataset.from_arrays(x=np.arange(64.0, dtype=np.float32).reshape(16, 4),
+                                    y=np.arange(16))
+        sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), P("data", None))
+        got = list(fl.jax.batches(ds, 8, sharding=sharding, shard=None))
+        want = list(fl.Loader(ds, 8, shard=None))
+        for g, w in zip(got, want, strict=True):
+            assert g["x"].sharding.spec == P("data", None) and g["y"].sharding.spec == P("data")
+            np.testing.assert_array_equal(np.asarray(g["x"]), w.x)
+            np.testing.assert_array_equal(np.asarray(g["mask"]), w.mask)
+        print("ok")
+    """, devices=2) == "ok"
+
+
+def test_int64_values_that_jax_would_wrap_to_32_bits_are_refused():
+    assert run_jax("""
+        import numpy as np, jax, feedline as fl
+        big = fl.Dataset.from_arrays(x=np.array([[2**40], [3]], dtype=np.int64))
+        try:
+            next(fl.jax.batches(big, 2, shard=None))
+        except fl.DomainError as e:
+            assert "field `x`" in str(e) and "jax_enable_x64" in str(e), e
+        else:
+            raise AssertionError("2**40 was wrapped to 32 bits")
+        small = fl.Dataset.from_arrays(x=np.array([[-5], [3]], dtype=np.int64))
+        assert np.asarray(next(fl.jax.batches(small, 2, shard=None))["x"]).tolist() == [[-5], [3]]
+        jax.config.update("jax_enable_x64", True)
+        got = next(fl.jax.batches(big, 2, shard=None))["x"]
+        assert got.dtype == np.int64 and np.asarray(got).tolist() == [[2**40], [3]]
+        print("ok")
+    """) == "ok"
+
+
 def test_shard_auto_reads_jax_process_index(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)

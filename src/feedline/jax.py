@@ -32,25 +32,53 @@ except ImportError as e:  # pragma: no cover - exercised where jax is missing
 
 import numpy as np
 
+from .errors import DomainError
 from .loader import Batch, Loader
 
 __all__ = ["batches", "global_batch", "to_jax"]
 
 
+def _arrays(batch: Batch) -> dict[str, np.ndarray]:
+    """The batch's fields and mask as numpy arrays. Without ``jax_enable_x64`` JAX makes
+    64-bit integers 32-bit: a field whose values would not fit is refused, naming it,
+    rather than wrapped silently."""
+    arrays = {name: np.asarray(a) for name, a in batch.fields.items()}
+    if not jax.config.jax_enable_x64:
+        for name, a in arrays.items():
+            if a.dtype.kind in "iu" and a.dtype.itemsize == 8 and a.size:
+                narrow = np.iinfo(np.int32 if a.dtype.kind == "i" else np.uint32)
+                lo, hi = int(a.min()), int(a.max())
+                if lo < narrow.min or hi > narrow.max:
+                    raise DomainError(
+                        f"field `{name}` ({a.dtype}) holds {lo} .. {hi}, which JAX's 32-bit "
+                        f"{narrow.dtype} cannot hold: enable 64-bit values with "
+                        "jax.config.update('jax_enable_x64', True)")
+    arrays["mask"] = batch.mask
+    return arrays
+
+
 def to_jax(batch: Batch, device: Any = None) -> dict[str, jax.Array]:
     """A batch's fields and its mask as ``jax.Array``s (on ``device``, or JAX's default)."""
-    arrays = {name: np.asarray(a) for name, a in batch.fields.items()}
-    arrays["mask"] = batch.mask
-    return {name: jax.device_put(jnp.asarray(a), device) for name, a in arrays.items()}
+    return {name: jax.device_put(jnp.asarray(a), device) for name, a in _arrays(batch).items()}
+
+
+def _sharding_for(sharding: jax.sharding.Sharding, ndim: int) -> jax.sharding.Sharding:
+    """``sharding`` for an array of ``ndim`` axes: a ``NamedSharding`` whose spec names
+    more axes than the array has (the mask and scalar fields are 1-D) keeps its first
+    ``ndim`` entries; the batch axis is always the first."""
+    spec = getattr(sharding, "spec", None)
+    if isinstance(sharding, jax.sharding.NamedSharding) and len(spec) > ndim:
+        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(
+            *spec[:ndim]))
+    return sharding
 
 
 def global_batch(batch: Batch, sharding: jax.sharding.Sharding) -> dict[str, jax.Array]:
     """This process's batch as the local share of global arrays laid out by ``sharding``
-    (the batch axis is the first; every process passes its own rows)."""
-    arrays = {name: np.asarray(a) for name, a in batch.fields.items()}
-    arrays["mask"] = batch.mask
-    return {name: jax.make_array_from_process_local_data(sharding, a)
-            for name, a in arrays.items()}
+    (the batch axis is the first; every process passes its own rows). A spec for the
+    widest field applies to the others through their own axes."""
+    return {name: jax.make_array_from_process_local_data(_sharding_for(sharding, a.ndim), a)
+            for name, a in _arrays(batch).items()}
 
 
 def batches(source: Any, batch_size: int, *, sharding: jax.sharding.Sharding | None = None,
