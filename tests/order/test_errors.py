@@ -289,8 +289,13 @@ def test_a_source_whose_length_or_salt_changed_is_rejected_on_load():
      "seq": {"take": {"n": 1, "seq": {"source": {"len": 1, "salt": 0}}, "m": 2}}},
     {"format": "feedline.order", "ordering_version": 1,
      "seq": {"mix": [{"seq": {"source": {"len": 1, "salt": 0}}, "schedule": {"linear": {}}}]}},
+    {"format": "feedline.order", "ordering_version": 1,
+     "seq": {"mix": [{"seq": {"source": {"len": 1, "salt": 0}},
+                      "schedule": {"trapezoid": [0, 10**400, 0.5, 1]}}]}},
+    '{"seq": ' * 5000 + "1" + "}" * 5000,
 ], ids=["not json", "not an object", "format", "version", "missing field", "unknown op",
-        "negative", "float", "bool", "extra top field", "extra node field", "unknown schedule"])
+        "negative", "float", "bool", "extra top field", "extra node field", "unknown schedule",
+        "a point no float holds", "nested 5000 deep"])
 def test_an_invalid_json_document_is_rejected(doc):
     text = doc if isinstance(doc, str) else json.dumps(doc)
     build_error(Kind.INVALID_JSON, lambda: fl.Seq.from_json(text))
@@ -312,6 +317,14 @@ def test_indexing_at_or_past_the_length_is_a_bounds_error(order):
         assert isinstance(info.value, fl.FeedlineError)
     assert order[-1] == order[9]
     assert order[-10] == order[0]
+    with pytest.raises(fl.BoundsError, match="position -11 is outside"):  # as given
+        order[-11]
+
+
+def test_a_numpy_integer_is_a_source_length():
+    assert len(fl.Order(S(np.int64(5)).shuffle(np.uint32(3)))) == 5
+    with pytest.raises(TypeError):
+        S(np.bool_(True))
 
 
 def test_get_outside_the_order_is_none(order):

@@ -106,12 +106,12 @@ class Order:
         return Item(o, self._sources[o], int(recs[0]))
 
     def __getitem__(self, pos: int) -> Item:
-        pos = operator.index(pos)
+        given = pos = operator.index(pos)
         n = self._root.n
         if pos < 0:
             pos += n
         if not 0 <= pos < n:
-            raise BoundsError(f"position {pos} is outside the order of length {n}")
+            raise BoundsError(f"position {given} is outside the order of length {n}")
         return self.get(pos)  # type: ignore[return-value]
 
     def lookup(self, positions) -> tuple[np.ndarray, np.ndarray]:

@@ -237,7 +237,14 @@ class Schedule:
             and len(value) == 4
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
         ):
-            return cls.trapezoid(*value)
+            try:
+                points = [float(v) for v in value]
+            except OverflowError:
+                points = None
+            if points is None or not all(math.isfinite(v) for v in points):
+                raise OrderError(OrderErrorKind.INVALID_JSON, f"a trapezoid's points are "
+                                 f"finite numbers, got {value!r:.80}")
+            return cls.trapezoid(*points)
         raise OrderError(OrderErrorKind.INVALID_JSON, f"unknown schedule {d!r}")
 
 

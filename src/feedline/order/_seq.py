@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import OrderError, OrderErrorKind
 from ._hash import MASK64
 from ._schedule import Schedule
@@ -45,8 +47,8 @@ def _u64(value: object, what: str) -> int:
 
 def source_len(src: object) -> int:
     """The length a source stands for: an ``int`` itself, else ``len(src)``."""
-    if isinstance(src, int) and not isinstance(src, bool):
-        return _u64(src, "a source length")
+    if isinstance(src, (int, np.integer)) and not isinstance(src, (bool, np.bool_)):
+        return _u64(int(src), "a source length")
     if not hasattr(src, "__len__"):
         raise TypeError(f"a source is an int or has __len__, got {type(src).__name__}")
     return _u64(len(src), "a source length")  # type: ignore[arg-type]
@@ -109,7 +111,7 @@ class Seq:
     ``Seq.source(x)``       the records ``0..len(x)`` of one source, in order
     ``Seq.concat(seqs)``    the sequences one after another
     ``Seq.mix(parts)``      interleaved by their schedules, each keeping its own order
-    ``.shuffle(seed)``      a seeded permutation, O(1) memory (no mix may be inside)
+    ``.shuffle(seed)``      a seeded permutation, O(1) memory (of anything, mixes too)
     ``.repeat(times)``      ``times`` passes; each later pass reshuffles the shuffles inside
     ``.cycle_to(length)``   repeated (reshuffled) or truncated to exactly ``length``
     ``.skip(n)``            all but the first ``n`` positions (``n <= len``)
@@ -159,7 +161,7 @@ class Seq:
         return cls("mix", tuple(children), tuple(schedules))
 
     def shuffle(self, seed: int) -> Seq:
-        """A seeded permutation of this sequence (O(1) memory; no mix may be inside)."""
+        """A seeded permutation of this sequence (O(1) memory; mixes inside included)."""
         return Seq("shuffle", (self,), (_u64(seed, "a shuffle seed"),))
 
     def repeat(self, times: int) -> Seq:
@@ -297,6 +299,9 @@ def _loads(text: str | bytes) -> dict:
         data = json.loads(text)
     except ValueError as e:
         raise OrderError(OrderErrorKind.INVALID_JSON, f"not valid JSON: {e}") from e
+    except RecursionError as e:
+        raise OrderError(OrderErrorKind.INVALID_JSON, "the JSON is nested deeper than any "
+                         "ordering document (at most 16 levels of nodes)") from e
     if not isinstance(data, dict):
         raise OrderError(OrderErrorKind.INVALID_JSON, "an ordering document is a JSON object")
     return data
