@@ -739,3 +739,22 @@ def test_a_uniform_schedule_orders_like_delayed_zero():
     uniform = order_with(fl.Schedule.uniform())
     assert_same(order_with(fl.Schedule.delayed(0.0)), uniform)
     assert_same(order_with(fl.Schedule.trapezoid(0.0, 0.0, 1.0, 1.0)), uniform)
+
+
+def test_a_shard_of_a_mix_over_many_ranks_walks_in_bounded_memory():
+    import tracemalloc
+
+    seq = fl.Seq.mix([fl.Seq.source(10**9).shuffle(1),
+                      (fl.Seq.source(3 * 10**8).shuffle(2), fl.Schedule.ramp(0.1, 0.5))])
+    count, index, at = 1024, 3, 12_345
+    cursor = fl.Order(seq.shard(index, count)).cursor(at)
+    tracemalloc.start()
+    try:
+        ords, recs = cursor.next_block(4096)  # positions 1024 apart: a span of 4M
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    want = fl.Order(seq).lookup(np.arange(at, at + 4096) * count + index)
+    np.testing.assert_array_equal(ords, want[0])
+    np.testing.assert_array_equal(recs, want[1])
+    assert peak < 40e6  # the span walked in pieces (it held all 4M positions: 134 MB)

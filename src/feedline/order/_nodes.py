@@ -301,11 +301,19 @@ class Mix(Node):
         breaks = np.flatnonzero(np.diff(sp) > _WALK_GAP) + 1
         bounds = np.concatenate(([0], breaks, [len(sp)]))
         for a, b in itertools.pairwise(bounds):
-            first, last = int(sp[a]), int(sp[b - 1])
-            span_p, span_j = self._walk_range(first, last + 1 - first, cache)
-            rel = sp[a:b] - first
-            part[order[a:b]] = span_p[rel]
-            jj[order[a:b]] = span_j[rel]
+            # Walk the run in pieces, keeping only the positions asked for: a run of
+            # positions spread far apart (a shard of many ranks) would otherwise hold its
+            # whole span in memory at once.
+            start, last = int(sp[a]), int(sp[b - 1])
+            lo = a
+            while lo < b:
+                piece = min(_WALK_BLOCK * 4, last + 1 - start)
+                span_p, span_j = self._walk_range(start, piece, cache)
+                hi = lo + int(np.searchsorted(sp[lo:b], start + piece))
+                rel = sp[lo:hi] - start
+                part[order[lo:hi]] = span_p[rel]
+                jj[order[lo:hi]] = span_j[rel]
+                lo, start = hi, start + piece
         return part, jj
 
     def locate(self, pos, ctx, cache):
