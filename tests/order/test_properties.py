@@ -747,7 +747,9 @@ def test_a_shard_of_a_mix_over_many_ranks_walks_in_bounded_memory():
     seq = fl.Seq.mix([fl.Seq.source(10**9).shuffle(1),
                       (fl.Seq.source(3 * 10**8).shuffle(2), fl.Schedule.ramp(0.1, 0.5))])
     count, index, at = 1024, 3, 12_345
-    cursor = fl.Order(seq.shard(index, count)).cursor(at)
+    order = fl.Order(seq.shard(index, count))
+    order.cursor(0).next_block(16)  # the kernels (or numpy's path) loaded beforehand
+    cursor = order.cursor(at)
     tracemalloc.start()
     try:
         ords, recs = cursor.next_block(4096)  # positions 1024 apart: a span of 4M
