@@ -66,12 +66,40 @@ def test_epochs_are_the_loaders_passes_with_set_epoch_or_persistent_workers(num_
     assert got == want
 
 
-def test_without_set_epoch_fresh_workers_repeat_the_first_pass_as_documented():
+@pytest.mark.parametrize("num_workers, persistent", [(0, False), (1, False), (2, False),
+                                                     (2, True)])
+def test_epochs_follow_on_as_new_passes_without_set_epoch(num_workers, persistent):
+    loader = fl.Loader(dataset(), 10, seed=5)
+    want = [ys(loader) for _ in range(3)]
+    it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
+    dl = DataLoader(it, batch_size=None, num_workers=num_workers,
+                    persistent_workers=persistent)
+    assert [ys(dl) for _ in range(3)] == want
+
+
+def test_an_epoch_left_part_way_is_made_again_by_fresh_workers():
+    want = ys(fl.Loader(dataset(), 10, seed=5))
     it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
     dl = DataLoader(it, batch_size=None, num_workers=2)
-    assert ys(dl) == ys(dl) == ys(fl.Loader(dataset(), 10, seed=5))
+    for i, _ in enumerate(dl):  # leave the first epoch after 3 batches
+        if i == 2:
+            break
+    assert ys(dl) == want  # pass 0 again, whole
     with pytest.raises(ValueError, match="epoch"):
         it.set_epoch(-1)
+
+
+def test_the_pass_record_is_removed_with_the_dataset():
+    import gc
+    import os
+
+    it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
+    path = it._passes.path
+    list(DataLoader(it, batch_size=None, num_workers=2))
+    assert os.path.exists(path)
+    del it
+    gc.collect()
+    assert not os.path.exists(path)
 
 
 def test_the_length_is_the_loaders():

@@ -11,11 +11,13 @@
 
 Inside a ``DataLoader`` with ``num_workers=K``, torch worker ``w`` makes batches
 ``w, w + K, ...`` of each pass; torch hands them out in turn, so the stream is the
-loader's own, every example exactly once, whatever ``K`` is. Workers that are not
-persistent are started afresh, from a pickled copy, for every epoch: call
-``set_epoch(e)`` before epoch ``e`` (as with torch's ``DistributedSampler``) so they
-make pass ``e``, reshuffled; without it every epoch repeats pass 0 there. With
-``num_workers=0`` or ``persistent_workers=True`` the passes follow on by themselves.
+loader's own, every example exactly once, whatever ``K`` is, epoch after epoch (each a
+new pass, reshuffled). Workers that are not persistent start afresh, from a pickled
+copy, for every epoch: each worker records the passes it has finished in a small file
+beside the dataset's configuration, and the next epoch's workers start after the
+passes all of them finished (an epoch left part-way is made again, from its start).
+``set_epoch(e)`` (as with torch's ``DistributedSampler``) makes pass ``e`` next
+instead.
 ``state_dict`` and ``load_state_dict`` have the form torchdata's ``StatefulDataLoader`` calls on a
 dataset (in each worker), so its checkpoints resume exactly. ``shard="auto"`` is the
 default: under ``torch.distributed`` (or torchrun's environment) each rank takes its
@@ -26,6 +28,11 @@ Needs PyTorch: ``pip install 'feedline[torch]'``.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import struct
+import tempfile
+import weakref
 from typing import Any
 
 try:
@@ -60,6 +67,7 @@ class IterableDataset(_TorchIterable):
         self._epoch: int | None = None
         # Validate the configuration now, in the calling process.
         Loader(source, batch_size, **loader_options).close()
+        self._passes = _Passes()
 
     def _make(self) -> Loader:
         if self._loader is None:
@@ -70,6 +78,10 @@ class IterableDataset(_TorchIterable):
             if self._pending_state is not None:
                 loader.load_state_dict(self._pending_state)
                 self._pending_state = None
+            elif info is not None and self._epoch is None:
+                done = self._passes.finished_by_all(info.num_workers)
+                if done:  # a fresh worker of a later epoch: the next pass
+                    loader.reset(epoch=done)
             self._loader = loader
         return self._loader
 
@@ -88,7 +100,13 @@ class IterableDataset(_TorchIterable):
             if upcoming != self._epoch:  # a fresh worker's copy, or a jump
                 loader.reset(epoch=self._epoch)
             self._epoch = None
-        return iter(loader)
+        return self._pass(loader)
+
+    def _pass(self, loader: Loader) -> Any:
+        yield from loader
+        info = get_worker_info()
+        if info is not None:  # this worker's share of the pass is done
+            self._passes.record(info.id, loader.epoch + 1)
 
     def __len__(self) -> int:
         return len(Loader(self.source, self.batch_size, **self.options))
@@ -108,6 +126,51 @@ class IterableDataset(_TorchIterable):
         state = dict(self.__dict__)
         state["_loader"] = None  # each worker builds its own
         return state
+
+
+class _Passes:
+    """The passes each torch worker of a dataset has finished: 8 bytes per worker in a
+    small file, made by the process that built the dataset (removed with it), whose
+    path travels in the pickled copies that torch gives the workers of every epoch."""
+
+    def __init__(self) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="feedline-torch-passes-")
+        os.close(fd)
+        weakref.finalize(self, _remove, self.path, os.getpid())
+
+    def record(self, worker: int, passes: int) -> None:
+        with contextlib.suppress(OSError):  # the dataset's owner has gone: nothing to tell
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                os.pwrite(fd, struct.pack("<Q", passes), 8 * worker)
+            finally:
+                os.close(fd)
+
+    def finished_by_all(self, workers: int) -> int:
+        """The passes every one of ``workers`` workers has finished (0 if unknown)."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read(8 * workers)
+        except OSError:
+            return 0
+        if len(data) < 8 * workers:
+            return 0
+        return min(struct.unpack(f"<{workers}Q", data))
+
+    def __reduce__(self) -> Any:  # a copy refers to the same file and never removes it
+        return (_Passes._of, (self.path,))
+
+    @staticmethod
+    def _of(path: str) -> _Passes:
+        passes = _Passes.__new__(_Passes)
+        passes.path = path
+        return passes
+
+
+def _remove(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # not from a forked worker's copy of the finalizer
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def tensor(x: Any) -> Any:
