@@ -59,3 +59,9 @@ def test_the_benchmark_runs_in_quick_mode(capsys):
     assert main(["bench", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "plain numpy Feistel" in out and "peak RSS above the idle interpreter" in out
+
+
+def test_a_missing_configuration_is_reported_in_one_line(tmp_path, capsys):
+    path = tmp_path / "nope.json"
+    assert main(["order", "show", str(path)]) == 2
+    assert capsys.readouterr().err == f"feedline: cannot read {path}: No such file or directory\n"

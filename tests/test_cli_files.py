@@ -80,9 +80,12 @@ def test_a_huggingface_dataset_directory_converts_to_flr(tmp_path):
         np.testing.assert_array_equal(f.columns["v"], np.arange(20.0).reshape(10, 2))
 
 
-def test_an_unknown_target_extension_is_an_error(flr, tmp_path):
-    with pytest.raises(ValueError, match="cannot tell the format"):
-        main(["convert", str(flr), str(tmp_path / "d.csv")])
+def test_an_unknown_target_extension_is_a_one_line_error(flr, tmp_path, capsys):
+    assert main(["convert", str(flr), str(tmp_path / "d.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"feedline: cannot convert {flr} to {tmp_path / 'd.csv'}: cannot "
+                          "tell the format to write")
+    assert err.count("\n") == 1 and not (tmp_path / "d.csv").exists()
 
 
 def test_inspect_of_a_file_that_is_no_format_says_so(tmp_path, capsys):
@@ -110,3 +113,40 @@ def test_npy_converts_to_ndf_with_or_without_rows(tmp_path, shape):
         assert len(f) == shape[0] and f.record.fields["x"].shape == (3,)
         if shape[0]:
             np.testing.assert_array_equal(f.rows(np.arange(shape[0]))[0], x)  # (x, y)
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["verify"], ["convert"]])
+def test_a_missing_file_is_a_one_line_error(tmp_path, capsys, command):
+    path = tmp_path / "nope.ndf"
+    args = [*command, str(path)] + ([str(tmp_path / "x.flr")] if command == ["convert"] else [])
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"feedline: cannot read {path}: No such file or directory\n"
+
+
+def test_a_source_or_target_convert_cannot_handle_is_a_one_line_error(flr, tmp_path, capsys):
+    text = tmp_path / "c.txt"
+    text.write_text("not a table\n")
+    assert main(["convert", str(text), str(tmp_path / "x.flr")]) == 2
+    assert capsys.readouterr().err == (f"feedline: cannot convert {text} to {tmp_path / 'x.flr'}"
+                                       f": {text}: not a format feedline converts (found "
+                                       "unknown)\n")
+    assert main(["convert", str(flr), str(tmp_path / "x.npy")]) == 2
+    assert "a .npy holds one array" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "d.flr"]
+
+
+def test_a_target_that_cannot_be_written_is_named_not_its_temporary(flr, tmp_path, capsys,
+                                                                    monkeypatch):
+    missing = tmp_path / "gone" / "x.ndf"
+    assert main(["convert", str(flr), str(missing)]) == 2
+    assert capsys.readouterr().err == (f"feedline: cannot write {missing}: no such directory "
+                                       f"{tmp_path / 'gone'}\n")
+    from feedline.formats import convert
+
+    def refused(src, dst, progress=None):  # what a directory without write access does
+        raise PermissionError(13, "Permission denied", str(tmp_path / ".x.flr.abc.x.spool"))
+
+    monkeypatch.setattr(convert, "convert", refused)
+    assert main(["convert", str(flr), str(tmp_path / "x.flr")]) == 2
+    assert capsys.readouterr().err == (f"feedline: cannot write {tmp_path / 'x.flr'}: "
+                                       "Permission denied\n")

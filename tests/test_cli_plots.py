@@ -187,3 +187,33 @@ def test_without_matplotlib_the_error_names_the_extra(tmp_path, monkeypatch, cap
         plots.plot_order(fl.Seq.source(10), str(tmp_path / "x.png"))
     assert main(["order", "plot", str(_config(tmp_path)), "-o", str(tmp_path / "x.png")]) == 2
     assert "pip install 'feedline[plot]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["plot", "show"])
+def test_a_configuration_that_is_not_utf8_is_a_one_line_error(tmp_path, capsys, command):
+    path = tmp_path / "bad.json"
+    path.write_bytes(b"\xff\xfe{}")
+    extra = ["-o", str(tmp_path / "x.png")] if command == "plot" else []
+    assert main(["order", command, str(path), *extra]) == 2
+    assert capsys.readouterr().err == (f"feedline: cannot read {path}: expected UTF-8 text, "
+                                       "found the byte 0xff at byte 0\n")
+
+
+def test_a_picture_name_matplotlib_cannot_write_is_refused_before_drawing(tmp_path, capsys,
+                                                                          monkeypatch):
+    out = tmp_path / "p.txt"
+    assert main(["order", "plot", str(_config(tmp_path)), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"feedline: cannot write {out}: expected a picture name ending in ")
+    assert err.endswith(".png, .ps, .raw, .rgba, .svg, .svgz, .tif, .tiff, .webp, found .txt\n")
+    import feedline.cli.bench
+
+    def no_run(quick):
+        raise AssertionError("the benchmarks ran")
+
+    monkeypatch.setattr(feedline.cli.bench, "run_benchmarks", no_run)
+    missing = tmp_path / "gone" / "b.png"
+    assert main(["bench", "--plot", "--quick", "-o", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"feedline: cannot write {missing}: no such directory "
+                                       f"{tmp_path / 'gone'}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mix.json"]

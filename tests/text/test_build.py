@@ -485,3 +485,93 @@ def test_valid_utf8_cut_anywhere_by_the_blocks_is_accepted(corpus, tmp_path, chu
     # the same bytes as without the check (the vocab record is the same; only the check
     # differs), for every block size
     assert (tmp_path / "c.nndataset").read_bytes() == (tmp_path / "ref.nndataset").read_bytes()
+
+
+def test_a_corpus_edited_in_place_while_built_is_a_format_error(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    original = b"aaaa\n" * 4000 + b"bbbb\n" * 4000  # more than the reader buffers
+    corpus.write_bytes(original)
+
+    class EditsTheCorpus(ByteTokenizer):  # same size and line count, other bytes
+        def encode_flow(self, docs):
+            with open(corpus, "r+b") as f:
+                f.write(b"XXXX\n" * 8000)
+            return super().encode_flow(docs)
+
+    for workers in (0, 2):
+        with pytest.raises(FormatError, match=r"the corpus changed while it was read: SHA-256 "
+                                              r"[0-9a-f]{16}\.\.\. when counted"):
+            build(corpus, tmp_path / "o.nndataset", EditsTheCorpus(), chunk_bytes=10,
+                  workers=workers)
+        assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
+        corpus.write_bytes(original)
+
+
+class EmptyForTilde(SkipTilde):
+    """encode_batch returns an empty list (numpy: float64) for a document of '~'."""
+
+    def __init__(self, kind) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def encode_batch(self, docs):
+        return [self.kind([]) if d == b"~~~" else a.astype(np.int64)
+                for d, a in zip(docs, super().encode_batch(docs))]
+
+
+@pytest.mark.parametrize("chunk", [1, 16, 1 << 20])  # the empty document alone or not
+@pytest.mark.parametrize("kind", [list, np.array])
+def test_an_empty_list_for_a_document_is_a_document_without_tokens(corpus, tmp_path, chunk,
+                                                                    kind):
+    out, ref = tmp_path / "o.nndataset", tmp_path / "ref.nndataset"
+    s = build(corpus, out, EmptyForTilde(kind), chunk_bytes=chunk, created=CREATED)
+    assert s.empty_docs == 1
+    build(corpus, ref, SkipTilde(), created=CREATED)
+    assert out.read_bytes() == ref.read_bytes()
+
+
+@pytest.mark.parametrize("target, error, message", [
+    ("", IsADirectoryError, "is a directory (expected the name of a file to write)"),
+    ("missing/o.nndataset", FileNotFoundError, "no such directory"),
+])
+def test_an_out_path_that_cannot_be_written_is_refused_before_any_work(
+        corpus, tmp_path, monkeypatch, target, error, message):
+    def no_scan(*args, **kwargs):
+        raise AssertionError("the corpus was read")
+
+    monkeypatch.setattr(_build, "scan_text_docs", no_scan)
+    out = tmp_path / target
+    with pytest.raises(error, match=re.escape(f"out_path {str(out)!r}") + ".*"
+                       + re.escape(message)):
+        build(corpus, out, ByteTokenizer())
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
+
+
+@pytest.mark.parametrize("flag", ["-o", "--vocab"])
+def test_the_command_line_refuses_a_target_in_a_missing_directory_before_building(
+        corpus, tmp_path, capsys, flag):
+    bad = str(tmp_path / "missing" / "x")
+    paths = {"-o": str(tmp_path / "o.nndataset"), "--vocab": str(tmp_path / "v.nnvocab")}
+    paths[flag] = bad
+    rc = main(["text", "build", str(corpus), "-o", paths["-o"], "--vocab", paths["--vocab"]])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err == (f"feedline text build: {flag} {bad!r}: no such directory "
+                   f"{str(tmp_path / 'missing')!r} to write into\n")
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
+
+
+def test_the_command_line_refuses_an_output_that_is_a_directory(corpus, tmp_path, capsys):
+    assert main(["text", "build", str(corpus), "-o", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"feedline text build: -o {str(tmp_path)!r} is a "
+                                       "directory (expected the name of a file to write)\n")
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
+
+
+def test_the_command_line_refuses_a_bpe_size_beyond_32_bit_ids(corpus, tmp_path, capsys):
+    pytest.importorskip("tokenizers")
+    rc = main(["text", "build", str(corpus), "-o", str(tmp_path / "o.nndataset"),
+               "--tokenizer", "bpe:99999999999999999999999"])
+    assert rc == 2
+    assert capsys.readouterr().err == ("feedline text build: vocab_size must be at most "
+                                       "2**32, got 99999999999999999999999\n")

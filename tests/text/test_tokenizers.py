@@ -231,3 +231,27 @@ def test_both_tokenizers_pickle_for_other_processes(bpe):
         again = pickle.loads(pickle.dumps(tok))
         assert again.specials == tok.specials
         assert again.encode_batch(docs)[0].tolist() == tok.encode_batch(docs)[0].tolist()
+
+
+@pytest.mark.parametrize("name, error, message", [
+    ("nope.json", FileNotFoundError, "no such tokenizer file"),
+    ("", IsADirectoryError, "found a directory"),
+])
+def test_a_tokenizer_path_that_is_missing_or_a_directory_names_it(tmp_path, name, error,
+                                                                   message):
+    path = tmp_path / name
+    with pytest.raises(error, match=re.escape(f"{path}: ") + ".*" + re.escape(message)) as e:
+        load_tokenizer(path)
+    assert "expected a tokenizer.json, .nnvocab or .nndataset" in str(e.value)
+
+
+def test_specials_of_mixed_types_in_a_stored_vocab_record_are_a_format_error(tmp_path):
+    record = {"tokenizer": "byte", "size": 258, "specials": {"<a>": 256, "<b>": "x"}}
+    with pytest.raises(ValueError, match=r"specials must map token texts to int ids, found "
+                                         r"'<b>': 'x' \(str\)"):
+        tokenizer_from_vocab(record)
+    path = tmp_path / "crafted.nndataset"
+    fl.nndataset.write(path, fl.nndataset.Build(record, "c.txt", "", 1, train_docs=[[1]]))
+    with pytest.raises(FormatError, match=re.escape(f"{path}: its vocab record: the vocab "
+                                                    "record's specials must map")):
+        load_tokenizer(path)

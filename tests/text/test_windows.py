@@ -264,3 +264,10 @@ def test_a_corpus_of_one_token_has_no_windows(tmp_path):
     with Windows(write_corpus(tmp_path / "one.nndataset", [[5]]), 4) as w:
         assert len(w) == 0
         assert w.getitems(np.array([], dtype=np.int64))["input_ids"].shape == (0, 4)
+
+
+def test_a_pad_id_outside_int64_is_refused_when_built_not_when_read(corpus, path_kind):
+    with pytest.raises(ValueError, match=r"pad_id must be in \[0, 2\*\*63\), got 9223372036"):
+        Windows(corpus, 4, pad_id=2**63)
+    with Windows(corpus, 4, pad_id=2**63 - 1) as w:  # the largest that fits is kept
+        assert w[len(w) - 1]["input_ids"][-1] == 2**63 - 1

@@ -24,9 +24,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_order_show(args: argparse.Namespace) -> int:
     from ..order import Order, Seq
+    from ._report import fail, reason
 
-    with open(args.config, encoding="utf-8") as f:
-        seq = Seq.from_json(f.read())
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        return fail(f"cannot read {args.config}: {reason(e, args.config)}")
+    seq = Seq.from_json(text)  # an OrderError is reported by main()
     order = Order(seq, seed=args.seed)
     print(f"{order.length:,} positions over {len(order.sources)} sources")
     stop = min(order.length, args.start + args.count)
@@ -100,18 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; the exit status. Bad input (a feedline error, or a file
+    a command cannot read or write) is one line on stderr and status 2, no traceback:
+    feedline's own errors are reported here, the others by the command that meets them,
+    which names the file or argument (``_report``)."""
+    from ..errors import FeedlineError
+
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # the output was piped into something that stopped reading
         return 0
-    except Exception as e:  # the CLI reports feedline's own errors without a traceback
-        from ..errors import FeedlineError
-
-        if isinstance(e, FeedlineError):
-            print(f"feedline: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        raise
+    except FeedlineError as e:
+        print(f"feedline: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

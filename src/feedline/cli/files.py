@@ -1,4 +1,8 @@
-"""``feedline inspect``, ``feedline verify`` and ``feedline convert``."""
+"""``feedline inspect``, ``feedline verify`` and ``feedline convert``.
+
+A file that cannot be read or written, or converted to the format its name asks for,
+is a one-line error naming it (exit status 2); feedline's own errors reach ``main``.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,10 @@ import os
 import sys
 import time
 
+from ..errors import FeedlineError
 from ..formats import convert as _convert
 from ..formats import ndf, recfile
+from ._report import fail, is_within, reason
 
 
 def _size(n: int) -> str:
@@ -19,6 +25,15 @@ def _size(n: int) -> str:
 
 
 def inspect(path: str) -> int:
+    try:
+        return _inspect(path)
+    except FeedlineError:
+        raise
+    except (OSError, ValueError) as e:
+        return fail(f"cannot read {path}: {reason(e, path)}")
+
+
+def _inspect(path: str) -> int:
     kind = _convert.sniff(path)
     size = os.path.getsize(path) if os.path.isfile(path) else 0
     print(f"{path}: {kind}, {_size(size)}")
@@ -49,6 +64,15 @@ def inspect(path: str) -> int:
 
 
 def verify(path: str) -> int:
+    try:
+        return _verify(path)
+    except FeedlineError:
+        raise
+    except (OSError, ValueError) as e:
+        return fail(f"cannot read {path}: {reason(e, path)}")
+
+
+def _verify(path: str) -> int:
     kind = _convert.sniff(path)
     t = time.perf_counter()
     if kind == "ndf":
@@ -95,7 +119,21 @@ class _Bar:
 
 def convert(src: str, dst: str) -> int:
     t = time.perf_counter()
-    rows = _convert.convert(src, dst, progress=_Bar(f"{src} -> {dst}"))
+    parent = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(parent):  # before reading anything
+        return fail(f"cannot write {dst}: no such directory {parent}")
+    try:
+        rows = _convert.convert(src, dst, progress=_Bar(f"{src} -> {dst}"))
+    except FeedlineError:
+        raise
+    except OSError as e:
+        if is_within(e.filename, src):
+            return fail(f"cannot read {src}: {reason(e, src)}")
+        if e.filename is not None:  # the target or the temporary written beside it
+            return fail(f"cannot write {dst}: {e.strerror or e}")
+        return fail(f"cannot convert {src} to {dst}: {e}")
+    except ValueError as e:  # a format that cannot be read, or cannot hold what is read
+        return fail(f"cannot convert {src} to {dst}: {e}")
     print(f"{src} -> {dst}: {rows:,} rows, {_size(os.path.getsize(dst))} in "
           f"{time.perf_counter() - t:.2f} s")
     return 0

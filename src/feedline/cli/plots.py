@@ -12,7 +12,7 @@ on the Agg canvas (no window, no global backend switch).
 from __future__ import annotations
 
 import argparse
-import sys
+import os
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,8 @@ MAX_LEGEND = 10  # more sources than this: the largest nine, and "other"
 
 
 from ._draw import PlotInputError, _human, _matplotlib, _save  # noqa: E402
+from ._report import fail as _fail  # noqa: E402
+from ._report import reason  # noqa: E402
 
 
 # -- an order's mix ------------------------------------------------------------------------
@@ -353,19 +355,33 @@ def _positive(text: str) -> int:
     return v
 
 
-def _fail(message: str) -> int:
-    print(f"feedline: {message}", file=sys.stderr)
-    return 2
+def _picture_target(out: str) -> str | None:
+    """Why the picture cannot be written to ``out``, found before drawing it, or None."""
+    _, canvas = _matplotlib()
+    kinds = canvas.get_supported_filetypes()
+    ext = os.path.splitext(out)[1][1:].lower()
+    if ext and ext not in kinds:  # no extension: matplotlib writes a PNG
+        return (f"cannot write {out}: expected a picture name ending in "
+                f"{', '.join('.' + k for k in sorted(kinds))}, found .{ext}")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        return f"cannot write {out}: no such directory {parent}"
+    return None
 
 
 def run_order_plot(args: argparse.Namespace) -> int:
     """``feedline order plot``: 0 on success, 2 with a one-line error."""
     try:
-        _matplotlib()
-        with open(args.config, encoding="utf-8") as f:
-            text = f.read()
-    except (ImportError, OSError) as e:
-        return _fail(f"cannot read {args.config}: {e}" if isinstance(e, OSError) else str(e))
+        problem = _picture_target(args.out)
+        if problem is None:
+            with open(args.config, encoding="utf-8") as f:
+                text = f.read()
+    except ImportError as e:
+        return _fail(str(e))
+    except (OSError, UnicodeDecodeError) as e:
+        return _fail(f"cannot read {args.config}: {reason(e, args.config)}")
+    if problem is not None:
+        return _fail(problem)
     seq = Seq.from_json(text)  # an OrderError is reported by main()
     names = [s.strip() for s in args.names.split(",")] if args.names else None
     return _draw_and_report(args.out, lambda: plot_order(
@@ -381,7 +397,7 @@ def _draw_and_report(out: str, draw: Any) -> int:
     except PlotInputError as e:
         return _fail(str(e))
     except OSError as e:
-        return _fail(f"cannot write {out}: {e}")
+        return _fail(f"cannot write {out}: {reason(e, out)}")
     print(f"wrote {out}: {summary}")
     return 0
 
@@ -389,15 +405,17 @@ def _draw_and_report(out: str, draw: Any) -> int:
 def run_bench_plot(args: argparse.Namespace) -> int:
     """``feedline bench --plot``: run and draw, or draw a saved side-by-side table."""
     try:
-        _matplotlib()  # before a long run, not after it
+        problem = _picture_target(args.out)  # before a long run, not after it
     except ImportError as e:
         return _fail(str(e))
+    if problem is not None:
+        return _fail(problem)
     if args.from_markdown:
         try:
             with open(args.from_markdown, encoding="utf-8") as f:
                 text = f.read()
-        except OSError as e:
-            return _fail(f"cannot read {args.from_markdown}: {e}")
+        except (OSError, UnicodeDecodeError) as e:
+            return _fail(f"cannot read {args.from_markdown}: {reason(e, args.from_markdown)}")
         return _draw_and_report(args.out, lambda: plot_bench_compare(
             *parse_compare_markdown(text), args.out))
     from .bench import run_benchmarks

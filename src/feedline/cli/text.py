@@ -52,9 +52,13 @@ def _tokenizer(spec: str, corpus: str, progress: bool) -> Any:
 def run_build(args: argparse.Namespace) -> int:
     """Run ``feedline text build``; 0 on success, 2 with a one-line error otherwise."""
     from .. import text
+    from ..text._build import check_out_path
 
     progress = not args.quiet and sys.stderr.isatty()
     try:
+        check_out_path(args.out, "-o")  # both targets, before the build
+        if args.vocab:
+            check_out_path(args.vocab, "--vocab")
         tokenizer = _tokenizer(args.tokenizer, args.corpus, progress)
         summary = text.build(args.corpus, args.out, tokenizer, test_docs=args.test_docs,
                              test_split=args.test_split, loss_scope=args.loss_scope,

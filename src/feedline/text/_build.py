@@ -4,13 +4,15 @@ Two passes over the text, none over the tokens:
 
 1. a scan counts the documents and hashes the file (vectorised, one block in memory);
    the test documents are chosen from the count (seeded, or the last N);
-2. chunks of documents (``chunk_bytes`` of text) are tokenized, ``workers`` at a time
-   on threads (the byte tokenizer's numpy work and the HuggingFace batch encoder both
-   release the GIL), and their blocks are written in document order: train blocks
-   straight into the output after room left for the root record, test blocks to an
-   anonymous temporary file in the target directory, copied in at the end
-   (``os.copy_file_range``). Only one int64 token count per document is kept; the
-   root record, whose size depends on the document counts alone, is written last.
+2. the file is read and hashed again (a corpus edited meanwhile is refused before the
+   output is committed), and chunks of documents (``chunk_bytes`` of text) are
+   tokenized, ``workers`` at a time on threads (the byte tokenizer's numpy work and
+   the HuggingFace batch encoder both release the GIL), and their blocks are written
+   in document order: train blocks straight into the output after room left for the
+   root record, test blocks to an anonymous temporary file in the target directory,
+   copied in at the end (``os.copy_file_range``). Only one int64 token count per
+   document is kept; the root record, whose size depends on the document counts
+   alone, is written last.
 
 The output is byte for byte what ``nndataset.write`` writes for the same documents and
 ``created``, whatever ``workers`` is. The write is atomic; on any error neither the
@@ -22,6 +24,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import hashlib
 import itertools
 import os
 import shutil
@@ -141,7 +144,9 @@ def _encode(tokenizer: Tokenizer, docs: list[bytes]) -> tuple[np.ndarray, np.nda
     else:  # any object with encode_batch
         arrays = [np.asarray(a) for a in tokenizer.encode_batch(docs)]
         counts = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-        flow = np.concatenate(arrays) if arrays else np.zeros(0, np.uint64)
+        # an empty list or array (a document without tokens) is float64 to numpy: it
+        # holds no ids, so it must not decide the dtype of the others
+        flow = np.concatenate([a for a in arrays if len(a)] or [np.zeros(0, np.uint64)])
     counts = np.asarray(counts, dtype=np.int64)
     flow = np.asarray(flow)
     if len(counts) != len(docs) or int(counts.sum()) != len(flow) or flow.ndim != 1:
@@ -261,8 +266,22 @@ def _check_args(corpus: Any, out_path: Any, tokenizer: Any, test_docs: Any, test
     if not os.path.isfile(corpus):
         raise FileNotFoundError(f"{os.fspath(corpus)}: no such corpus file (expected a text "
                                 "file with one document a line)")
+    check_out_path(out_path, "out_path")
     if os.path.exists(out_path) and os.path.samefile(corpus, out_path):
         raise ValueError(f"out_path {os.fspath(out_path)!r} is the corpus itself")
+
+
+def check_out_path(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse, before any work, a file to write that is a directory or whose directory
+    does not exist (the error names ``path``, not the temporary written beside it)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{what} {path!r} is a directory (expected the name of a "
+                                "file to write)")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"{what} {path!r}: no such directory {parent!r} to write "
+                                "into")
 
 
 def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
@@ -292,11 +311,14 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
     the tokenizer's vocab record. A document that tokenizes to nothing keeps its
     doc_id. Memory: ``chunk_bytes`` of text and its blocks per chunk in flight (2 per
     worker) plus 8 bytes per document, whatever the corpus size. Returns a
-    :class:`BuildSummary`. A missing corpus is a ``FileNotFoundError``; bad arguments
-    a ``ValueError``/``TypeError``; a corpus that changes while it is read a
-    ``FormatError``, and so is text that is not valid UTF-8 (naming the byte offset)
-    unless the tokenizer keeps bytes as they are (``ByteTokenizer``: ids 0-255).
-    Cost: the tokenizer's, plus two reads of the text and one write.
+    :class:`BuildSummary`. A missing corpus is a ``FileNotFoundError``, and so is an
+    ``out_path`` in a missing directory (one that is a directory an
+    ``IsADirectoryError``), both before any work; bad arguments a
+    ``ValueError``/``TypeError``; a corpus that changes while it is read (its size,
+    documents or SHA-256) a ``FormatError``, and so is text that is not valid UTF-8
+    (naming the byte offset) unless the tokenizer keeps bytes as they are
+    (``ByteTokenizer``: ids 0-255). Cost: the tokenizer's, plus two reads (and
+    hashes) of the text and one write.
 
     >>> import os, tempfile
     >>> from feedline.text import ByteTokenizer
@@ -331,9 +353,11 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
                            created=int(time.time()) if created is None else created,
                            license=license)
 
+    digest = hashlib.sha256()  # of the text tokenized, checked against the scan's
+
     def tasks() -> Iterator[tuple]:
         first = 0
-        for docs, nbytes in _doc_blocks(corpus, chunk_bytes):
+        for docs, nbytes in _doc_blocks(corpus, chunk_bytes, digest):
             yield tokenizer, docs, first, nbytes, test, markers
             first += len(docs)
 
@@ -342,7 +366,7 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
     try:
         with contextlib.closing(tasks()) as todo, \
                 contextlib.closing(_in_order(_chunk, todo, n_threads)) as chunks:
-            totals = _write(out_path, meta, len(test), scan.bytes, chunks, bar)
+            totals = _write(out_path, meta, len(test), scan.bytes, chunks, bar, digest)
     finally:
         if bar is not None:
             bar.close()
@@ -354,9 +378,11 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
 
 
 def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
-           n_bytes: int, chunks: Iterator[_Chunk], bar: Any) -> tuple:
+           n_bytes: int, chunks: Iterator[_Chunk], bar: Any, digest: Any) -> tuple:
     """Write the chunks' blocks after room for the root record (train) or to a spill
-    file (test, appended at the end), then the root record; atomically."""
+    file (test, appended at the end), then the root record; atomically. ``digest`` has
+    hashed the text the chunks came from once they are all read: a corpus whose bytes
+    differ from the scan's (``meta.source_sha256``) is refused before the commit."""
     counts: dict[bool, list[np.ndarray]] = {False: [], True: []}
     tokens = loss_tokens = read = 0
     t0 = time.perf_counter()
@@ -381,6 +407,11 @@ def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
                               f"documents in {n_bytes} bytes when counted, "
                               f"{len(train) + len(test)} in {read} when tokenized",
                               meta.source_path)
+        if digest.hexdigest() != meta.source_sha256:
+            raise FormatError(f"the corpus changed while it was read: SHA-256 "
+                              f"{meta.source_sha256[:16]}... when counted, "
+                              f"{digest.hexdigest()[:16]}... when tokenized (same size "
+                              "and document count)", meta.source_path)
         _append_file(spill, f)
         size = f.tell()
         f.seek(0)

@@ -65,9 +65,10 @@ def iter_doc_chunks(path: str | os.PathLike[str],
         yield docs
 
 
-def _doc_blocks(path: str | os.PathLike[str], chunk_bytes: int
+def _doc_blocks(path: str | os.PathLike[str], chunk_bytes: int, digest: Any = None
                 ) -> Iterator[tuple[list[bytes], int]]:
-    """:func:`iter_doc_chunks`' lists, each with the bytes of the file it covers."""
+    """:func:`iter_doc_chunks`' lists, each with the bytes of the file it covers; each
+    block read is also fed to ``digest.update`` (a ``hashlib`` hash) when given."""
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
     with _open(path) as f:
@@ -76,6 +77,8 @@ def _doc_blocks(path: str | os.PathLike[str], chunk_bytes: int
             block = f.read(chunk_bytes)
             if not block:
                 break
+            if digest is not None:
+                digest.update(block)
             data = carry + block if carry else block
             cut = data.rfind(b"\n")
             if cut < 0:

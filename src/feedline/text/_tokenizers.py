@@ -242,6 +242,8 @@ class BPETokenizer:
         if vocab_size < 256 + len(specials_map):
             raise ValueError(f"vocab_size must hold the 256 byte symbols and "
                              f"{len(specials_map)} specials, got {vocab_size}")
+        if vocab_size > 2**32:  # the library's ids are u32
+            raise ValueError(f"vocab_size must be at most 2**32, got {vocab_size}")
         paths = [files] if isinstance(files, (str, os.PathLike)) else list(files)
 
         def docs() -> Iterable[list[str]]:
@@ -348,6 +350,11 @@ def tokenizer_from_vocab(record: Mapping[str, Any]) -> ByteTokenizer | BPETokeni
         keys = sorted(record) if isinstance(record, Mapping) else type(record).__name__
         raise ValueError(f"expected a feedline vocab record (tokenizer 'byte' or 'hf' and a "
                          f"specials record), found {keys} with tokenizer {kind!r}")
+    for name, value in specials.items():
+        if not isinstance(name, str) or isinstance(value, bool) \
+                or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"the vocab record's specials must map token texts to int ids, "
+                             f"found {name!r}: {value!r} ({type(value).__name__})")
     in_order = sorted(specials, key=specials.__getitem__)
     if kind == "byte":
         tok: ByteTokenizer | BPETokenizer = ByteTokenizer(in_order)
@@ -366,11 +373,21 @@ def load_tokenizer(path: str | os.PathLike[str]) -> ByteTokenizer | BPETokenizer
     """The tokenizer of a ``tokenizer.json``, a ``.nnvocab`` or a ``.nndataset`` (its
     vocab record), so a corpus can be built with the vocabulary of another."""
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        magic = f.read(4)
+    expected = "expected a tokenizer.json, .nnvocab or .nndataset"
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{path}: no such tokenizer file ({expected})") from e
+    except IsADirectoryError as e:
+        raise IsADirectoryError(f"{path}: {expected}, found a directory") from e
     if magic in (b"NNVC", b"NNDS"):
         with nndataset.open(path) as ds:
-            return tokenizer_from_vocab(ds.vocab)
+            vocab = ds.vocab
+        try:
+            return tokenizer_from_vocab(vocab)
+        except ValueError as e:
+            raise FormatError(f"its vocab record: {e}", path) from e
     return BPETokenizer.from_file(path)
 
 

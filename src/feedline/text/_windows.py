@@ -93,6 +93,8 @@ class Windows:
         self.cross_docs = bool(cross_docs)
         self.position_ids = bool(position_ids)
         self.pad_id = _check_int("pad_id", pad_id, 0)
+        if self.pad_id >= 2**63:  # the kernels write it into int64 windows
+            raise ValueError(f"pad_id must be in [0, 2**63), got {self.pad_id}")
         self.subset = subset
         if isinstance(dataset, nndataset.Nndataset):
             self._ds = dataset.share()
