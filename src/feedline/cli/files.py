@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 from ..errors import FeedlineError
 from ..formats import convert as _convert
@@ -24,13 +25,19 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def inspect(path: str) -> int:
+def _reading(work: Callable[[str], int], path: str) -> int:
+    """``work(path)``, with a file that cannot be read as a one-line error (exit 2);
+    feedline's own errors go to the command line's handler."""
     try:
-        return _inspect(path)
+        return work(path)
     except FeedlineError:
         raise
     except (OSError, ValueError) as e:
         return fail(f"cannot read {path}: {reason(e, path)}")
+
+
+def inspect(path: str) -> int:
+    return _reading(_inspect, path)
 
 
 def _inspect(path: str) -> int:
@@ -64,12 +71,7 @@ def _inspect(path: str) -> int:
 
 
 def verify(path: str) -> int:
-    try:
-        return _verify(path)
-    except FeedlineError:
-        raise
-    except (OSError, ValueError) as e:
-        return fail(f"cannot read {path}: {reason(e, path)}")
+    return _reading(_verify, path)
 
 
 def _verify(path: str) -> int:
