@@ -121,3 +121,29 @@ def test_the_numpy_path_is_used_when_kernels_are_off(numpy_path):
 
 def test_fixture_path_is_the_oracles():
     assert json.loads((ROOT / "tests" / "fixtures" / "order_oracle.json").read_text())
+
+
+def test_a_fork_while_the_kernels_load_waits_for_them_so_the_child_can_import(
+        compiled_path):
+    # A fresh interpreter starts loading numba on a thread and forks at once, as a torch
+    # DataLoader forking its workers after a first feedline batch would. The child must
+    # not inherit an import lock held by a thread it does not have.
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os, sys
+        from feedline.order import _kernels
+        _kernels.load_in_background()
+        pid = os.fork()
+        if pid == 0:
+            import numba  # hangs if the parent's loading thread held numba's import lock
+            os._exit(0 if _kernels.get() is not None else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    # A liveness bound, not a timing: a deadlocked child never returns.
+    done = subprocess.run([sys.executable, "-c", code], timeout=120, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

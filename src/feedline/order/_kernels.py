@@ -55,14 +55,30 @@ class deferred:
 
 
 def load_in_background() -> None:
-    """Start loading the kernels in a daemon thread (once); returns at once."""
+    """Start loading the kernels in a daemon thread (once); returns at once.
+
+    A process that forks while that thread imports numba would give the child an import
+    lock that no thread of the child will release (torch's DataLoader forks its workers):
+    a fork waits for the loading to finish first.
+    """
     if "k" in _state or "loading" in _state:
         return
     with _lock:
         if "k" in _state or "loading" in _state:
             return
         _state["loading"] = True
-    threading.Thread(target=get, name="feedline-kernels", daemon=True).start()
+        thread = threading.Thread(target=get, name="feedline-kernels", daemon=True)
+        _state["thread"] = thread
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(before=_finish_loading)
+    thread.start()
+
+
+def _finish_loading() -> None:
+    """Before a fork: let the loading thread finish (see ``load_in_background``)."""
+    thread = _state.get("thread")
+    if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+        thread.join()
 
 
 def _build():
