@@ -89,6 +89,22 @@ def test_an_epoch_left_part_way_is_made_again_by_fresh_workers():
         it.set_epoch(-1)
 
 
+def test_a_deep_copy_keeps_its_own_pass_record():
+    import copy
+    import gc
+
+    it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
+    dl = DataLoader(it, batch_size=None, num_workers=2)
+    first = ys(dl)
+    twin = copy.deepcopy(it)
+    assert twin._passes.path != it._passes.path
+    del it, dl
+    gc.collect()  # the original's record goes with it; the copy's stays
+    second = ys(DataLoader(twin, batch_size=None, num_workers=2))
+    loader = fl.Loader(dataset(), 10, seed=5)
+    assert [first, second] == [ys(loader), ys(loader)]
+
+
 def test_the_pass_record_is_removed_with_the_dataset():
     import gc
     import os

@@ -157,8 +157,17 @@ class _Passes:
             return 0
         return min(struct.unpack(f"<{workers}Q", data))
 
-    def __reduce__(self) -> Any:  # a copy refers to the same file and never removes it
+    def __reduce__(self) -> Any:  # a pickled copy (a worker's) refers to the same file
         return (_Passes._of, (self.path,))
+
+    def __deepcopy__(self, memo: dict) -> _Passes:
+        """A copy made in this process (``copy.deepcopy`` of the dataset): a file of its
+        own, starting from this one's record, so neither outlives the other's."""
+        twin = _Passes()
+        with contextlib.suppress(OSError), open(self.path, "rb") as f, \
+                open(twin.path, "wb") as g:
+            g.write(f.read())
+        return twin
 
     @staticmethod
     def _of(path: str) -> _Passes:

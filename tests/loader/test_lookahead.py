@@ -105,3 +105,21 @@ def test_a_failure_making_a_block_ahead_reaches_the_caller_and_loses_no_batch(
         next(loader)
     got += [b.record_indices for b in loader]  # made again, in the calling thread
     np.testing.assert_array_equal(np.concatenate(got), full)
+
+
+@pytest.mark.parametrize("share", [(0, 2), (1, 3), (2, 5)])
+def test_a_share_of_the_batches_uses_every_block_made_ahead(ds, share, monkeypatch):
+    made = []
+    real = _ahead.Ahead.make
+    monkeypatch.setattr(_ahead.Ahead, "make",
+                        staticmethod(lambda cursor, length: made.append(cursor.offset)
+                                     or real(cursor, length)))
+    whole = [b.record_indices.tolist() for b in fl.Loader(ds, 1000, seed=6)]
+    made.clear()
+    loader = fl.Loader(ds, 1000, seed=6)
+    loader.share_batches(*share)
+    got = [b.record_indices.tolist() for b in loader]
+    assert got == whole[share[0]::share[1]]
+    assert len(made) == len(set(made))  # no block made twice (a look-ahead that missed)
+    blocks = -(-N // (-(-_loader._BLOCK // 1000) * 1000))
+    assert len(made) <= blocks

@@ -302,6 +302,13 @@ class Loader(Resumable, PoolMode):
         elif index > self._delivered:
             self._done_ahead.add(index)
 
+    def _passed(self, start: int) -> None:
+        """The batch at ``start`` is done: delivered, or its error reached the caller (a
+        batch that raised is passed over, as iteration goes on after it, so the state's
+        count goes on too)."""
+        with self._lock:
+            self._mark_delivered(start)
+
     def _claim_or_stop(self) -> tuple[int, int, np.ndarray, np.ndarray]:
         """The next batch's claim; at the end of the pass, mark it ended and stop."""
         claim = self._claim()
@@ -327,7 +334,11 @@ class Loader(Resumable, PoolMode):
             cursor = order.cursor(start)
             ords, recs = Ahead.make(cursor, length)
         self._block = (start, ords, recs, order.length, start + len(ords))
-        after = start + len(ords)
+        # the next block starts at this loader's next batch past this one (with a share
+        # of k, the first of its batches at or after the block's end)
+        w, k = self._share
+        after = -(-(start + len(ords)) // b)
+        after = (after + (w - after) % k) * b
         if after < order.length:
             self._ahead = Ahead(order, after, length, cursor)
         return self._block
@@ -425,14 +436,15 @@ class Loader(Resumable, PoolMode):
                     raise StopIteration
             start, stop, ords, recs = claim
             cols = plain._columns if plain._columns is not None else plain._mapped_columns
-            if cols:
-                fields = {}
-                for k, col in cols.items():
-                    fields[k] = col.take(recs, axis=0)
-            else:
-                fields = self._gather(ords, recs, stop - start, start)
-            with self._lock:
-                self._mark_delivered(start)
+            try:
+                if cols:
+                    fields = {}
+                    for k, col in cols.items():
+                        fields[k] = col.take(recs, axis=0)
+                else:
+                    fields = self._gather(ords, recs, stop - start, start)
+            finally:
+                self._passed(start)
             return Batch(fields, stop - start, stop - start, start, ords, recs)
         pool = self._use_pool()
         if pool is not None:
@@ -442,17 +454,19 @@ class Loader(Resumable, PoolMode):
         rows = self._rows_for(size)
         device = self._use_device()
         if device is not None:
-            fields = device.gather(ords, recs, rows)
-            with self._lock:
-                self._mark_delivered(start)
+            try:
+                fields = device.gather(ords, recs, rows)
+            finally:
+                self._passed(start)
             batch = Batch(fields, size, rows, start, ords, recs)
             return batch if self.batch_transform is None else self.batch_transform(batch)
         # Every batch gets fresh arrays: reusing the arrays of batches the caller dropped
         # was tried and is unsafe, as JAX and asynchronous copies may still read memory
         # that no Python reference holds.
-        fields = self._gather(ords, recs, rows, start)
-        with self._lock:
-            self._mark_delivered(start)
+        try:
+            fields = self._gather(ords, recs, rows, start)
+        finally:
+            self._passed(start)
         if self.output == "torch":
             fields = self._to_torch(fields)
         batch = Batch(dict(fields), size, rows, start, ords, recs)
@@ -488,8 +502,14 @@ class Loader(Resumable, PoolMode):
             raise ValueError("with even=True, next_into needs out['mask'] (a bool array): "
                              "short ranks take steps of padding only")
         pool = self._use_pool()
-        if pool is not None:  # the workers make batches ahead: the next is one of theirs
+        if pool is not None and not self._transform_in_workers:
+            # the workers make the fields' batches ahead: the next is one of theirs
             return self._next_into_from_pool(pool, out, mask, padded)
+        if pool is not None and self._inflight:
+            raise ValueError("next_into fills arrays with the records' fields, and this "
+                             "loader's workers have made batches ahead through its "
+                             "batch_transform: iterate it, or use next_into from the start "
+                             "of a pass")
         claim = self._claim()
         if claim is None:
             with self._lock:
@@ -501,13 +521,15 @@ class Loader(Resumable, PoolMode):
         plain = self._plain_cols if self._plain_decided else self._plain_source()
         cols = None if plain is None else (
             plain._columns if plain._columns is not None else plain._mapped_columns)
-        if cols:  # the order's records are in range: "clip" spares numpy a buffered copy
-            for n, col in cols.items():
-                np.take(col, recs, axis=0, out=out[n][:size], mode="clip")
-        else:
-            self._gather(ords, recs, size, start, out={n: out[n] for n in self.record.fields})
-        with self._lock:
-            self._mark_delivered(start)
+        try:
+            if cols:  # the order's records are in range: "clip" spares numpy a buffered copy
+                for n, col in cols.items():
+                    np.take(col, recs, axis=0, out=out[n][:size], mode="clip")
+            else:
+                self._gather(ords, recs, size, start,
+                             out={n: out[n] for n in self.record.fields})
+        finally:
+            self._passed(start)
         if rows > size:
             for n in self.record.fields:
                 out[n][size:rows] = 0
@@ -518,11 +540,8 @@ class Loader(Resumable, PoolMode):
 
     def _next_into_from_pool(self, pool: WorkerPool, out: Mapping[str, np.ndarray],
                              mask: np.ndarray | None, padded: bool) -> int:
-        if self._transform_in_workers:
-            raise ValueError("next_into fills arrays with the records' fields; this loader's "
-                             "batches are its batch_transform's results: iterate it instead")
         try:
-            batch = self._next_from_pool(pool)
+            batch = self._next_from_pool(pool, raw=True)
         except StopIteration:
             return 0
         rows, size = len(batch), batch.size

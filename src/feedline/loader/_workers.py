@@ -264,7 +264,8 @@ class PoolMode:
                           transform=transform, output=self.output,
                           device=None if self.device is None else str(self.device))
 
-    def _next_from_pool(self, pool: WorkerPool) -> Any:
+    def _next_from_pool(self, pool: WorkerPool, raw: bool = False) -> Any:
+        """The next batch the workers made (``raw``: before a transform in this process)."""
         with self._next_lock:
             while pool.can_submit():
                 claim = self._claim()
@@ -279,9 +280,10 @@ class PoolMode:
                     self._ended = True
                 raise StopIteration
             start, stop, ords, recs = self._inflight.popleft()
-            fields = pool.result(start // self.batch_size)
-            with self._lock:
-                self._mark_delivered(start)
+            try:
+                fields = pool.result(start // self.batch_size)
+            finally:
+                self._passed(start)
             if self._transform_in_workers:
                 return fields  # the transform's result, made in a worker
             size = stop - start
@@ -290,7 +292,7 @@ class PoolMode:
         if self.output == "torch":
             fields = self._to_torch(fields)
         batch = Batch(fields, size, rows, start, ords, recs)
-        if self.batch_transform is not None:
+        if self.batch_transform is not None and not raw:
             return self.batch_transform(batch)
         return batch
 
