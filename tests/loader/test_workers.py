@@ -319,3 +319,40 @@ def test_threads_that_start_a_loader_together_all_wait_for_its_workers(monkeypat
             t.join()
     assert sorted(got) == list(range(400))
     assert in_process == []  # every batch came from the workers
+
+
+def halve(batch):
+    """A batch transform (importable, so it runs in the workers)."""
+    return {"x": batch.x / 2}
+
+
+def test_next_into_with_a_transform_in_the_workers_fills_the_records_fields():
+    ds = fl.Dataset.from_arrays(x=np.arange(40.0).reshape(20, 2))
+    want = [b.x.tolist() for b in fl.Loader(ds, 4, seed=1)]
+    out = {"x": np.zeros((4, 2))}
+    with fl.Loader(ds, 4, seed=1, batch_transform=halve, workers=2) as loader:
+        got = []
+        while loader.next_into(out):
+            got.append(out["x"].tolist())
+    assert got == want  # next_into gives the fields, as with workers=0
+
+
+def test_a_batch_that_raised_is_passed_over_and_the_state_stays_small():
+    def flaky(example):
+        if int(example["y"]) == 13:
+            raise RuntimeError("bad example 13")
+        return example
+
+    ds = fl.Dataset.from_arrays(y=np.arange(100)).map(flaky)
+    loader = fl.Loader(ds, 5)
+    got, errors = [], 0
+    while True:
+        try:
+            got.extend(next(loader).y.tolist())
+        except RuntimeError:
+            errors += 1
+        except StopIteration:
+            break
+    assert errors == 1 and got == [i for i in range(100) if not 10 <= i < 15]
+    state = loader.state_dict()
+    assert state["batches"] == 20 and state["ahead"] == [] and state["ended"] is True
