@@ -11,8 +11,9 @@ class Batch:
     """A batch: one attribute per field, plus where its rows came from.
 
     ``len(batch)`` is the number of rows (padding included); ``batch.size`` the real
-    examples; ``batch.mask`` is False on padding rows. ``source_ordinals``,
-    ``record_indices`` and ``positions`` (in the order) are -1 on padding rows.
+    examples (setting an attribute sets a field: ``batch.aug = ...``); ``batch.mask``
+    is False on padding rows. ``source_ordinals``, ``record_indices`` and
+    ``positions`` (in the order) are -1 on padding rows.
     """
 
     # The fields dict is the instance's __dict__, so ``batch.x`` is a plain attribute
