@@ -69,7 +69,10 @@ def test_a_forked_child_makes_its_own_blocks(ds):
     for _ in range(60):
         next(loader)
     read, write = os.pipe()
+    pending = loader._ahead.future
     pid = os.fork()
+    if pid != 0:  # the fork waited for the block being made (no lock crosses the fork)
+        assert pending.done()
     if pid == 0:  # the child: its copy of the block made ahead belongs to the parent
         try:
             ok = np.array_equal(records_of(loader), full[60_000:])

@@ -9,6 +9,16 @@ import numpy as np
 
 from ..order import Order, _kernels
 
+# Blocks being made. A fork waits for them: a child forked while the thread held a lock
+# (numba's, loading a kernel for a new type) would wait on it forever, and torch's
+# DataLoader forks its workers whenever an epoch starts.
+_running: set = set()
+
+
+def _finish_running() -> None:
+    for future in list(_running):
+        future.exception()  # waits; an error stays for the loader that asks for the block
+
 
 class Ahead:
     """The order block at ``start`` being made on the process's look-ahead thread while
@@ -26,6 +36,8 @@ class Ahead:
             cursor = order.cursor(start)
         self.cursor = cursor
         self.future = self._executor().submit(self.make, cursor, length)
+        _running.add(self.future)
+        self.future.add_done_callback(_running.discard)
 
     @classmethod
     def _executor(cls) -> Any:
@@ -33,6 +45,8 @@ class Ahead:
         if pool is None or pool[0] != os.getpid():
             from concurrent.futures import ThreadPoolExecutor
 
+            if pool is None and hasattr(os, "register_at_fork"):
+                os.register_at_fork(before=_finish_running)
             pool = cls._pool = (os.getpid(), ThreadPoolExecutor(1, "feedline-order"))
         return pool[1]
 
