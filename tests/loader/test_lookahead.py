@@ -69,10 +69,7 @@ def test_a_forked_child_makes_its_own_blocks(ds):
     for _ in range(60):
         next(loader)
     read, write = os.pipe()
-    pending = loader._ahead.future
     pid = os.fork()
-    if pid != 0:  # the fork waited for the block being made (no lock crosses the fork)
-        assert pending.done()
     if pid == 0:  # the child: its copy of the block made ahead belongs to the parent
         try:
             ok = np.array_equal(records_of(loader), full[60_000:])
@@ -126,3 +123,24 @@ def test_a_share_of_the_batches_uses_every_block_made_ahead(ds, share, monkeypat
     assert len(made) == len(set(made))  # no block made twice (a look-ahead that missed)
     blocks = -(-N // (-(-_loader._BLOCK // 1000) * 1000))
     assert len(made) <= blocks
+
+
+def test_a_fork_waits_for_the_block_being_made_ahead(ds, monkeypatch):
+    import time
+
+    real = _ahead.Ahead.make
+
+    def slow(cursor, length):  # a block that takes a while (a first kernel load would)
+        time.sleep(0.3)
+        return real(cursor, length)
+
+    monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(slow))
+    loader = fl.Loader(ds, 1000, seed=2)
+    next(loader)  # the second block is now being made on the look-ahead thread
+    pending = loader._ahead.future
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    done = pending.done()  # at once, in the parent
+    os.waitpid(pid, 0)
+    assert done  # it finished before the fork: no lock of its thread crossed
