@@ -192,6 +192,17 @@ def test_a_range_fits_an_integer_field():
     assert domain_error(R, [0, 3, -3]).endswith("got 3")
 
 
+@pytest.mark.parametrize("dtype", ["complex64", "complex128", "bool"])
+def test_a_range_on_a_complex_or_bool_field_is_a_record_error(dtype):
+    with pytest.raises(fl.RecordError, match=rf"`a`: Range\[0, 1\] does not fit {dtype}"):
+        one(dtype, fl.Range(0, 1))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "float16", "float64"])
+def test_a_range_fits_integer_and_float_fields(dtype):
+    assert one(dtype, fl.Range(0, 1)).check(1)["a"] == 1
+
+
 def test_a_range_with_a_bound_that_is_not_a_number_is_a_record_error():
     with pytest.raises(fl.RecordError):
         one("float32", fl.Range("a", 1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import re
 import types
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 import feedline as fl
-from feedline.records import record_from_schema
+from feedline.records import make_record, record_from_schema
 
 HERE = Path(__file__)
 
@@ -314,6 +315,55 @@ def test_a_schema_rebuilds_the_record_it_came_from():
     assert rebuilt.schema() == Digit.schema() and rebuilt.same_schema(Digit)
 
 
+@pytest.mark.parametrize(("name", "class_name"), [
+    ("mnist-train", "mnist_train"), ("my data.v2", "my_data_v2"), ("3d", "_3d"),
+    ("", "_"), ("Arrays", "Arrays")])
+def test_a_run_time_record_is_named_by_an_identifier_and_keeps_the_name_in_where(name,
+                                                                               class_name):
+    R = make_record(name, {"x": ((2,), "float32")})
+    assert R.__name__ == class_name and R.fields["x"].where == f"<{name}>"
+
+
+def test_a_run_time_record_named_by_any_string_survives_pickling():
+    R = make_record("mnist-train", {"x": ((2,), "float32"), "y": ((), "int64")}, doc="Rows.")
+    again = pickle.loads(pickle.dumps(R))
+    assert again.__name__ == "mnist_train" and again.__doc__ == "Rows."
+    assert again.schema() == R.schema() and again.same_schema(R)
+    assert again.check({"x": [1, 2], "y": 3})["x"].tolist() == [1.0, 2.0]
+
+
+def test_a_pickled_run_time_record_keeps_where_its_fields_came_from():
+    R = make_record("m", {"x": ((2,), "float32"), "y": ((), "int64")})
+    from_file = record_from_schema(Digit.schema(), "digits.flr")
+    for rec in (R, from_file):
+        again = pickle.loads(pickle.dumps(rec))
+        assert {k: f.where for k, f in again.fields.items()} == {
+            k: f.where for k, f in rec.fields.items()}
+    with pytest.raises(fl.ShapeError, match=r"^<m>: m field `x` of item 0 should be"):
+        pickle.loads(pickle.dumps(R)).check({"x": [1], "y": 0}, 0)
+
+
+def test_pickling_a_run_time_record_does_not_change_its_schema():
+    R = make_record("m", {"x": ((2,), "float32")})
+    assert "where" not in str(pickle.loads(pickle.dumps(R)).schema())
+    assert pickle.loads(pickle.dumps(R)).schema() == R.schema()
+
+
+def shift(example, rng):
+    """An augmentation (importable, so that loader workers can run it)."""
+    return {"x": example["x"] + rng.integers(0, 100), "y": example["y"]}
+
+
+def test_a_mapped_dataset_from_arrays_with_a_dashed_name_loads_in_workers():
+    ds = fl.Dataset.from_arrays(name="mnist-train", x=np.zeros((8, 2)), y=np.arange(8))
+    assert ds.name == "mnist-train"
+    mapped = ds.map(shift, seed=1)
+    want = [(b.y.tolist(), b.x.tolist()) for b in mapped.batches(4)]
+    with mapped.batches(4, workers=2) as loader:
+        got = [(b.y.tolist(), b.x.tolist()) for b in loader]
+    assert got == want and sorted(y for ys, _ in got for y in ys) == list(range(8))
+
+
 def test_a_schema_without_stored_shapes_rebuilds_from_the_dims():
     schema = Digit.schema()
     for f in schema["fields"]:
@@ -475,6 +525,52 @@ def test_values_are_converted_to_the_field_dtype():
     out = R.check(([1, 2], np.array([True, False]), np.array([True, True])))
     assert [a.dtype for a in out.values()] == [np.float16, np.uint8, np.bool_]
     assert out["f"].tolist() == [1.0, 2.0] and out["i"].tolist() == [1, 0]
+
+
+class Half(fl.Record):
+    x = fl.field((), "float16")  # <half>
+
+
+@pytest.mark.parametrize("value", [70000, np.int32(-70000), 70000.0, np.uint64(2**63)])
+def test_a_number_that_overflows_a_float_field_is_a_shape_error_not_inf(value):
+    with pytest.raises(fl.ShapeError) as info:
+        Half.check({"x": value}, 5)
+    assert str(info.value) == (f"{declared_at('half')}: Half field `x` of item 5: "
+                               f"{np.asarray(value).item()!r} does not fit float16")
+
+
+def test_a_column_that_overflows_a_float_field_names_the_first_bad_rows_item():
+    with pytest.raises(fl.ShapeError) as info:
+        Half.check_columns({"x": np.array([1, 70000, -70000])}, np.array([4, 9, 2]))
+    assert str(info.value) == (f"{declared_at('half')}: Half field `x` of item 9: "
+                               f"70000 does not fit float16")
+
+
+def test_an_infinite_value_is_not_an_overflow():
+    out = Half.check_columns({"x": np.array([np.inf, -np.inf, 1.0])}, np.arange(3))
+    assert out["x"].tolist() == [np.inf, -np.inf, 1.0]
+
+
+class Byte(fl.Record):
+    y = fl.field((), "uint8")  # <byte>
+
+
+def test_a_column_that_overflows_an_integer_field_names_the_first_bad_rows_item():
+    with pytest.raises(fl.ShapeError) as info:
+        Byte.check_columns({"y": np.array([1, 2, 300])}, np.array([10, 11, 12]))
+    assert str(info.value) == (f"{declared_at('byte')}: Byte field `y` of item 12: "
+                               f"300 does not fit uint8")
+
+
+def test_an_overflow_in_a_field_with_axes_names_the_row_and_its_value():
+    R = record({"v": fl.field(2, "int8")})
+    with pytest.raises(fl.ShapeError, match=r"`v` of item 7: -200 does not fit int8$"):
+        R.check_columns({"v": np.array([[0, 1], [2, -200], [300, 0]])}, np.array([6, 7, 8]))
+
+
+def test_an_overflow_in_columns_without_indices_speaks_of_an_item():
+    with pytest.raises(fl.ShapeError, match=r"`y` of an item: 300 does not fit uint8$"):
+        Byte.check_columns({"y": np.array([1, 300])})
 
 
 def test_a_shape_error_reads_like_shapescripts():

@@ -5,7 +5,7 @@ domain             values                                      fits dtypes
 =================  ==========================================  ======================
 ``Index(n)``       integers in ``[0, n)``; ``n`` an int or dim  integers (and bool)
 ``Mask``           booleans                                    bool
-``Range(lo, hi)``  numbers with ``lo <= v <= hi``               numbers
+``Range(lo, hi)``  numbers with ``lo <= v <= hi``               integers and floats
 =================  ==========================================  ======================
 
 Checks are vectorised: one pass over a whole batch (or a whole in-memory array).

@@ -255,7 +255,8 @@ class Record(metaclass=_RecordMeta):
                 f"{f.where}: {cls.__name__} field `{f.name}` of {where} should be {f.dtype} "
                 f"({_KIND_WORDS[kind]}), got {arr.dtype} values")
         if arr.dtype != f.dtype:
-            arr = _cast(arr, f, cls.__name__, index if not batch else None)
+            arr = _cast(arr, f, cls.__name__, index if not batch else None,
+                        indices if batch else None)
         return arr
 
     @classmethod
@@ -276,7 +277,7 @@ class Record(metaclass=_RecordMeta):
             flat = bad.reshape(len(arr), -1).any(axis=1)
             row = int(np.flatnonzero(flat)[0])
             value = arr[row][bad[row]].reshape(-1)[0]
-            index = None if indices is None else int(np.asarray(indices)[row])
+            index = _row_item(indices, row)
         else:
             value = arr[bad].reshape(-1)[0]
             index = None if indices is None else int(np.asarray(indices)[0])
@@ -327,29 +328,49 @@ def to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def _cast(arr: np.ndarray, f: Field, record: str, index: int | None) -> np.ndarray:
-    """``arr`` as the field's dtype, refusing values the dtype cannot hold."""
+def _cast(arr: np.ndarray, f: Field, record: str, index: int | None,
+          indices: Any = None) -> np.ndarray:
+    """``arr`` as the field's dtype, refusing values the dtype cannot hold.
+
+    ``index`` names a single item; for a batch (``arr`` batch-first) ``indices`` are its
+    rows' item indices, and the error names the item of the first row that does not fit.
+    """
     target = f.dtype
     if target.kind in "iu" and arr.dtype.kind in "iu" and not np.can_cast(arr.dtype, target):
         info = np.iinfo(target)
         if arr.size and (int(arr.min()) < info.min or int(arr.max()) > info.max):
-            bad = arr[(arr < info.min) | (arr > info.max)].reshape(-1)[0]
-            raise ShapeError(f"{f.where}: {record} field `{f.name}` of {_item(index)}: "
-                             f"{bad.item()!r} does not fit {target}")
+            _refuse(arr, (arr < info.min) | (arr > info.max), f, record, index, indices)
     with np.errstate(over="ignore", invalid="ignore"):
         out = arr.astype(target)
-    if (target.kind in "fc" and arr.dtype.kind in "fc" and arr.dtype.itemsize > target.itemsize
-            and arr.size):
+    # A finite number that overflows to inf (70000 as float16, 1e300 as float32).
+    if (target.kind in "fc" and arr.dtype.kind in "iufc" and arr.size
+            and not np.can_cast(arr.dtype, target)):
         lost = np.isinf(out) & np.isfinite(arr)
         if lost.any():
-            bad = arr[lost].reshape(-1)[0]
-            raise ShapeError(f"{f.where}: {record} field `{f.name}` of {_item(index)}: "
-                             f"{bad.item()!r} does not fit {target}")
+            _refuse(arr, lost, f, record, index, indices)
     return out
+
+
+def _refuse(arr: np.ndarray, bad: np.ndarray, f: Field, record: str, index: int | None,
+            indices: Any) -> None:
+    """Raise the "does not fit" error for the first value of ``arr`` marked in ``bad``."""
+    if indices is not None and arr.ndim:
+        row = int(np.flatnonzero(bad.reshape(len(arr), -1).any(axis=1))[0])
+        index = _row_item(indices, row)
+    value = arr[bad].reshape(-1)[0]
+    raise ShapeError(f"{f.where}: {record} field `{f.name}` of {_item(index)}: "
+                     f"{value.item()!r} does not fit {f.dtype}")
 
 
 def _item(index: int | None) -> str:
     return "an item" if index is None or index < 0 else f"item {index}"
+
+
+def _row_item(indices: Any, row: int) -> int | None:
+    """The item index of a batch's ``row`` (None when ``indices`` do not say)."""
+    if indices is None or row >= len(indices):
+        return None
+    return int(np.asarray(indices)[row])
 
 
 def _rows(indices: Any) -> str:
@@ -416,6 +437,10 @@ def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Fie
         elif not isinstance(dom, Range):
             raise RecordError(f"{spec.where}: record {record} field `{name}`: a domain is "
                               f"fl.Index(n), fl.Mask or fl.Range(lo, hi), got {dom!r}")
+        elif dtype.kind not in "iuf":
+            raise RecordError(f"{spec.where}: record {record} field `{name}`: "
+                              f"{dom.describe(dims)} does not fit {dtype}: a Range needs an "
+                              f"integer or float dtype")
     return Field(name, tuple(shape), dtype, dom, spec.doc, tuple(raw), spec.where)
 
 
@@ -423,12 +448,15 @@ def _reduce_record(cls: type) -> Any:
     """Pickle a record class by reference when it is importable, else by its schema (for
     records built at run time: from arrays, from a file's header)."""
     if getattr(cls, "_built_at_run_time", False):
-        return (_rebuild, (cls.schema(), getattr(cls, "_where", "<pickled>")))
+        # The fields' ``where`` travels beside the schema (a file format, which has none).
+        wheres = {f.name: f.where for f in cls.fields.values()}
+        return (_rebuild, (cls.schema(), getattr(cls, "_where", "<pickled>"), wheres))
     return cls.__qualname__
 
 
-def _rebuild(schema: Mapping[str, Any], where: str) -> type[Record]:
-    return record_from_schema(schema, where)
+def _rebuild(schema: Mapping[str, Any], where: str,
+             wheres: Mapping[str, str] | None = None) -> type[Record]:
+    return _from_schema(schema, where, wheres or {})
 
 
 copyreg.pickle(_RecordMeta, _reduce_record)
@@ -443,6 +471,13 @@ def record_from_schema(schema: Mapping[str, Any], where: str) -> type[Record]:
     is the shape its dims resolve to. Raises ``RecordError`` (or ``KeyError``/``TypeError``
     on malformed data) when the schema does not declare a valid record.
     """
+    return _from_schema(schema, where, {})
+
+
+def _from_schema(schema: Mapping[str, Any], where: str,
+                 wheres: Mapping[str, str]) -> type[Record]:
+    """``record_from_schema``; ``wheres`` maps field names to their ``where`` (default
+    ``<where>:<name>``)."""
     fields = schema["fields"]
     if not isinstance(fields, (list, tuple)):
         raise RecordError(f"{where}: expected a list of fields, found {fields!r:.80}")
@@ -466,7 +501,7 @@ def record_from_schema(schema: Mapping[str, Any], where: str) -> type[Record]:
                               f"{doc!r:.80}")
         dom = None if f.get("domain") is None else domain_from_dict(f["domain"])
         namespace[fname] = _FieldSpec(tuple(d if isinstance(d, str) else int(d) for d in dims),
-                                      f["dtype"], dom, doc, at)
+                                      f["dtype"], dom, doc, str(wheres.get(fname, at)))
         if "shape" in f:
             stored_shapes[fname] = f["shape"]
     if schema.get("doc"):
@@ -502,13 +537,25 @@ def _is_shape(stored: Any, shape: tuple[int, ...]) -> bool:
 
 def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
                 doc: str | None = None) -> type[Record]:
-    """A record class built at run time: ``specs`` maps field name -> (shape, dtype)."""
+    """A record class built at run time: ``specs`` maps field name -> (shape, dtype).
+
+    ``name`` may be any string (a dataset's name, e.g. ``mnist-train``): the class is
+    named by it made an identifier (``mnist_train``), so that its schema rebuilds it
+    (pickling, workers, ``.flr`` headers); ``where`` keeps ``name`` as given.
+    """
     namespace = _Namespace()
     for fname, (shape, dtype) in specs.items():
         namespace[fname] = _FieldSpec(tuple(shape), dtype, None, None, f"<{name}>")
     if doc:
         namespace["__doc__"] = doc
-    cls = _RecordMeta(name, (Record,), namespace)
+    cls = _RecordMeta(_identifier(name), (Record,), namespace)
     cls._built_at_run_time = True
     cls._where = f"<{name}>"
     return cls
+
+
+def _identifier(name: str) -> str:
+    """``name`` as a class name: characters an identifier cannot hold become ``_``, and
+    a name that cannot start one (a digit, an empty name) gets a leading ``_``."""
+    ident = "".join(c if ("a" + c).isidentifier() else "_" for c in name)
+    return ident if ident.isidentifier() else "_" + ident
