@@ -174,6 +174,32 @@ def test_an_item_outside_the_dataset_is_an_index_error(source_kind, i):
         make(source_kind)[i]
 
 
+@pytest.mark.parametrize(("indices", "bad"), [([-1], -1), ([3, -N], -N), ([0, N], N),
+                                              ([N + 5, -2], -2)])
+def test_getitems_outside_the_dataset_is_a_bounds_error_naming_the_index(source_kind, indices,
+                                                                          bad):
+    # A negative index does not count from the end, in getitems as in ds[i].
+    ds = make(source_kind)
+    want = f"item {bad} is outside the dataset of {N} items"
+    with pytest.raises(fl.BoundsError, match=want):
+        ds.getitems(indices)
+    out = {"img": np.zeros((4, 4), np.float32), "label": np.zeros(4, np.int64)}
+    with pytest.raises(fl.BoundsError, match=want):
+        ds.getitems(indices, out=out)
+    with pytest.raises(fl.BoundsError, match=want):
+        ds.map(lambda ex: ex).getitems(indices)
+    with pytest.raises(fl.BoundsError, match=f"item {bad} is outside"):
+        ds[bad]
+    assert isinstance(fl.BoundsError("x"), IndexError)
+
+
+def test_an_index_into_an_empty_dataset_is_a_bounds_error():
+    ds = fl.Dataset(Digit, [])
+    assert ds.getitems([])["label"].shape == (0,)
+    with pytest.raises(fl.BoundsError, match="item 0 is outside the dataset of 0 items"):
+        ds.getitems([0])
+
+
 def test_getitems_out_fills_the_given_arrays(source_kind):
     ds = make(source_kind)
     out = {"img": np.full((5, 4), -1, np.float32), "label": np.full(5, -1, np.int64)}
@@ -281,6 +307,114 @@ def test_valid_arrays_pass_the_value_check():
     assert_columns(ds.getitems([1, 2], check_values=True), expected([1, 2]))
 
 
+def test_ragged_arrays_are_a_shape_error_naming_the_field():
+    class P(fl.Record, dims={"D": 2}):
+        x = fl.field("D", "float32")
+        y = fl.field((), "int64")
+
+    with pytest.raises(fl.ShapeError, match=r"P field `x` of the dict is not a rectangular "
+                                            r"array: .*inhomogeneous") as info:
+        fl.Dataset(P, {"x": [[1, 2], [3]], "y": [1, 2]})
+    assert isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(fl.ShapeError, match="from_arrays: `x` is not a rectangular array"):
+        fl.Dataset.from_arrays(x=[[1, 2], [3]])
+    with pytest.raises(fl.ShapeError, match="from_arrays: `y` is not a rectangular array"):
+        fl.Dataset.from_arrays(x=np.zeros((2, 2)), y=[[1], [2, 3]])
+
+
+def test_refresh_checks_a_changed_dict_of_arrays_again():
+    labels = LABELS.astype(np.int32)  # converted to int64: the dataset holds a copy
+    ds = fl.Dataset(Digit, {"img": IMGS, "label": labels})
+    ds.check_values()
+    labels[4] = -7
+    ds.refresh()
+    assert ds.getitems([4])["label"].tolist() == [-7]
+    with pytest.raises(fl.DomainError, match=r"`label` of item 4 .* got -7"):
+        ds.check_values()
+
+
+def test_refresh_takes_a_dict_of_arrays_that_changed_length():
+    source = {"img": IMGS, "label": LABELS}
+    ds = fl.Dataset(Digit, source)
+    source["img"], source["label"] = IMGS[:5], LABELS[:5]
+    ds.refresh()
+    assert len(ds) == 5
+    assert_columns(ds.columns, expected(np.arange(5)))
+    source["label"] = LABELS[:4]
+    with pytest.raises(fl.ShapeError, match="different lengths"):
+        ds.refresh()
+
+
+def test_refresh_takes_a_tensor_dataset_that_changed_length():
+    td = TensorDataset(torch.tensor(IMGS), torch.tensor(LABELS))
+    ds = fl.Dataset(Digit, td)
+    ds.check_values()
+    td.tensors = (torch.tensor(IMGS[:3]), torch.tensor([0, 1, 10]))
+    ds.refresh()
+    assert len(ds) == 3
+    with pytest.raises(fl.BoundsError, match="item 3 is outside the dataset of 3 items"):
+        ds[3]
+    with pytest.raises(fl.DomainError, match=r"`label` of item 2 .* got 10"):
+        ds.check_values()  # refresh forgot the earlier value check
+
+
+def test_refresh_takes_the_length_of_a_list_again():
+    items = [(IMGS[i], LABELS[i]) for i in range(N)]
+    ds = fl.Dataset(Digit, items)
+    items.append((IMGS[0], 99))
+    ds.refresh()
+    assert len(ds) == N + 1
+    with pytest.raises(fl.DomainError, match=rf"`label` of item {N} .* got 99"):
+        ds.check_values()
+
+
+@pytest.mark.parametrize(
+    "kind", ["list of dicts", "list of tuples", "list of lists", "__getitems__",
+             "getitems columns"])
+def test_check_values_reads_a_source_not_in_memory_naming_the_bad_item(kind):
+    ds = make(kind)
+    ds.check_values()  # every value fits
+    source = SOURCES[kind][0]()
+    if kind == "getitems columns":
+        source.cols = {"img": IMGS, "label": np.where(np.arange(N) == 9, 10, LABELS)}
+    elif kind == "__getitems__":
+        source.items[9] = {"img": IMGS[9], "label": 10}
+    else:
+        source[9] = (IMGS[9], 10)
+    ds = fl.Dataset(Digit, source)
+    with pytest.raises(fl.DomainError) as info:
+        ds.check_values()
+    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 9 should "
+                               f"be in Index[C] = [0, 10), got 10")
+    with pytest.raises(fl.DomainError, match="of item 9 "):
+        ds.map(lambda ex: ex).check_values()  # a mapped dataset checks its source's items
+
+
+def test_check_values_reads_a_source_not_in_memory_in_batches_once(monkeypatch):
+    from feedline.sources import _dataset
+
+    monkeypatch.setattr(_dataset, "_CHECK_ITEMS", 5)
+    source = Columns({"img": IMGS, "label": LABELS})
+    ds = fl.Dataset(Digit, source)
+    ds.check_values()
+    assert [c.tolist() for c in source.calls] == [
+        list(range(0, 5)), list(range(5, 10)), list(range(10, N))]
+    ds.check_values()  # once, until refresh
+    assert len(source.calls) == 3
+    ds.refresh()
+    ds.check_values()
+    assert len(source.calls) == 6
+
+
+def test_check_values_reads_large_items_in_smaller_batches(monkeypatch):
+    from feedline.sources import _dataset
+
+    monkeypatch.setattr(_dataset, "_CHECK_BYTES", 4 * 4 * 4 + 8 * 4)  # four Digit items
+    source = Columns({"img": IMGS, "label": LABELS})
+    fl.Dataset(Digit, source).check_values()
+    assert [len(c) for c in source.calls] == [4, 4, 4]
+
+
 # -- TensorDataset --------------------------------------------------------------------------------
 
 
@@ -368,6 +502,26 @@ def test_every_item_of_the_wrong_shape_names_the_first_in_the_batch():
     ds = fl.Dataset(Digit, [(np.zeros(3), 1)] * N)
     with pytest.raises(fl.ShapeError, match="of item 9 "):
         ds.getitems([9, 2])
+
+
+@pytest.mark.parametrize("wrap", [list, Batched])
+def test_items_of_mixed_integer_types_stack_to_the_field_dtype(wrap):
+    # np.stack alone would promote uint64 with int64 to float64.
+    items = [{"img": IMGS[0], "label": np.uint64(1)}, {"img": IMGS[1], "label": np.int64(2)},
+             {"img": IMGS[2].astype(np.float32), "label": True}]
+    ds = fl.Dataset(Digit, wrap(items))
+    batch = ds.getitems([0, 1, 2], check_values=True)
+    assert batch["label"].dtype == np.int64 and batch["label"].tolist() == [1, 2, 1]
+    assert batch["img"].dtype == np.float32
+    np.testing.assert_array_equal(batch["img"], IMGS[:3].astype(np.float32))
+    assert [ds[i]["label"].item() for i in range(3)] == batch["label"].tolist()
+
+
+def test_an_item_of_mixed_integer_types_that_does_not_fit_is_named():
+    items = [{"img": IMGS[0], "label": np.int64(1)}, {"img": IMGS[1], "label": np.uint64(2**63)}]
+    with pytest.raises(fl.ShapeError, match=r"`label` of item 1: 9223372036854775808 does not "
+                                            r"fit int64"):
+        fl.Dataset(Digit, items).getitems([0, 1])
 
 
 def test_an_item_outside_its_domain_is_a_domain_error_naming_its_index_when_checked():
@@ -460,6 +614,22 @@ def test_huggingface_datasets_are_read_by_batch():
     ds = fl.Dataset(Digit, hf)
     assert len(ds) == N
     assert_columns(ds.getitems([3, 1]), expected([3, 1]))
+
+
+def test_huggingface_datasets_give_an_empty_batch_and_check_values():
+    datasets = pytest.importorskip("datasets")
+    labels = LABELS.tolist()
+    ds = fl.Dataset(Digit, datasets.Dataset.from_dict({"img": IMGS.tolist(), "label": labels}))
+    empty = ds.getitems([])
+    assert empty["img"].shape == (0, 4) and empty["img"].dtype == np.float32
+    assert empty["label"].shape == (0,) and empty["label"].dtype == np.int64
+    ds.check_values()
+    with pytest.raises(fl.BoundsError, match="item -1 is outside the dataset of 12 items"):
+        ds.getitems([-1])
+    labels[5] = 11
+    bad = fl.Dataset(Digit, datasets.Dataset.from_dict({"img": IMGS.tolist(), "label": labels}))
+    with pytest.raises(fl.DomainError, match=r"`label` of item 5 .* got 11"):
+        bad.check_values()
 
 
 # -- salt, from_arrays, ordering ------------------------------------------------------------------

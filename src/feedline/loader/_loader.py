@@ -348,7 +348,8 @@ class Loader(Resumable, PoolMode):
         """The fields of the given records, stacked; padded with zeros to ``rows``."""
         if self.check_values and not self._values_checked:
             for ds in self._datasets:
-                ds.check_values()
+                if ds.in_memory:  # checked whole, once; others batch by batch, as they load
+                    ds.check_values()
             self._values_checked = True
         return gather(self._datasets, self.record.fields, ords, recs, rows,
                       self._seeds(start, len(recs)), self._context(), self.check_values, out)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FeedlineError, ShapeError
+from ..errors import BoundsError, FeedlineError, ShapeError
 from ..order import Seq, _seq
 from ..order import salt as name_salt
 from ..order._hash import MASK64, PHI, mix64
@@ -62,6 +62,19 @@ def _is_hf_dataset(src: Any) -> bool:
 
 
 _to_numpy = to_numpy
+
+# Items per batch when ``check_values`` reads a source that is not in memory: at most
+# this many, and at most ``_CHECK_BYTES`` of decoded fields, so large items stay bounded.
+_CHECK_ITEMS = 65_536
+_CHECK_BYTES = 64 << 20
+
+
+def _column(value: Any, where: str) -> np.ndarray:
+    """``value`` as a numpy array; ragged data is a ``ShapeError`` saying ``where``."""
+    try:
+        return _to_numpy(value)
+    except (ValueError, TypeError) as e:  # numpy's "inhomogeneous shape", and the like
+        raise ShapeError(f"{where} is not a rectangular array: {e}") from e
 
 
 class Dataset:
@@ -112,22 +125,35 @@ class Dataset:
         self._mapped_columns: dict[str, np.ndarray] | None = (
             dict(mapped) if isinstance(mapped, Mapping) and set(mapped) == set(record.fields)
             else None)
+        if not (isinstance(source, Mapping) or _is_tensor_dataset(source)) and (
+                not hasattr(source, "__len__") or not (
+                hasattr(source, "__getitem__") or hasattr(source, "getitems"))):
+            raise TypeError(f"a Dataset's source is map-style (__len__ and __getitem__), got "
+                            f"{type(source).__name__}")
+        self._read_source()
+
+    def _read_source(self) -> None:
+        """Check and convert an in-memory source as a whole; take the source's length."""
+        source, record = self.source, self.record
         if isinstance(source, Mapping):
             self._columns = self._check_whole(
-                {f: _to_numpy(source[f]) for f in record.fields if f in source}, "dict")
+                {f: _column(source[f], self._where(f, "dict"))
+                 for f in record.fields if f in source}, "dict")
         elif _is_tensor_dataset(source):
             tensors = source.tensors
             if len(tensors) != len(record.fields):
                 raise ShapeError(f"{record.__name__}: the TensorDataset has {len(tensors)} "
                                  f"tensors, the record has {len(record.fields)} fields")
             self._columns = self._check_whole(
-                {f: _to_numpy(t) for f, t in zip(record.fields, tensors)}, "TensorDataset")
-        elif not hasattr(source, "__len__") or not (
-                hasattr(source, "__getitem__") or hasattr(source, "getitems")):
-            raise TypeError(f"a Dataset's source is map-style (__len__ and __getitem__), got "
-                            f"{type(source).__name__}")
+                {f: _column(t, self._where(f, "TensorDataset"))
+                 for f, t in zip(record.fields, tensors)}, "TensorDataset")
         self._len = len(self._columns[next(iter(record.fields))]) if self._columns else len(
             source)
+        self._values_checked = False
+
+    def _where(self, name: str, what: str) -> str:
+        f = self.record.fields[name]
+        return f"{f.where}: {self.record.__name__} field `{name}` of the {what}"
 
     def __getstate__(self) -> dict:
         # A file's mapped columns are views of its memory map: the receiving process
@@ -163,7 +189,7 @@ class Dataset:
         """
         if not arrays:
             raise TypeError("from_arrays needs at least one array, e.g. x=...")
-        cols = {k: _to_numpy(v) for k, v in arrays.items()}
+        cols = {k: _column(v, f"from_arrays: `{k}`") for k, v in arrays.items()}
         specs = {}
         for k, v in cols.items():
             if v.ndim == 0:
@@ -194,23 +220,46 @@ class Dataset:
         return self._columns
 
     def refresh(self) -> None:
-        """Check and convert an in-memory source again (after its tensors changed)."""
-        if _is_tensor_dataset(self.source):
-            self._columns = self._check_whole(
-                {f: _to_numpy(t) for f, t in zip(self.record.fields, self.source.tensors)},
-                "TensorDataset")
-            self._values_checked = False
+        """Take the source again after it changed: an in-memory source (a dict of arrays,
+        a ``TensorDataset``) is checked and converted again, the length is read again, and
+        ``check_values`` checks again."""
+        self._read_source()
 
     def check_values(self) -> None:
-        """Check every value of in-memory arrays against the fields' domains (once)."""
-        if self._columns is not None and not self._values_checked:
+        """Check every value against the fields' domains (once, until ``refresh``).
+
+        In-memory arrays are checked as a whole; any other source is read through, in
+        batches of up to 65,536 items (less for large items). A value outside its domain
+        is a ``DomainError`` naming the item.
+        """
+        if self._values_checked:
+            return
+        if self._columns is not None:
             self.record.check_columns(self._columns, np.arange(self._len), check_values=True)
-            self._values_checked = True
+        else:
+            # The source's own items (a mapped dataset's functions run as it loads).
+            base = self._base
+            item_bytes = sum(f.dtype.itemsize * int(np.prod(f.shape, dtype=np.int64))
+                             for f in self.record.fields.values())
+            step = max(1, min(_CHECK_ITEMS, _CHECK_BYTES // max(1, item_bytes)))
+            for start in range(0, len(base), step):
+                base.getitems(np.arange(start, min(start + step, len(base))),
+                              check_values=True, in_range=True)
+        self._values_checked = True
+
+    def _check_bounds(self, idx: np.ndarray) -> None:
+        """Refuse indices outside ``[0, len)`` (a negative one does not count from the end)."""
+        if len(idx):
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < 0 or hi >= self._len:
+                bad = lo if lo < 0 else hi
+                span = f"0 to {self._len - 1}" if self._len else "none: it is empty"
+                raise BoundsError(f"{self.record.__name__}: item {bad} is outside the dataset "
+                                  f"of {self._len:,} items (indices: {span})")
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         i = int(index)
-        if not 0 <= i < self._len:
-            raise IndexError(f"item {i} is outside the dataset of {self._len}")
+        self._check_bounds(np.array([i]))
         if self._maps:
             return {k: np.array(v[0]) for k, v in self.getitems(np.array([i])).items()}
         if self._columns is not None:
@@ -231,7 +280,7 @@ class Dataset:
         saves checking them.
         """
         if self._maps:
-            batch = self._base.getitems(indices, check_values=check_values)
+            batch = self._base.getitems(indices, check_values=check_values, in_range=in_range)
             batch = self._apply_maps(batch, np.asarray(indices, dtype=np.int64),
                                      positions, context, check_values)
             if out is not None:
@@ -239,14 +288,13 @@ class Dataset:
                     out[k][: len(v)] = v
             return batch
         idx = np.asarray(indices, dtype=np.int64)
+        if not in_range:
+            self._check_bounds(idx)
         columns = self._columns if self._columns is not None else self._mapped_columns
         if columns is not None:
             if check_values and self._columns is not None:
                 self.check_values()
             if out is not None:
-                if not in_range and len(idx) and (int(idx.min()) < 0
-                                                  or int(idx.max()) >= self._len):
-                    raise IndexError(f"indices outside the dataset of {self._len}")
                 for k, col in columns.items():
                     # mode="clip": with the bounds checked above, numpy need not buffer `out`.
                     np.take(col, idx, axis=0, out=out[k][: len(idx)], mode="clip")
@@ -263,12 +311,14 @@ class Dataset:
             if check_values:
                 self.record.check_columns(batch, idx, check_values=True)
             return batch
+        elif len(idx) == 0:  # the record alone fixes an empty batch (HF cannot index [])
+            batch = {k: np.zeros((0, *f.shape), dtype=f.dtype)
+                     for k, f in self.record.fields.items()}
         elif hasattr(src, "getitems"):
             cols = src.getitems(idx)
             batch = self.record.check_columns(cols, idx, check_values=check_values)
         elif self._hf is not None:
-            cols = self._hf[idx.tolist()] if len(idx) else {}
-            batch = self._stack_or_explain(None, idx, check_values, cols)
+            batch = self._stack_or_explain(None, idx, check_values, self._hf[idx.tolist()])
         elif hasattr(src, "__getitems__"):
             items = src.__getitems__(idx.tolist())
             batch = self._stack_or_explain(items, idx, check_values)
@@ -291,14 +341,16 @@ class Dataset:
                     per_field[f].append(v)
             columns = per_field
         try:
-            cols = {}
-            for f, field in rec.fields.items():
-                values = columns[f]
-                if len(idx) == 0:
-                    cols[f] = np.zeros((0, *field.shape), dtype=field.dtype)
-                else:
-                    cols[f] = np.stack([_to_numpy(v) for v in values]) if isinstance(
-                        values, list) else _to_numpy(values)
+            arrays = {f: [_to_numpy(v) for v in columns[f]] if isinstance(columns[f], list)
+                      else _to_numpy(columns[f]) for f in rec.fields}
+            if items is not None and any(len({a.dtype for a in v}) > 1
+                                         for v in arrays.values()):
+                # np.stack would promote mixed dtypes (uint64 with int64 to float64):
+                # check and convert item by item to the fields' dtypes first.
+                checked = [rec.check(item, int(i), check_values=False)
+                           for item, i in zip(items, idx)]
+                arrays = {f: [c[f] for c in checked] for f in rec.fields}
+            cols = {f: np.stack(v) if isinstance(v, list) else v for f, v in arrays.items()}
             return rec.check_columns(cols, idx, check_values=check_values)
         except (ValueError, TypeError, FeedlineError) as batch_error:
             # Find the first item that does not fit, for a message naming it.
