@@ -229,7 +229,7 @@ def test_a_mangled_private_field_is_a_record_error():
             __hidden = fl.field((), "int64")
 
 
-@pytest.mark.parametrize("dtype", ["float33", "nonsense"])
+@pytest.mark.parametrize("dtype", ["float33", "nonsense", None])  # None: not float64
 def test_an_unknown_dtype_is_a_record_error(dtype):
     assert repr(dtype) in declaration_error({"a": fl.field((), dtype)})
 
@@ -655,3 +655,4 @@ def test_converting_a_value_does_not_touch_the_item():
     out = Digit.check(item)
     out["img"][0] = 99
     assert img[0] == 0 and item["img"] is img
+

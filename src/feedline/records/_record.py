@@ -412,6 +412,8 @@ def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Fie
             raise RecordError(f"{spec.where}: record {record} field `{name}`: shape entry {d!r} "
                               f"is not a dim name or a non-negative int")
     try:
+        if spec.dtype is None:  # np.dtype(None) would be float64, silently
+            raise TypeError("no dtype")
         dtype = np.dtype(spec.dtype)
     except TypeError as e:
         raise RecordError(f"{spec.where}: record {record} field `{name}`: numpy does not know "
