@@ -11,6 +11,7 @@ descriptor closes when the last share is given up.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import fcntl
 import mmap
@@ -162,7 +163,7 @@ class _Descriptor:
             os.close(self.fd)
 
 
-class Handle:
+class Handle(abc.ABC):
     """What every read handle does: share, close (idempotent), ``with``, bounds checks.
 
     ``_shared`` is the counted object behind the handles of one open file (its
@@ -182,9 +183,9 @@ class Handle:
     def size(self) -> int:
         return self._shared.size
 
+    @abc.abstractmethod
     def _twin(self) -> Handle:
         """A new handle on the same shared object (the share is already counted)."""
-        raise NotImplementedError
 
     def share(self) -> Handle:
         """Another handle on the same open file."""
