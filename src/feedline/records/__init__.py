@@ -1,7 +1,8 @@
 """Typed records: the fields of one example, checked as it loads."""
 
 from ._domain import Index, Mask, Range
-from ._record import Field, Record, field, make_record, record_from_schema
+from ._record import Field, Record, field
+from ._schema import make_record, record_from_schema
 
 __all__ = ["Field", "Index", "Mask", "Range", "Record", "field", "make_record",
            "record_from_schema"]

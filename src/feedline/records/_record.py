@@ -15,7 +15,6 @@ the same shapes and examples stack into batches. A wrong declaration raises
 
 from __future__ import annotations
 
-import copyreg
 import inspect
 import keyword
 import os
@@ -28,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..errors import DomainError, RecordError, ShapeError
-from ._domain import Index, Range, _MaskDomain, domain_from_dict
+from ._domain import Index, Range, _MaskDomain
 
 # Which source kinds (numpy dtype.kind) each field kind takes: a float field takes
 # any numbers, an integer field integers or booleans, a bool field only booleans.
@@ -444,120 +443,3 @@ def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Fie
                               f"{dom.describe(dims)} does not fit {dtype}: a Range needs an "
                               f"integer or float dtype")
     return Field(name, tuple(shape), dtype, dom, spec.doc, tuple(raw), spec.where)
-
-
-def _reduce_record(cls: type) -> Any:
-    """Pickle a record class by reference when it is importable, else by its schema (for
-    records built at run time: from arrays, from a file's header)."""
-    if getattr(cls, "_built_at_run_time", False):
-        # The fields' ``where`` travels beside the schema (a file format, which has none).
-        wheres = {f.name: f.where for f in cls.fields.values()}
-        return (_rebuild, (cls.schema(), getattr(cls, "_where", "<pickled>"), wheres))
-    return cls.__qualname__
-
-
-def _rebuild(schema: Mapping[str, Any], where: str,
-             wheres: Mapping[str, str] | None = None) -> type[Record]:
-    return _from_schema(schema, where, wheres or {})
-
-
-copyreg.pickle(_RecordMeta, _reduce_record)
-
-
-def record_from_schema(schema: Mapping[str, Any], where: str) -> type[Record]:
-    """Rebuild a record class from ``Record.schema()`` data (``where`` names its origin).
-
-    The data is checked as a file's must be: each field's ``name`` is a string that
-    neither starts with ``_`` nor hides a ``Record`` attribute, its ``dims`` are dim
-    names and ints >= 0, its ``doc`` a string or null, and its ``shape``, when present,
-    is the shape its dims resolve to. Raises ``RecordError`` (or ``KeyError``/``TypeError``
-    on malformed data) when the schema does not declare a valid record.
-    """
-    return _from_schema(schema, where, {})
-
-
-def _from_schema(schema: Mapping[str, Any], where: str,
-                 wheres: Mapping[str, str]) -> type[Record]:
-    """``record_from_schema``; ``wheres`` maps field names to their ``where`` (default
-    ``<where>:<name>``)."""
-    fields = schema["fields"]
-    if not isinstance(fields, (list, tuple)):
-        raise RecordError(f"{where}: expected a list of fields, found {fields!r:.80}")
-    namespace = _Namespace()
-    stored_shapes: dict[str, Any] = {}
-    for f in fields:
-        if not isinstance(f, Mapping):
-            raise RecordError(f"{where}: expected a field (an object), found {f!r:.80}")
-        fname = f["name"]
-        if not isinstance(fname, str) or fname.startswith("_") or hasattr(Record, fname):
-            raise RecordError(f"{where}: expected a field name that neither starts with _ nor "
-                              f"hides a Record attribute, found {fname!r:.80}")
-        at = f"{where}:{fname}"
-        dims = f["dims"]
-        if not isinstance(dims, (list, tuple)) or not all(map(_is_dim, dims)):
-            raise RecordError(f"{at}: field `{fname}`: expected dims of dim names and ints >= 0, "
-                              f"found {dims!r:.80}")
-        doc = f.get("doc")
-        if doc is not None and not isinstance(doc, str):
-            raise RecordError(f"{at}: field `{fname}`: expected a doc string or null, found "
-                              f"{doc!r:.80}")
-        dom = None if f.get("domain") is None else domain_from_dict(f["domain"])
-        namespace[fname] = _FieldSpec(tuple(d if isinstance(d, str) else int(d) for d in dims),
-                                      f["dtype"], dom, doc, str(wheres.get(fname, at)))
-        if "shape" in f:
-            stored_shapes[fname] = f["shape"]
-    if schema.get("doc"):
-        namespace["__doc__"] = str(schema["doc"])
-    name = str(schema["name"])
-    if not name.isidentifier():
-        raise RecordError(f"{where}: record name {name!r} is not an identifier")
-    cls = _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {})))
-    for fname, stored in stored_shapes.items():
-        field_ = cls.fields[fname]
-        if not _is_shape(stored, field_.shape):
-            raise RecordError(f"{where}:{fname}: field `{fname}`: the stored shape "
-                              f"{stored!r:.80} is not {list(field_.shape)}, the shape its dims "
-                              f"{list(field_.dims)} resolve to")
-    cls._built_at_run_time = True
-    cls._where = where
-    return cls
-
-
-def _is_dim(d: Any) -> bool:
-    """A dim name or an int >= 0 (not a bool, not a float such as 2.7 or Infinity)."""
-    if isinstance(d, str):
-        return True
-    return isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
-
-
-def _is_shape(stored: Any, shape: tuple[int, ...]) -> bool:
-    """Whether ``stored`` lists exactly the ints of ``shape`` (no floats, no bools)."""
-    return (isinstance(stored, (list, tuple)) and len(stored) == len(shape)
-            and all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s == d
-                    for s, d in zip(stored, shape)))
-
-
-def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
-                doc: str | None = None) -> type[Record]:
-    """A record class built at run time: ``specs`` maps field name -> (shape, dtype).
-
-    ``name`` may be any string (a dataset's name, e.g. ``mnist-train``): the class is
-    named by it made an identifier (``mnist_train``), so that its schema rebuilds it
-    (pickling, workers, ``.flr`` headers); ``where`` keeps ``name`` as given.
-    """
-    namespace = _Namespace()
-    for fname, (shape, dtype) in specs.items():
-        namespace[fname] = _FieldSpec(tuple(shape), dtype, None, None, f"<{name}>")
-    if doc:
-        namespace["__doc__"] = doc
-    cls = _RecordMeta(_identifier(name), (Record,), namespace)
-    cls._built_at_run_time = True
-    cls._where = f"<{name}>"
-    return cls
-
-
-def _identifier(name: str) -> str:
-    """``name`` as a class name: characters an identifier cannot hold become ``_``, and
-    a name that cannot start one (a digit, an empty name) gets a leading ``_``."""
-    ident = "".join(c if ("a" + c).isidentifier() else "_" for c in name)
-    return ident if ident.isidentifier() else "_" + ident
