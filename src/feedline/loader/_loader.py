@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -43,6 +43,7 @@ from ._ahead import Ahead
 from ._batch import Batch
 from ._device import DeviceColumns
 from ._gather import gather
+from ._into import IntoArrays
 from ._ranks import detect_rank
 from ._resume import Resumable
 from ._util import as_dataset, check_int, to_torch
@@ -56,7 +57,7 @@ _BLOCK = 1 << 16
 _PASS_LEVEL = 255
 
 
-class Loader(Resumable, PoolMode):
+class Loader(Resumable, PoolMode, IntoArrays):
     """Batches of typed examples from a dataset, a ``Seq`` or an ``Order``.
 
     >>> import numpy as np, feedline as fl
@@ -288,27 +289,6 @@ class Loader(Resumable, PoolMode):
         return (start, stop, block[1][start - offset:stop - offset],
                 block[2][start - offset:stop - offset])
 
-    def _mark_delivered(self, start: int) -> None:
-        """Under the lock: the batch starting at ``start`` reached the caller. Threads may
-        deliver out of order, so the state keeps a count without a gap and the batches
-        delivered past it (a restore skips those and makes the ones in the gap)."""
-        index = self._share_index(start)
-        if index == self._delivered:
-            self._delivered += 1
-            ahead = self._done_ahead
-            while self._delivered in ahead:
-                ahead.remove(self._delivered)
-                self._delivered += 1
-        elif index > self._delivered:
-            self._done_ahead.add(index)
-
-    def _passed(self, start: int) -> None:
-        """The batch at ``start`` is done: delivered, or its error reached the caller (a
-        batch that raised is passed over, as iteration goes on after it, so the state's
-        count goes on too)."""
-        with self._lock:
-            self._mark_delivered(start)
-
     def _claim_or_stop(self) -> tuple[int, int, np.ndarray, np.ndarray]:
         """The next batch's claim; at the end of the pass, mark it ended and stop."""
         claim = self._claim()
@@ -353,21 +333,6 @@ class Loader(Resumable, PoolMode):
             self._values_checked = True
         return gather(self._datasets, self.record.fields, ords, recs, rows,
                       self._seeds(start, len(recs)), self._context(), self.check_values, out)
-
-    def _seeds(self, start: int, size: int) -> np.ndarray | None:
-        """The positions, in the whole pass before sharding, of this shard's positions
-        ``start .. start + size``: with the pass, they seed mapped datasets' generators,
-        so every rank draws its own and a resume with another number of ranks draws
-        the same. None when no dataset is mapped."""
-        if not self._mapped:
-            return None
-        p = np.arange(start, start + size, dtype=np.int64)
-        if self.shard is None:
-            return p
-        index, count = self.shard
-        if self._dealt:  # positions dealt round-robin after skipping _base
-            return self._base + p * count + index
-        return p + index * len(self._plain) // count  # data.nu's contiguous slice
 
     def _context(self) -> int:
         """The pass's context: it seeds mapped datasets' per-example generators."""
@@ -474,85 +439,6 @@ class Loader(Resumable, PoolMode):
         if self.batch_transform is not None:
             return self.batch_transform(batch)
         return batch
-
-    def next_into(self, out: Mapping[str, np.ndarray]) -> int:
-        """Gather the next batch into caller-provided arrays; returns its row count.
-
-        ``out`` maps each field to an array of the field's dtype with at least
-        ``batch_size`` rows (and, optionally, ``"mask"`` to a bool array that receives the
-        batch's mask). Rows past the count are left as they were. 0 marks the end of the
-        pass, and every call after it returns 0 until ``reset()`` or a new iteration
-        starts the next pass (so threads looping until 0 read one pass together).
-        With ``even=True`` every step, an all-padding one included, returns ``batch_size``
-        and ``out["mask"]`` is required: it tells the real rows.
-        """
-        b = self.batch_size
-        for n, f in self.record.fields.items():
-            a = out.get(n)
-            if (a is None or not isinstance(a, np.ndarray) or a.shape[1:] != f.shape
-                    or len(a) < b or a.dtype != f.dtype):
-                got = None if a is None else (getattr(a, "shape", None), getattr(a, "dtype", None))
-                raise ValueError(f"next_into needs out[{n!r}]: a {f.dtype} array of shape "
-                                 f"(>= {b}, *{f.shape}), got {got}")
-        mask = out.get("mask")
-        padded = self.even and self.shard is not None
-        if mask is not None and (not isinstance(mask, np.ndarray) or mask.dtype != np.bool_
-                                 or mask.ndim != 1 or len(mask) < b):
-            raise ValueError(f"out['mask'] must be a bool array of >= {b} rows")
-        if padded and mask is None:
-            raise ValueError("with even=True, next_into needs out['mask'] (a bool array): "
-                             "short ranks take steps of padding only")
-        pool = self._use_pool()
-        if pool is not None and not self._transform_in_workers:
-            # the workers make the fields' batches ahead: the next is one of theirs
-            return self._next_into_from_pool(pool, out, mask, padded)
-        if pool is not None and self._inflight:
-            raise ValueError("next_into fills arrays with the records' fields, and this "
-                             "loader's workers have made batches ahead through its "
-                             "batch_transform: iterate it, or use next_into from the start "
-                             "of a pass")
-        claim = self._claim()
-        if claim is None:
-            with self._lock:
-                self._ended = True
-            return 0
-        start, stop, ords, recs = claim
-        size = stop - start
-        rows = self._rows_for(size)
-        plain = self._plain_cols if self._plain_decided else self._plain_source()
-        cols = None if plain is None else (
-            plain._columns if plain._columns is not None else plain._mapped_columns)
-        try:
-            if cols:  # the order's records are in range: "clip" spares numpy a buffered copy
-                for n, col in cols.items():
-                    np.take(col, recs, axis=0, out=out[n][:size], mode="clip")
-            else:
-                self._gather(ords, recs, size, start,
-                             out={n: out[n] for n in self.record.fields})
-        finally:
-            self._passed(start)
-        if rows > size:
-            for n in self.record.fields:
-                out[n][size:rows] = 0
-        if mask is not None:
-            mask[:rows] = False
-            mask[:size] = True
-        return rows if padded else size
-
-    def _next_into_from_pool(self, pool: WorkerPool, out: Mapping[str, np.ndarray],
-                             mask: np.ndarray | None, padded: bool) -> int:
-        try:
-            batch = self._next_from_pool(pool, raw=True)
-        except StopIteration:
-            return 0
-        rows, size = len(batch), batch.size
-        for n in self.record.fields:
-            a = batch[n]
-            out[n][:rows] = a.cpu().numpy() if hasattr(a, "cpu") else a
-        if mask is not None:
-            mask[:rows] = False
-            mask[:size] = True
-        return rows if padded else size
 
     def _to_torch(self, fields: dict[str, np.ndarray]) -> dict[str, Any]:
         return to_torch(fields, self.device)

@@ -7,6 +7,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from ..errors import FeedlineError, StateError
 
 STATE_FORMAT = "feedline.loader.state"
@@ -28,7 +30,9 @@ def _state_int(state: Mapping[str, Any], key: str, low: int, high: int | None = 
 
 
 class Resumable:
-    """``state_dict`` / ``load_state_dict`` for ``Loader`` (which provides the attributes).
+    """``state_dict`` / ``load_state_dict`` for ``Loader`` (which provides the attributes),
+    and what a state counts: the batches passed (``_mark_delivered``) and the positions
+    of the whole pass before sharding (``_seeds``), which stay valid across ranks.
 
     The state records the batches delivered (not made ahead) in the current pass, the
     pass and the seed: ``batches`` counts them up to the first batch not yet delivered,
@@ -83,6 +87,42 @@ class Resumable:
                              f"for this loader: {e}") from e
         finally:
             self._seed, self._base = previous
+
+    def _mark_delivered(self, start: int) -> None:
+        """Under the lock: the batch starting at ``start`` reached the caller. Threads may
+        deliver out of order, so the state keeps a count without a gap and the batches
+        delivered past it (a restore skips those and makes the ones in the gap)."""
+        index = self._share_index(start)
+        if index == self._delivered:
+            self._delivered += 1
+            ahead = self._done_ahead
+            while self._delivered in ahead:
+                ahead.remove(self._delivered)
+                self._delivered += 1
+        elif index > self._delivered:
+            self._done_ahead.add(index)
+
+    def _passed(self, start: int) -> None:
+        """The batch at ``start`` is done: delivered, or its error reached the caller (a
+        batch that raised is passed over, as iteration goes on after it, so the state's
+        count goes on too)."""
+        with self._lock:
+            self._mark_delivered(start)
+
+    def _seeds(self, start: int, size: int) -> np.ndarray | None:
+        """The positions, in the whole pass before sharding, of this shard's positions
+        ``start .. start + size``: with the pass, they seed mapped datasets' generators,
+        so every rank draws its own and a resume with another number of ranks draws
+        the same. None when no dataset is mapped."""
+        if not self._mapped:
+            return None
+        p = np.arange(start, start + size, dtype=np.int64)
+        if self.shard is None:
+            return p
+        index, count = self.shard
+        if self._dealt:  # positions dealt round-robin after skipping _base
+            return self._base + p * count + index
+        return p + index * len(self._plain) // count  # data.nu's contiguous slice
 
     def state_dict(self) -> dict:
         """The state after the last batch delivered: a small JSON-ready dict."""
