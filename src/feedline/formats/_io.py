@@ -322,3 +322,44 @@ class OpenFile:
     def __reduce__(self):
         # the handle pickles itself (a path, or a URL with its options) and reopens
         return (type(self), (self.path, self._file))
+
+
+_HELD: dict[tuple[int, str], SharedFlock] = {}  # (pid, lock file) -> this process's hold
+_HELD_LOCK = threading.Lock()
+
+
+class SharedFlock:
+    """A process's hold on one lock file (a shared cache's): shared by all its handles.
+
+    An ``flock`` belongs to an open file description, so two handles of one process that
+    opened the lock file each would lock each other out like two processes: an eviction
+    in one would wait forever for a read that the same thread holds open in the other.
+    Here the process's handles on a cache share one descriptor and one count of readers,
+    and the shared lock is held while that count is above zero.
+    """
+
+    def __init__(self, key: tuple[int, str]) -> None:
+        self.key = key
+        self.fd = os.open(key[1], os.O_RDWR | os.O_CREAT, 0o644)
+        self.refs = 0
+        self.readers = threading.Condition()  # its lock keeps new readers out
+        self.reading = 0
+
+    @classmethod
+    def acquire(cls, path: str) -> SharedFlock:
+        """The process's lock on ``path`` (keyed by process id: a forked child opens its own)."""
+        key = (os.getpid(), os.path.realpath(path))
+        with _HELD_LOCK:
+            lock = _HELD.get(key)
+            if lock is None:
+                lock = _HELD[key] = cls(key)
+            lock.refs += 1
+            return lock
+
+    def release(self) -> None:
+        with _HELD_LOCK:
+            self.refs -= 1
+            if self.refs:
+                return
+            del _HELD[self.key]
+        os.close(self.fd)

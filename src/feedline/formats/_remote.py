@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ._io import Handle
+from ._io import Handle, SharedFlock
 
 _NOT_TRANSIENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _TRANSIENT_LIBS = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http",
@@ -97,47 +97,6 @@ def _transient(e: BaseException) -> bool:
     return type(e).__module__.split(".")[0] in _TRANSIENT_LIBS
 
 
-_HELD: dict[tuple[int, str], _CacheLock] = {}  # (pid, lock file) -> this process's hold
-_HELD_LOCK = threading.Lock()
-
-
-class _CacheLock:
-    """A process's hold on one cache's lock file: shared by all its handles on that cache.
-
-    An ``flock`` belongs to an open file description, so two handles of one process that
-    opened the lock file each would lock each other out like two processes: an eviction
-    in one would wait forever for a read that the same thread holds open in the other.
-    Here the process's handles on a cache share one descriptor and one count of readers,
-    and the shared lock is held while that count is above zero.
-    """
-
-    def __init__(self, key: tuple[int, str]) -> None:
-        self.key = key
-        self.fd = os.open(key[1], os.O_RDWR | os.O_CREAT, 0o644)
-        self.refs = 0
-        self.readers = threading.Condition()  # its lock keeps new readers out
-        self.reading = 0
-
-    @classmethod
-    def acquire(cls, path: str) -> _CacheLock:
-        """The process's lock on ``path`` (keyed by process id: a forked child opens its own)."""
-        key = (os.getpid(), os.path.realpath(path))
-        with _HELD_LOCK:
-            lock = _HELD.get(key)
-            if lock is None:
-                lock = _HELD[key] = cls(key)
-            lock.refs += 1
-            return lock
-
-    def release(self) -> None:
-        with _HELD_LOCK:
-            self.refs -= 1
-            if self.refs:
-                return
-            del _HELD[self.key]
-        os.close(self.fd)
-
-
 class _Object:
     """One remote object, its cache and its lock: shared by a process's handles."""
 
@@ -177,7 +136,7 @@ class _Object:
         base = os.path.join(self._dir, key.hexdigest()[:32])
         self.data_fd = os.open(base + ".data", os.O_RDWR | os.O_CREAT, 0o644)
         self.index_fd = os.open(base + ".blocks", os.O_RDWR | os.O_CREAT, 0o644)
-        self._lock = _CacheLock.acquire(base + ".lock")
+        self._lock = SharedFlock.acquire(base + ".lock")
         self.lock_fd = self._lock.fd
         index_bytes = 8 * max(1, self.blocks)
 
