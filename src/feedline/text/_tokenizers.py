@@ -98,7 +98,25 @@ def _missing_special(kind: str, name: str, specials: Mapping[str, int]) -> Value
                       f"are {sorted(specials, key=specials.__getitem__)}")
 
 
-class ByteTokenizer:
+class _Specials:
+    """The special tokens of a tokenizer (``_specials``: text -> id, in id order)."""
+
+    _kind = "the"  # named in the error for a missing special
+    _specials: dict[str, int]
+
+    @property
+    def specials(self) -> dict[str, int]:
+        """Special token text -> id, in id order."""
+        return dict(self._specials)
+
+    def special_id(self, name: str) -> int:
+        """The id of the special token ``name`` (a ``ValueError`` if there is none)."""
+        if name not in self._specials:
+            raise _missing_special(self._kind, name, self._specials)
+        return self._specials[name]
+
+
+class ByteTokenizer(_Specials):
     """Ids 0-255 are the bytes of the UTF-8 text; ``specials`` take ids 256, 257, ...
 
     Encoding recognises the special strings in the text (leftmost, longest first) and
@@ -111,6 +129,7 @@ class ByteTokenizer:
     """
 
     keeps_bytes = True
+    _kind = "byte"
 
     def __init__(self, specials: Sequence[str] = DEFAULT_SPECIALS) -> None:
         self._specials = _specials_map(specials, 256)
@@ -129,17 +148,6 @@ class ByteTokenizer:
     def vocab_size(self) -> int:
         """256 plus the number of specials."""
         return 256 + len(self._specials)
-
-    @property
-    def specials(self) -> dict[str, int]:
-        """Special token text -> id, in id order."""
-        return dict(self._specials)
-
-    def special_id(self, name: str) -> int:
-        """The id of the special token ``name`` (a ``ValueError`` if there is none)."""
-        if name not in self._specials:
-            raise _missing_special("byte", name, self._specials)
-        return self._specials[name]
 
     def encode_flow(self, docs: Sequence[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
         """All documents' ids concatenated (``uint64``) and each one's count (``int64``)."""
@@ -206,7 +214,7 @@ def _hf() -> Any:
     return tokenizers
 
 
-class BPETokenizer:
+class BPETokenizer(_Specials):
     """A HuggingFace ``tokenizers`` tokenizer (a ``tokenizer.json``), trained here as a
     byte-level BPE or loaded from a file (any model the library reads).
 
@@ -216,6 +224,8 @@ class BPETokenizer:
     uses the library's batch encoder, which runs on all cores and releases the GIL.
     Needs the ``text`` extra (``pip install 'feedline[text]'``).
     """
+
+    _kind = "BPE"
 
     def __init__(self, tokenizer: Any) -> None:
         self._tok = tokenizer
@@ -289,17 +299,6 @@ class BPETokenizer:
     def vocab_size(self) -> int:
         """The number of ids, added tokens included."""
         return int(self._tok.get_vocab_size(with_added_tokens=True))
-
-    @property
-    def specials(self) -> dict[str, int]:
-        """Special token text -> id, in id order."""
-        return dict(self._specials)
-
-    def special_id(self, name: str) -> int:
-        """The id of the special token ``name`` (a ``ValueError`` if there is none)."""
-        if name not in self._specials:
-            raise _missing_special("BPE", name, self._specials)
-        return self._specials[name]
 
     def encode_batch(self, docs: Sequence[str | bytes]) -> list[np.ndarray]:
         """One ``uint64`` id array per document (``bytes`` are decoded as UTF-8, an
