@@ -161,11 +161,49 @@ def test_a_uint_of_the_wrong_length_is_rejected():
         kvrec.decode(struct.pack("<I", 1) + v1_field(b"a", 0, b"\0" * 4))
 
 
-def test_text_that_is_not_utf8_is_a_format_error():
-    with pytest.raises(FormatError, match="UTF-8"):
-        kvrec.decode(struct.pack("<I", 1) + v1_field(b"a", 1, b"\xff\xfe"))
-    with pytest.raises(FormatError, match="UTF-8"):
-        kvrec.decode(struct.pack("<I", 1) + v1_field(b"\xc3", 0, b"\0" * 8))
+def test_a_str_that_is_not_utf8_decodes_to_its_bytes():
+    # kvrec strings are byte strings (C++ std::string): raw bytes read back losslessly
+    data = struct.pack("<I", 2) + v1_field(b"a", 1, b"\xff\xfe") + v1_field(b"b", 1, b"ok")
+    assert kvrec.decode(data) == ({"a": b"\xff\xfe", "b": "ok"}, len(data))
+    fields, _ = kvrec.decode_fields(data)
+    assert kvrec.lookup(fields, "a", kvrec.STR).value == b"\xff\xfe"
+
+
+def test_a_key_that_is_not_utf8_decodes_to_its_bytes():
+    data = struct.pack("<I", 1) + v1_field(b"\xc3", 0, b"\0" * 8)
+    assert kvrec.decode(data) == ({b"\xc3": 0}, len(data))
+    fields, _ = kvrec.decode_fields(data)
+    assert kvrec.lookup(fields, b"\xc3", kvrec.UINT).value == 0
+    v2 = kvrec.encode_v2({b"\xc8": 1, "r": {b"\xff\x00": b"\x80"}}, 8)
+    assert kvrec.decode(v2, 0, 8)[0] == {b"\xc8": 1, "r": {b"\xff\x00": b"\x80"}}
+
+
+def test_bytes_encode_as_str_byte_for_byte_in_both_versions():
+    raw = bytes(range(256))
+    assert kvrec.encode_v1({"s": raw}) == struct.pack("<I", 1) + v1_field(b"s", 1, raw)
+    v2 = kvrec.encode_v2({"s": raw, "k": bytearray(b"\xc8"), "m": memoryview(b"\xc9")}, 8)
+    table = 4 + 30 + 3 * 14
+    assert v2 == (struct.pack("<I", 4) + SENTINEL
+                  + struct.pack("<I", 1) + b"s" + b"\x01" + struct.pack("<Q", 8 + table)
+                  + struct.pack("<I", 1) + b"k" + b"\x01" + struct.pack("<Q", 8 + table + 264)
+                  + struct.pack("<I", 1) + b"m" + b"\x01" + struct.pack("<Q", 8 + table + 273)
+                  + struct.pack("<Q", 256) + raw + struct.pack("<Q", 1) + b"\xc8"
+                  + struct.pack("<Q", 1) + b"\xc9")
+    assert kvrec.size_v2({"s": raw, "k": b"\xc8", "m": b"\xc9"}) == len(v2)
+    assert kvrec.decode(v2, 0, 8)[0] == {"s": raw, "k": b"\xc8", "m": b"\xc9"}
+
+
+def test_bytes_that_are_utf8_read_back_as_str_with_the_same_bytes():
+    data = kvrec.encode_v2({"a": "hé".encode(), b"key": b""}, 8)
+    assert data == kvrec.encode_v2({"a": "hé", "key": ""}, 8)
+    assert kvrec.decode(data, 0, 8)[0] == {"a": "hé", "key": ""}
+
+
+def test_a_str_key_and_a_bytes_key_of_the_same_bytes_are_refused():
+    with pytest.raises(ValueError, match="same key"):
+        kvrec.encode_v2({"a": 1, b"a": 2})
+    with pytest.raises(ValueError, match="reserved"):
+        kvrec.encode_v2({b"kvrec_version": 2})
 
 
 def test_every_truncation_is_a_format_error():
@@ -219,7 +257,8 @@ def test_nesting_deeper_than_the_limit_is_refused(monkeypatch):
     ({"a": -1}, ValueError),
     ({"a": 2**64}, ValueError),
     ({"a": 1.5}, TypeError),
-    ({"a": b"bytes"}, TypeError),
+    ({"a": 1j}, TypeError),
+    ({"a": None}, TypeError),
     ({1: 1}, TypeError),
     ({"kvrec_version": 2}, ValueError),
     ({"a": [1, -2]}, ValueError),
@@ -248,14 +287,31 @@ def test_the_module_examples_pass():
     assert doctest.testmod(kvrec).failed == 0
 
 
-keys = st.text(max_size=6)
-leaves = st.one_of(st.integers(0, 2**64 - 1), st.text(max_size=8),
+def canonical(value):
+    """What a record reads back as: bytes that are valid UTF-8 become str."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    if isinstance(value, dict):
+        return {canonical(k): canonical(v) for k, v in value.items()}
+    return value
+
+
+keys = st.one_of(st.text(max_size=6), st.binary(max_size=4))
+leaves = st.one_of(st.integers(0, 2**64 - 1), st.text(max_size=8), st.binary(max_size=8),
                    st.lists(st.integers(0, 2**64 - 1), max_size=4))
-v1_records = st.dictionaries(keys.filter(lambda k: k != "kvrec_version"), leaves, max_size=5)
+def _plain_keys(d):  # no key twice once encoded, none the reserved one
+    return len({k.encode() if isinstance(k, str) else k for k in d} - {b"kvrec_version"}) \
+        == len(d)
+
+
+v1_records = st.dictionaries(keys, leaves, max_size=5).filter(_plain_keys)
 v2_records = st.recursive(
     v1_records,
-    lambda inner: st.dictionaries(keys.filter(lambda k: k != "kvrec_version"),
-                                  st.one_of(leaves, inner), max_size=4),
+    lambda inner: st.dictionaries(keys, st.one_of(leaves, inner), max_size=4).filter(
+        _plain_keys),
     max_leaves=12)
 
 
@@ -266,7 +322,8 @@ def test_v2_records_round_trip_at_any_base(record, base):
     assert len(data) == kvrec.size_v2(record)
     decoded, end = kvrec.decode(data, 0, base)
     assert end == len(data)
-    assert plain(decoded) == record
+    assert plain(decoded) == canonical(record)
+    assert kvrec.encode_v2(decoded, base) == data
 
 
 @settings(max_examples=200, deadline=None)
@@ -274,7 +331,8 @@ def test_v2_records_round_trip_at_any_base(record, base):
 def test_v1_records_round_trip(record):
     data = kvrec.encode_v1(record)
     decoded, end = kvrec.decode(data)
-    assert (plain(decoded), end) == (record, len(data))
+    assert (plain(decoded), end) == (canonical(record), len(data))
+    assert kvrec.encode_v1(decoded) == data
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,15 +1,25 @@
 """neuralnet.cpp's kvrec, the key-value container inside ``.nndataset`` and ``.nnvocab``.
 
-A record is an insertion-ordered ``dict`` from ``str`` keys to values:
+A record is an insertion-ordered ``dict`` from keys (``str``, or ``bytes``) to values:
 
-=================  ====  ==============================================================
-Python value       type  stored as
-=================  ====  ==============================================================
-``int`` in u64     0     UInt: 8 bytes, little-endian
-``str``            1     Str: UTF-8 bytes
-uint64 array/list  2     UIntArray: count x u64 (decodes to a numpy ``uint64`` array)
-``dict``           3     Record: a nested record (version 2 only)
-=================  ====  ==============================================================
+=====================  ====  ==========================================================
+Python value           type  stored as
+=====================  ====  ==========================================================
+``int`` in u64         0     UInt: 8 bytes, little-endian
+``str`` or ``bytes``   1     Str: a byte string (a ``str`` is stored as its UTF-8)
+uint64 array/list      2     UIntArray: count x u64 (decodes to a numpy ``uint64`` array)
+``dict``               3     Record: a nested record (version 2 only)
+=====================  ====  ==========================================================
+
+Strings (Str values and keys) are byte strings, as in C++ (``std::string``): any bytes
+are read and written losslessly. A string decodes to ``str`` when its bytes are valid
+UTF-8 and to ``bytes`` otherwise (neuralnet.cpp's tokenizer stores raw token bytes);
+the writers take ``str``, ``bytes``, ``bytearray`` or ``memoryview``. So bytes that
+happen to be valid UTF-8 read back as the ``str`` of the same bytes, and every decoded
+record encodes back to exactly the bytes it was decoded from:
+
+>>> decode(encode_v2({"tok": b"\\xc8", "txt": "h\\xe9", "raw": "hi".encode()}))[0]
+{'tok': b'\\xc8', 'txt': 'hé', 'raw': 'hi'}
 
 Version 1 (inline)::
 
@@ -33,9 +43,9 @@ the running position (bytes copied to another base are rejected); unknown types 
 skipped by their length (type 3 counts as unknown in a version 1 record, as in C++);
 a lookup (:func:`lookup`) returns the first field with that key and type, and
 :func:`decode`'s dict keeps the first field of each key. feedline is stricter than
-the C++ reader where C++ would read garbage: a UInt must be exactly 8 bytes, a Str
-must be valid UTF-8, a nested record must fill its data block exactly, a skipped
-value must lie inside the buffer, and records nest at most :data:`MAX_DEPTH` deep.
+the C++ reader where C++ would read garbage: a UInt must be exactly 8 bytes, a nested
+record must fill its data block exactly, a skipped value must lie inside the buffer,
+and records nest at most :data:`MAX_DEPTH` deep.
 Every problem is a :class:`~feedline.errors.FormatError` naming the byte offset.
 """
 
@@ -79,12 +89,13 @@ _MAX_U64 = (1 << 64) - 1
 class Field(NamedTuple):
     """One decoded field, duplicates and all.
 
-    ``value`` is an ``int``, ``str``, numpy ``uint64`` array, or, for a Record, a
-    list of ``Field``; ``offset`` is the absolute file offset of the value's bytes
-    (for a Record, the nested record's start).
+    ``key`` is a ``str`` (or ``bytes`` when it is not UTF-8); ``value`` is an ``int``,
+    a ``str`` (or ``bytes`` when it is not UTF-8), a numpy ``uint64`` array, or, for a
+    Record, a list of ``Field``; ``offset`` is the absolute file offset of the value's
+    bytes (for a Record, the nested record's start).
     """
 
-    key: str
+    key: str | bytes
     type: int
     value: Any
     offset: int
@@ -93,19 +104,27 @@ class Field(NamedTuple):
 # ---------------------------------------------------------------- encoding
 
 
-def _kind(key: str, value: Any) -> int:
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+def _kind(key: Any, value: Any) -> int:
     if isinstance(value, Mapping):
         return RECORD
-    if isinstance(value, str):
+    if isinstance(value, (str, *_BYTES_LIKE)):
         return STR
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"kvrec field {key!r}: a bool is not a kvrec value; store 0 or 1")
     if isinstance(value, (int, np.integer)):
         return UINT
-    if isinstance(value, (np.ndarray, Sequence)) and not isinstance(value, (bytes, bytearray)):
+    if isinstance(value, (np.ndarray, Sequence)):
         return UINT_ARRAY
-    raise TypeError(f"kvrec field {key!r}: expected int, str, a uint64 array or list, or a "
-                    f"dict, got {type(value).__name__}")
+    raise TypeError(f"kvrec field {key!r}: expected int, str or bytes, a uint64 array or "
+                    f"list, or a dict, got {type(value).__name__}")
+
+
+def _str_bytes(value: Any) -> bytes:
+    """A Str's bytes: a ``str``'s UTF-8, a bytes-like object's own bytes."""
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
 def _uint(key: str, value: Any) -> int:
@@ -145,14 +164,28 @@ def u64_array(value: Any, what: str) -> np.ndarray:
 
 
 def _key_bytes(key: Any) -> bytes:
-    if not isinstance(key, str):
-        raise TypeError(f"kvrec keys are str, got {type(key).__name__}: {key!r}")
-    if key == VERSION_KEY:
+    if not isinstance(key, (str, *_BYTES_LIKE)):
+        raise TypeError(f"kvrec keys are str or bytes, got {type(key).__name__}: {key!r}")
+    kb = _str_bytes(key)
+    if kb == _VERSION_KEY:
         raise ValueError(f"{VERSION_KEY!r} is reserved for the version 2 sentinel")
-    kb = key.encode("utf-8")
     if len(kb) > 0xFFFFFFFF:
         raise ValueError("a kvrec key must be shorter than 2**32 bytes")
     return kb
+
+
+def _keys(record: Mapping[Any, Any]) -> list[bytes]:
+    """The stored bytes of ``record``'s keys; a str and a bytes key of the same bytes
+    would be one key twice in the file (the second unreadable), so they are refused."""
+    keys = [_key_bytes(k) for k in record]
+    if len(set(keys)) != len(keys):
+        seen: dict[bytes, Any] = {}
+        for kb, k in zip(keys, record):
+            if kb in seen:
+                raise ValueError(f"kvrec keys {seen[kb]!r} and {k!r} are the same key "
+                                 f"({kb!r}) once stored")
+            seen[kb] = k
+    return keys
 
 
 def encode_v1(record: Mapping[str, Any]) -> bytes:
@@ -165,8 +198,7 @@ def encode_v1(record: Mapping[str, Any]) -> bytes:
     '01000000010000006100080000000100000000000000'
     """
     out = [_U32.pack(len(record))]
-    for key, value in record.items():
-        kb = _key_bytes(key)
+    for kb, (key, value) in zip(_keys(record), record.items()):
         kind = _kind(key, value)
         if kind == RECORD:
             raise ValueError(f"kvrec field {key!r}: version 1 records cannot hold a nested "
@@ -183,7 +215,7 @@ def _value_bytes(key: str, kind: int, value: Any) -> bytes:
     if kind == UINT:
         return _U64.pack(_uint(key, value))
     if kind == STR:
-        return value.encode("utf-8")
+        return _str_bytes(value)
     return u64_array(value, f"kvrec field {key!r}").tobytes()
 
 
@@ -191,7 +223,7 @@ def _value_size(key: str, kind: int, value: Any, depth: int) -> int:
     if kind == UINT:
         return 8
     if kind == STR:
-        return len(value.encode("utf-8"))
+        return len(value.encode("utf-8")) if isinstance(value, str) else memoryview(value).nbytes
     if kind == UINT_ARRAY:
         return 8 * len(value)
     return _size(value, depth + 1)
@@ -204,7 +236,7 @@ def _table_size(keys: list[bytes]) -> int:
 def _size(record: Mapping[str, Any], depth: int) -> int:
     if depth > MAX_DEPTH:
         raise ValueError(f"kvrec records nest at most {MAX_DEPTH} deep")
-    size = _table_size([_key_bytes(k) for k in record])
+    size = _table_size(_keys(record))
     for key, value in record.items():
         size += 8 + _value_size(key, _kind(key, value), value, depth)
     return size
@@ -234,7 +266,7 @@ def encode_v2(record: Mapping[str, Any], base: int = 0) -> bytes:
 def _encode_v2(record: Mapping[str, Any], base: int, depth: int) -> bytes:
     if depth > MAX_DEPTH:
         raise ValueError(f"kvrec records nest at most {MAX_DEPTH} deep")
-    keys = [_key_bytes(k) for k in record]
+    keys = _keys(record)
     cursor = base + _table_size(keys)
     heads, blocks = [_U32.pack(len(record) + 1), SENTINEL], []
     for kb, (key, value) in zip(keys, record.items()):
@@ -250,6 +282,14 @@ def _encode_v2(record: Mapping[str, Any], base: int, depth: int) -> bytes:
 
 
 # ---------------------------------------------------------------- decoding
+
+
+def _text(data: bytes) -> str | bytes:
+    """A kvrec string as read: the ``str`` of valid UTF-8, else the raw ``bytes``."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data
 
 
 class _Reader:
@@ -287,15 +327,11 @@ class _Reader:
         self.need(pos, n, what)
         return bytes(self.buf[pos:pos + n])
 
-    def text(self, pos: int, n: int, what: str) -> str:
-        data = self.raw(pos, n, what)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise self.fail(f"{what}: expected UTF-8 text, found invalid byte "
-                            f"0x{data[e.start]:02x} at +{e.start}", pos) from e
+    def text(self, pos: int, n: int, what: str) -> str | bytes:
+        """A string (key or Str): ``str`` when its bytes are UTF-8, else the ``bytes``."""
+        return _text(self.raw(pos, n, what))
 
-    def value(self, kind: int, pos: int, n: int, key: str, depth: int) -> Any:
+    def value(self, kind: int, pos: int, n: int, key: str | bytes, depth: int) -> Any:
         """A known non-Record value of ``n`` bytes at ``pos`` (already bounds-checked)."""
         what = f"field {key!r}"
         if kind == UINT:
@@ -303,7 +339,7 @@ class _Reader:
                 raise self.fail(f"{what}: a UInt is 8 bytes, found length {n}", pos)
             return _U64.unpack_from(self.buf, pos)[0]
         if kind == STR:
-            return self.text(pos, n, f"{what} (Str)")
+            return _text(bytes(self.buf[pos:pos + n]))
         if n % 8:
             raise self.fail(f"{what}: a UIntArray's length must be a multiple of 8, "
                             f"found {n}", pos)
@@ -432,8 +468,12 @@ def decode(buf: Any, offset: int = 0, base: int | None = None,
     return to_dict(fields), end
 
 
-def lookup(fields: list[Field], key: str, kind: int) -> Field | None:
-    """The first field named ``key`` of type ``kind`` (the C++ ``get``), or None."""
+def lookup(fields: list[Field], key: str | bytes, kind: int) -> Field | None:
+    """The first field named ``key`` of type ``kind`` (the C++ ``get``), or None.
+
+    ``key`` is compared by its bytes: ``b"vocab"`` finds the field ``"vocab"``."""
+    if not isinstance(key, str):
+        key = _text(bytes(key))
     for f in fields:
         if f.key == key and f.type == kind:
             return f
