@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import os
 import pickle
@@ -113,6 +114,66 @@ def test_the_worked_example_reads_back(tmp_path):
         assert np.asarray(c.loss_mask).tolist() == [False, True, True]
         assert c.doc_token_offsets.tolist() == [0, 2, 3]
         assert (c.num_docs, c.num_tokens) == (2, 3)
+
+
+# The worked example with a vocabulary of raw bytes, as neuralnet.cpp's tokenizer stores
+# it: the vocab's "n" is a Str of 8 bytes that are not UTF-8 (the same 64-byte record,
+# so every other offset is the worked example's).
+RAW = b"\xc8\xff\x80\x00\xfe\xc3\x28\xa0"
+WORKED_RAW = [(o, u32(2) + SENTINEL + head(b"n", 1, 266)) if o == 218
+              else (o, u64(8) + RAW) if o == 266 else (o, piece) for o, piece in WORKED]
+
+
+def test_a_vocab_of_raw_bytes_is_written_byte_exact_and_reads_back_equal(tmp_path):
+    expected = b"".join(piece for _, piece in WORKED_RAW)
+    assert len(expected) == 736
+    build = dataclasses.replace(worked_build(), vocab={"n": RAW})
+    path = tmp_path / "raw.nndataset"
+    nnd.write(path, build)
+    assert path.read_bytes() == expected
+    with nnd.open(path) as ds:
+        assert ds.vocab == {"n": RAW}
+        assert ds.load_text("train").token_flow[:].tolist() == [1, 2, 3]
+        again = dataclasses.replace(build, vocab=ds.vocab)
+    nnd.write(tmp_path / "again.nndataset", again)
+    assert (tmp_path / "again.nndataset").read_bytes() == expected
+
+
+def byte_level_vocab() -> dict:
+    """A byte-level vocabulary: token i is the byte i (200 is b"\\xc8"), as it reads back
+    (bytes that are UTF-8, the ASCII ones, read back as str)."""
+    return {"size": 256,
+            "tokens": {str(i): chr(i) if i < 128 else bytes([i]) for i in range(256)}}
+
+
+def test_a_dataset_generated_with_a_byte_level_vocab_opens(tmp_path):
+    # what neuralnet.cpp's dataset_gen writes: the vocab record holds raw token bytes
+    path = tmp_path / "gen.nndataset"
+    build = nnd.Build(byte_level_vocab(), "corpus.txt", "ab" * 32, 2,
+                      train_docs=[[104, 200], [255]], test_docs=[[0]], created=5)
+    nnd.write(path, build)
+    data = path.read_bytes()
+    tokens = kvrec.decode(data, 8)[0]["companion"]["vocab"]["tokens"]
+    assert tokens["200"] == b"\xc8" and tokens["104"] == "h"
+    assert u32(3) + b"200" + b"\x01" in data and u64(1) + b"\xc8" + u64(1) in data
+    with nnd.open(path) as ds:
+        assert ds.vocab == byte_level_vocab()
+        assert ds.text_doc("train", 0).tokens.tolist() == [104, 200]
+        assert ds.load_text("test").token_flow[:].tolist() == [0]
+    rewritten = tmp_path / "rewritten.nndataset"
+    with nnd.open(path) as ds:
+        nnd.write(rewritten, dataclasses.replace(build, vocab=ds.vocab))
+    assert rewritten.read_bytes() == data
+
+
+def test_metadata_strings_of_raw_bytes_round_trip(tmp_path):
+    build = nnd.Build({}, b"corp\xffus.txt", "f" * 64, 1, train_docs=[[1]],
+                      tool=b"gen \xfe", license=b"\xa9 2024", created=0)
+    with write_read(tmp_path, build) as ds:
+        i = ds.info
+        assert (i.source_path, i.tool, i.license) == (b"corp\xffus.txt", b"gen \xfe",
+                                                      b"\xa9 2024")
+        assert i.source_sha256 == "f" * 64
 
 
 def write_read(tmp_path, build, name="d.nndataset"):
@@ -611,6 +672,28 @@ def test_nnvocab_bytes_round_trip_through_parse_nnvocab():
                                                                 "meta": {"x": 1}}
 
 
+def test_an_nnvocab_of_raw_token_bytes_is_byte_exact_both_ways():
+    # Tokenizer::to_kvrec keeps the tokens as one Str of raw bytes: a u32 length, then
+    # the bytes, per token (the content is opaque here: only its bytes matter)
+    blob = b"".join(u32(1) + bytes([i]) for i in range(256))
+    table = 4 + 30 + (4 + 5 + 1 + 8) + (4 + 4 + 1 + 8)
+    hand = (b"NNVC" + u32(1) + u32(3) + SENTINEL + head(b"vocab", 1, 8 + table)
+            + head(b"size", 0, 8 + table + 8 + len(blob))
+            + u64(len(blob)) + blob + u64(8, 256))
+    assert nnd.parse_nnvocab(hand) == {"vocab": blob, "size": 256}
+    assert nnd.write_nnvocab({"vocab": blob, "size": 256}) == hand
+
+
+def test_a_byte_level_nnvocab_opens_and_round_trips(tmp_path):
+    data = nnd.write_nnvocab(byte_level_vocab())
+    assert nnd.parse_nnvocab(data) == byte_level_vocab()
+    assert nnd.write_nnvocab(nnd.parse_nnvocab(data)) == data
+    path = tmp_path / "bytes.nnvocab"
+    path.write_bytes(data)
+    with nnd.open(path) as ds:
+        assert ds.info.kind == "vocab" and ds.vocab["tokens"]["200"] == b"\xc8"
+
+
 def test_an_nnvocab_opens_as_a_vocabulary_without_subsets(tmp_path):
     path = tmp_path / "v.nnvocab"
     path.write_bytes(nnd.write_nnvocab({"size": 3}))
@@ -645,6 +728,7 @@ def test_the_module_examples_pass():
 
 FUZZ_SEEDS = [
     _written(worked_build()),
+    b"".join(piece for _, piece in WORKED_RAW),
     good_bytes(test_docs=[[7], [], [8, 9]], license="L"),
     nnd.write_nnvocab({"size": 3, "r": {"a": [1]}}),
 ]

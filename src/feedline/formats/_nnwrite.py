@@ -25,6 +25,7 @@ LOSS_SCOPES = ("all", "assistant")
 _U64 = struct.Struct("<Q")
 _MAX_U64 = (1 << 64) - 1
 _FLUSH = 4 << 20  # bytes gathered before one write while streaming documents
+_STRINGS = (str, bytes)  # a kvrec Str: text, or raw bytes (see kvrec)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -35,23 +36,26 @@ class Build:
     of token ids (u64); ``train_masks``/``test_masks`` one bool/0-1 array per document,
     required (one per document, as long as it) when ``loss_scope`` is "assistant" and
     refused when it is "all". ``created`` None means the time of writing (unix
-    seconds). ``license`` is stored only when non-empty (as in C++). An invalid build
+    seconds). ``license`` is stored only when non-empty (as in C++). The strings
+    (``source_path``, ``source_sha256``, ``tool``, ``license``, and the vocab's) are kvrec
+    byte strings: ``str`` (stored as UTF-8) or ``bytes`` (stored as they are), so the
+    values a file read back with are written back byte for byte. An invalid build
     is a ``ValueError`` (or ``TypeError``) here and in :func:`write`. The document
     sequences are held, not copied (a generator is turned into a tuple).
     """
 
-    vocab: Mapping[str, Any]
-    source_path: str
-    source_sha256: str
+    vocab: Mapping[str | bytes, Any]
+    source_path: str | bytes
+    source_sha256: str | bytes
     source_docs: int
     loss_scope: Literal["all", "assistant"] = "all"
     train_docs: Sequence[Any] = ()
     train_masks: Sequence[Any] | None = None
     test_docs: Sequence[Any] = ()
     test_masks: Sequence[Any] | None = None
-    tool: str = "feedline"
+    tool: str | bytes = "feedline"
     created: int | None = None
-    license: str | None = None
+    license: str | bytes | None = None
 
     def __post_init__(self) -> None:
         for name in ("train_docs", "test_docs", "train_masks", "test_masks"):
@@ -72,10 +76,12 @@ def _check_build(b: Build) -> None:
     if not isinstance(b.vocab, Mapping):
         raise TypeError(f"Build.vocab must be a dict record, got {type(b.vocab).__name__}")
     for name in ("source_path", "source_sha256", "tool"):
-        if not isinstance(getattr(b, name), str):
-            raise TypeError(f"Build.{name} must be a str, got {type(getattr(b, name)).__name__}")
-    if b.license is not None and not isinstance(b.license, str):
-        raise TypeError(f"Build.license must be a str or None, got {type(b.license).__name__}")
+        if not isinstance(getattr(b, name), _STRINGS):
+            raise TypeError(f"Build.{name} must be a str or bytes, got "
+                            f"{type(getattr(b, name)).__name__}")
+    if b.license is not None and not isinstance(b.license, _STRINGS):
+        raise TypeError(f"Build.license must be a str, bytes or None, got "
+                        f"{type(b.license).__name__}")
     _check_u64("source_docs", b.source_docs)
     if b.created is not None:
         _check_u64("created", b.created)

@@ -76,7 +76,9 @@ class Info:
 
     ``kind`` is "text", "tabular" (kind 1; not loadable, as in C++) or "vocab" (a
     ``.nnvocab`` opened with :func:`open`: no subsets). ``num_docs``/``test_docs`` count
-    the train/test documents (``test_docs`` is 0 without a test subset).
+    the train/test documents (``test_docs`` is 0 without a test subset). The strings
+    are kvrec byte strings: ``str`` when their bytes are UTF-8, else ``bytes`` (the
+    vocab's too: neuralnet.cpp's tokenizer stores raw token bytes).
     """
 
     kind: str
@@ -84,13 +86,13 @@ class Info:
     test_docs: int
     has_test: bool
     loss_scope: str
-    source_path: str | None
-    source_sha256: str | None
+    source_path: str | bytes | None
+    source_sha256: str | bytes | None
     source_docs: int | None
-    license: str | None
-    tool: str | None
+    license: str | bytes | None
+    tool: str | bytes | None
     created: int | None
-    vocab: dict[str, Any] = dataclasses.field(repr=False)
+    vocab: dict[str | bytes, Any] = dataclasses.field(repr=False)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
