@@ -57,5 +57,32 @@ def test_every_error_is_a_feedline_error_and_its_builtin():
     assert issubclass(fl.WorkerError, RuntimeError)
 
 
+NNDATASET = [
+    "LABEL_SIZE",
+    "MAGIC",
+    "VERSION",
+    "VOCAB_MAGIC",
+    "VOCAB_VERSION",
+    "Build",
+    "Info",
+    "LazyColumn",
+    "Nndataset",
+    "TextCorpus",
+    "TextDoc",
+    "open",
+    "parse_nnvocab",
+    "sha256_hex",
+    "write",
+    "write_file_label",
+    "write_nnvocab",
+]
+
+
+def test_the_nndataset_names_are_exactly_the_pinned_ones():
+    assert sorted(fl.nndataset.__all__) == sorted(NNDATASET)
+    for name in NNDATASET:
+        assert hasattr(fl.nndataset, name), name
+
+
 def test_the_ordering_version_is_one():
     assert fl.ORDERING_VERSION == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import doctest
+import hashlib
+import io
 import os
 import pickle
 import re
@@ -377,6 +379,136 @@ def test_a_document_that_fails_mid_write_leaves_the_target_alone(tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         nnd.write(path, nnd.Build({}, "s", "h", 2, train_docs=[[1, 2], Boom()]))
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- neuralnet.cpp's helpers
+
+ABC_SHA256 = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_the_magic_and_version_constants_are_the_file_labels():
+    assert (nnd.MAGIC, nnd.VERSION, nnd.VOCAB_MAGIC, nnd.VOCAB_VERSION, nnd.LABEL_SIZE) == (
+        b"NNDS", 1, b"NNVC", 1, 8)
+    assert set(nnd.__all__) >= {"MAGIC", "VERSION", "VOCAB_MAGIC", "VOCAB_VERSION",
+                                "LABEL_SIZE", "sha256_hex", "write_file_label"}
+
+
+def test_write_file_label_is_the_magic_then_a_u32_version(tmp_path):
+    assert nnd.write_file_label(nnd.MAGIC, nnd.VERSION) == b"NNDS" + u32(1)
+    assert nnd.write_file_label(nnd.VOCAB_MAGIC, nnd.VOCAB_VERSION) == b"NNVC" + u32(1)
+    assert nnd.write_file_label(bytearray(b"ABCD"), 2**32 - 1) == b"ABCD" + u32(2**32 - 1)
+    path = tmp_path / "d.nndataset"
+    nnd.write(path, worked_build())
+    assert path.read_bytes()[:nnd.LABEL_SIZE] == nnd.write_file_label(nnd.MAGIC, nnd.VERSION)
+    assert nnd.write_nnvocab({})[:8] == nnd.write_file_label(nnd.VOCAB_MAGIC, 1)
+
+
+@pytest.mark.parametrize(("magic", "version", "error", "message"), [
+    (b"NND", 1, ValueError, "4 bytes, got 3"),
+    (b"NNDSX", 1, ValueError, "4 bytes, got 5"),
+    ("NNDS", 1, TypeError, "bytes"),
+    (b"NNDS", -1, ValueError, r"\[0, 2\*\*32\)"),
+    (b"NNDS", 2**32, ValueError, r"\[0, 2\*\*32\)"),
+    (b"NNDS", 1.0, TypeError, "int"),
+    (b"NNDS", True, TypeError, "int"),
+])
+def test_write_file_label_refuses_what_a_label_cannot_hold(magic, version, error, message):
+    with pytest.raises(error, match=message):
+        nnd.write_file_label(magic, version)
+
+
+def test_sha256_hex_hashes_bytes_or_a_files_content(tmp_path):
+    assert nnd.sha256_hex(b"abc") == ABC_SHA256
+    assert nnd.sha256_hex(bytearray(b"abc")) == nnd.sha256_hex(memoryview(b"abc")) == ABC_SHA256
+    assert nnd.sha256_hex(b"") == ("e3b0c44298fc1c149afbf4c8996fb924"
+                                   "27ae41e4649b934ca495991b7852b855")
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"abc")
+    assert nnd.sha256_hex(path) == nnd.sha256_hex(str(path)) == ABC_SHA256
+    big = np.random.default_rng(0).integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+    path.write_bytes(big)
+    assert nnd.sha256_hex(path) == nnd.sha256_hex(big) == hashlib.sha256(big).hexdigest()
+
+
+def test_sha256_hex_of_a_missing_file_or_a_non_bytes_value_says_what_it_expected(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nope\.txt.*a str is a path"):
+        nnd.sha256_hex(str(tmp_path / "nope.txt"))
+    with pytest.raises(IsADirectoryError, match="directory"):
+        nnd.sha256_hex(tmp_path)
+    with pytest.raises(TypeError, match="bytes or a path, got int"):
+        nnd.sha256_hex(12)
+
+
+# ---------------------------------------------------------------- writing to a stream
+
+
+def worked_bytes() -> bytes:
+    return b"".join(piece for _, piece in WORKED)
+
+
+def test_write_takes_a_binary_stream_as_well_as_a_path(tmp_path):
+    buf = io.BytesIO()
+    nnd.write(buf, worked_build())
+    assert buf.getvalue() == worked_bytes()
+    path = tmp_path / "s.nndataset"
+    with path.open("wb") as f:
+        nnd.write(f, worked_build())
+        assert not f.closed  # the stream is the caller's
+    assert path.read_bytes() == worked_bytes()
+
+
+def test_the_seed_idiom_writes_the_label_then_the_dataset(tmp_path):
+    # ofs << write_file_label(NNDATASET_MAGIC, NNDATASET_FILE_VERSION);
+    # write_nndataset(ofs, b);
+    path = tmp_path / "seed.nndataset"
+    with path.open("wb") as f:
+        f.write(nnd.write_file_label(nnd.MAGIC, nnd.VERSION))
+        nnd.write(f, worked_build(), label=False)
+    assert path.read_bytes() == worked_bytes()
+    with nnd.open(path) as ds:
+        assert ds.load_text("train").token_flow[:].tolist() == [1, 2, 3]
+
+
+class Trickle:
+    """A raw, unseekable stream that takes at most 5 bytes a call (as a pipe may)."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def write(self, b):
+        chunk = bytes(memoryview(b).cast("B")[:5])
+        self.data += chunk
+        return len(chunk)
+
+
+def test_a_stream_that_takes_part_of_each_write_still_gets_every_byte():
+    out = Trickle()
+    big = nnd.Build({}, "s", "h", 1, train_docs=[np.arange(1000)], created=0)
+    nnd.write(out, big)
+    assert bytes(out.data) == _written(big)
+    out = Trickle()
+    nnd.write(out, worked_build())
+    assert bytes(out.data) == worked_bytes()
+
+
+def test_write_refuses_a_text_stream_and_a_path_without_its_label(tmp_path):
+    with pytest.raises(TypeError, match="binary stream"):
+        nnd.write(io.StringIO(), worked_build())
+    with (tmp_path / "t.txt").open("w") as f, pytest.raises(TypeError, match="binary stream"):
+        nnd.write(f, worked_build())
+    with pytest.raises(ValueError, match="label=False"):
+        nnd.write(tmp_path / "d.nndataset", worked_build(), label=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+    with pytest.raises(TypeError, match="a path or a binary stream"):
+        nnd.write(12, worked_build())
+
+
+def test_a_stream_gets_the_bytes_written_before_an_error(monkeypatch):
+    monkeypatch.setattr(_nnwrite, "_FLUSH", 1)  # every document reaches the stream
+    buf = io.BytesIO()
+    with pytest.raises(ValueError, match=">= 0"):
+        nnd.write(buf, nnd.Build({}, "s", "h", 1, train_docs=[[1], [-1]]))
+    assert buf.getvalue()[:8] == b"NNDS" + u32(1)  # no atomicity for a stream: documented
 
 
 # ---------------------------------------------------------------- slicing

@@ -7,6 +7,7 @@ version 2 kvrec at byte 8, ending the file.
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
 from collections.abc import Mapping
@@ -16,7 +17,36 @@ from ..errors import FormatError
 from . import kvrec
 
 DATASET_MAGIC, VOCAB_MAGIC, VERSION, LABEL_SIZE = b"NNDS", b"NNVC", 1, 8
+VOCAB_VERSION = VERSION  # both files are version 1
 _LABEL = struct.Struct("<4sI")
+
+
+def write_file_label(magic: bytes, version: int) -> bytes:
+    """The 8-byte file label ``[magic 4 bytes][u32 version]`` (neuralnet.cpp's
+    ``write_file_label``): ``write_file_label(MAGIC, VERSION)`` starts a ``.nndataset``,
+    ``write_file_label(VOCAB_MAGIC, VOCAB_VERSION)`` a ``.nnvocab``. Any magic of 4
+    bytes and version in ``[0, 2**32)`` is written (the label is generic); anything
+    else is refused (``TypeError``/``ValueError``).
+
+    >>> write_file_label(b"NNDS", 1)
+    b'NNDS\\x01\\x00\\x00\\x00'
+    """
+    if not isinstance(magic, (bytes, bytearray, memoryview)):
+        raise TypeError(f"a file label's magic is 4 bytes (e.g. b'NNDS'), got "
+                        f"{type(magic).__name__} {magic!r}")
+    magic = bytes(magic)
+    if len(magic) != 4:
+        raise ValueError(f"a file label's magic is 4 bytes, got {len(magic)}: {magic!r}")
+    try:
+        if isinstance(version, bool):
+            raise TypeError
+        version = operator.index(version)
+    except TypeError:
+        raise TypeError(f"a file label's version is an int, got {type(version).__name__}"
+                        ) from None
+    if not 0 <= version < 1 << 32:
+        raise ValueError(f"a file label's version is a u32 in [0, 2**32), got {version}")
+    return _LABEL.pack(magic, version)
 
 
 def write_nnvocab(vocab: Mapping[str, Any]) -> bytes:

@@ -2,23 +2,26 @@
 
 ``head_size`` and ``encode_head`` lay out the label and the root record from the
 document counts alone, so ``fl.text.build`` can stream the documents and write the
-head last, as ``write`` does in one go.
+head last, as ``write`` does in one go. ``sha256_hex`` is the C++ helper that fills
+``Build.source_sha256``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 import os
 import struct
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 
 from . import kvrec
 from ._io import atomic_write
-from ._label import _LABEL, DATASET_MAGIC, LABEL_SIZE, VERSION
+from ._label import DATASET_MAGIC, LABEL_SIZE, VERSION, write_file_label
 
 KIND_TEXT, KIND_TABULAR = 0, 1  # the C++ DatasetKind; its writer stores 0 for text
 LOSS_SCOPES = ("all", "assistant")
@@ -26,6 +29,38 @@ _U64 = struct.Struct("<Q")
 _MAX_U64 = (1 << 64) - 1
 _FLUSH = 4 << 20  # bytes gathered before one write while streaming documents
 _STRINGS = (str, bytes)  # a kvrec Str: text, or raw bytes (see kvrec)
+_HASH_BLOCK = 1 << 20  # bytes read per step while hashing a file
+
+
+def sha256_hex(data_or_path: Any) -> str:
+    """The SHA-256 of ``data_or_path`` as 64 lowercase hex digits (neuralnet.cpp's
+    ``sha256_hex``): of the bytes themselves for ``bytes``, ``bytearray`` or
+    ``memoryview``; of the file's content for a ``str`` or ``os.PathLike`` path (a
+    ``str`` is always a path: hash text as ``sha256_hex(text.encode())``).
+
+    Cost: one pass over the bytes; a file is read 1 MiB at a time (bounded memory).
+
+    >>> sha256_hex(b"abc")[:16]
+    'ba7816bf8f01cfea'
+    """
+    if isinstance(data_or_path, (bytes, bytearray, memoryview)):
+        return hashlib.sha256(data_or_path).hexdigest()
+    if not isinstance(data_or_path, (str, os.PathLike)):
+        raise TypeError(f"sha256_hex takes bytes or a path, got "
+                        f"{type(data_or_path).__name__}")
+    path = os.fspath(data_or_path)
+    digest = hashlib.sha256()
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{path}: no such file to hash (a str is a path; pass "
+                                "bytes to hash data)") from e
+    except IsADirectoryError as e:
+        raise IsADirectoryError(f"{path}: expected a file to hash, found a directory") from e
+    with f:
+        while block := f.read(_HASH_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -158,44 +193,88 @@ def encode_head(build: Build, train_counts: Any, test_counts: Any, created: int)
     test_index = int(train_index[-1]) + np.concatenate(([0], np.cumsum(8 + width * te)))
     root = kvrec.encode_v2(_root(build, created, train_index, test_index.astype("<u8")), LABEL_SIZE)
     assert LABEL_SIZE + len(root) == arena, "internal error: the root was mis-measured"
-    return _LABEL.pack(DATASET_MAGIC, VERSION) + root
+    return write_file_label(DATASET_MAGIC, VERSION) + root
 
 
-def write(path: str | os.PathLike[str], build: Build) -> None:
-    """Write ``build`` as a version 1 ``.nndataset``, atomically, as neuralnet.cpp does.
+def _write_all(f: Any, data: Any) -> None:
+    """Write all of ``data`` to ``f``: a raw stream may take part of it a call."""
+    view = memoryview(data).cast("B")
+    while len(view):
+        n = f.write(view)
+        if n is None or n >= len(view):  # buffered streams take everything (and say so)
+            return
+        view = view[n:]
+
+
+def write(target: str | os.PathLike[str] | BinaryIO, build: Build, *,
+          label: bool = True) -> None:
+    """Write ``build`` as a version 1 ``.nndataset``, as neuralnet.cpp does.
+
+    ``target`` is a path, written atomically (a temporary beside it, flushed, fsynced
+    and renamed into place: on any error the target is left as it was and no temporary
+    remains), or a binary stream (an ``open(..., "wb")`` file, ``io.BytesIO``, a pipe:
+    anything with ``write``), written in order from where it stands and left open. A
+    stream has no atomicity: on an error the bytes already written stay in it.
+
+    ``label=False`` leaves out the 8-byte file label, for a stream whose caller wrote
+    it, as neuralnet.cpp's own idiom does::
+
+        with open("out.nndataset", "wb") as f:
+            f.write(write_file_label(MAGIC, VERSION))  # ofs << nn::write_file_label(...)
+            write(f, build, label=False)               # nn::write_nndataset(ofs, b)
+
+    The offsets stored are absolute, so the file must start where the label is. A path
+    always gets its label (``label=False`` with a path is a ``ValueError``).
 
     The head comes from :func:`encode_head`; the documents are then streamed one at a
     time (one ``tobytes``-sized copy per document, written in ~4 MiB batches), so memory
     stays at the root record plus one document. Refused (``ValueError``): a bad
     loss_scope, masks with "all", a mask count or length that does not match its
     documents, a negative or non-integer token id or a mask entry other than 0/1.
-    On any error the target is left as it was and no temporary remains.
     """
     _check_build(build)
+    if isinstance(target, (str, os.PathLike)):
+        if not label:
+            raise ValueError(f"{os.fspath(target)}: a path is written whole, label "
+                             "included; label=False is for a stream whose caller wrote "
+                             "the label")
+        with atomic_write(target) as f:
+            _write_to(f, build, True)
+        return
+    if isinstance(target, io.TextIOBase):
+        raise TypeError(f"write takes a path or a binary stream (opened 'wb'), got the text "
+                        f"stream {target!r}")
+    if not callable(getattr(target, "write", None)):
+        raise TypeError(f"write takes a path or a binary stream (with write()), got "
+                        f"{type(target).__name__}")
+    _write_to(target, build, label)
+
+
+def _write_to(f: Any, build: Build, label: bool) -> None:
     created = int(time.time()) if build.created is None else int(build.created)
     has_mask = build.loss_scope == "assistant"
     lens = [np.fromiter((_len(d, f"{s}_docs[{i}]") for i, d in enumerate(docs)),
                         dtype=np.int64, count=len(docs))
             for s, docs in (("train", build.train_docs), ("test", build.test_docs))]
-    buf = bytearray(encode_head(build, lens[0], lens[1], created))
-    with atomic_write(path) as f:
-        for subset, docs, masks, n_tokens in (
-                ("train", build.train_docs, build.train_masks, lens[0]),
-                ("test", build.test_docs, build.test_masks, lens[1])):
-            for i, doc in enumerate(docs):
-                tokens = np.ascontiguousarray(kvrec.u64_array(doc, f"{subset}_docs[{i}]"))
-                if len(tokens) != n_tokens[i]:
-                    raise ValueError(f"{subset}_docs[{i}] changed length while being written")
-                buf += _U64.pack(len(tokens))
-                if tokens.nbytes >= _FLUSH:
-                    f.write(buf)
-                    buf.clear()
-                    f.write(memoryview(tokens).cast("B"))
-                else:
-                    buf += memoryview(tokens).cast("B")
-                if has_mask:
-                    buf += _mask_bytes(masks[i], len(tokens), f"{subset}_masks[{i}]").tobytes()
-                if len(buf) >= _FLUSH:
-                    f.write(buf)
-                    buf.clear()
-        f.write(buf)
+    head = encode_head(build, lens[0], lens[1], created)
+    buf = bytearray(head if label else memoryview(head)[LABEL_SIZE:])
+    for subset, docs, masks, n_tokens in (
+            ("train", build.train_docs, build.train_masks, lens[0]),
+            ("test", build.test_docs, build.test_masks, lens[1])):
+        for i, doc in enumerate(docs):
+            tokens = np.ascontiguousarray(kvrec.u64_array(doc, f"{subset}_docs[{i}]"))
+            if len(tokens) != n_tokens[i]:
+                raise ValueError(f"{subset}_docs[{i}] changed length while being written")
+            buf += _U64.pack(len(tokens))
+            if tokens.nbytes >= _FLUSH:
+                _write_all(f, buf)
+                buf.clear()
+                _write_all(f, tokens)
+            else:
+                buf += memoryview(tokens).cast("B")
+            if has_mask:
+                buf += _mask_bytes(masks[i], len(tokens), f"{subset}_masks[{i}]").tobytes()
+            if len(buf) >= _FLUSH:
+                _write_all(f, buf)
+                buf.clear()
+    _write_all(f, buf)

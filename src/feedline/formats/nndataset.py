@@ -20,6 +20,11 @@ Opening therefore reads one 8-byte count per document (vectorised); after that e
 read is trusted. Every problem is a :class:`~feedline.errors.FormatError` naming the
 path and byte offset.
 
+neuralnet.cpp's helpers have the same names: ``MAGIC``/``VERSION`` (its
+``NNDATASET_MAGIC``/``NNDATASET_FILE_VERSION``), ``VOCAB_MAGIC``/``VOCAB_VERSION`` (the
+``.nnvocab``'s), ``write_file_label(magic, version)``, ``sha256_hex(data_or_path)``;
+``write`` takes a path (atomic) or a binary stream.
+
 >>> import os, tempfile
 >>> p = os.path.join(tempfile.mkdtemp(), "tiny.nndataset")
 >>> write(p, Build({"size": 3}, "c.txt", "ab", 2, train_docs=[[1, 2], [], [0]]))
@@ -41,17 +46,26 @@ from ..errors import BoundsError, FormatError
 from . import kvrec
 from ._corpus import LazyColumn, TextCorpus, TextDoc, _Subset
 from ._io import OpenFile, SharedFile, open_shared
+from ._label import DATASET_MAGIC as MAGIC
 from ._label import (
     LABEL_SIZE,
+    VERSION,
     VOCAB_MAGIC,
+    VOCAB_VERSION,
     _check_label,
     _parse_vocab_file,
     parse_nnvocab,
+    write_file_label,
     write_nnvocab,
 )
-from ._nnwrite import KIND_TABULAR, LOSS_SCOPES, Build, write
+from ._nnwrite import KIND_TABULAR, LOSS_SCOPES, Build, sha256_hex, write
 
 __all__ = [
+    "LABEL_SIZE",
+    "MAGIC",
+    "VERSION",
+    "VOCAB_MAGIC",
+    "VOCAB_VERSION",
     "Build",
     "Info",
     "LazyColumn",
@@ -60,7 +74,9 @@ __all__ = [
     "TextDoc",
     "open",
     "parse_nnvocab",
+    "sha256_hex",
     "write",
+    "write_file_label",
     "write_nnvocab",
 ]
 
