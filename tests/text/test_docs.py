@@ -87,6 +87,62 @@ def test_text_that_is_not_utf8_is_a_format_error_naming_the_byte(tmp_path):
     assert list(iter_doc_chunks(path)) == [[b"fine", b"bad \xff here"]]  # bytes stream
 
 
+def test_strict_is_the_default_and_names_the_file_and_byte(tmp_path):
+    path = corpus(tmp_path, b"fine\nbad \xff here\n")
+    for call in (lambda: read_text_docs(path), lambda: read_text_docs(path, errors="strict")):
+        with pytest.raises(FormatError, match="UTF-8") as e:
+            call()
+        assert (e.value.path, e.value.offset) == (str(path), 9)
+        assert "errors=" in str(e.value)  # says how to read it anyway
+
+
+BAD = b"ok\n\xff bad \n \xe2\x82 \n\xc3\xa9t\xc3\xa9 \xc0\n"
+
+
+@pytest.mark.parametrize(("errors", "expected"), [
+    ("replace", ["ok", "\ufffd bad", "\ufffd", "\xe9t\xe9 \ufffd"]),
+    ("ignore", ["ok", " bad", "", "\xe9t\xe9 "]),
+    ("backslashreplace", ["ok", "\\xff bad", "\\xe2\\x82", "\xe9t\xe9 \\xc0"]),
+    ("surrogateescape", ["ok", "\udcff bad", "\udce2\udc82", "\xe9t\xe9 \udcc0"]),
+])
+def test_errors_reads_bytes_that_are_not_utf8_as_open_would(tmp_path, errors, expected):
+    path = corpus(tmp_path, BAD)
+    assert read_text_docs(path, errors=errors) == expected
+
+
+def test_documents_are_found_on_the_bytes_whatever_the_error_handler(tmp_path):
+    # one document per line with a byte other than space, tab and CR, as neuralnet.cpp
+    # splits and trims bytes: the count equals the streamed documents' for every handler
+    path = corpus(tmp_path, BAD)
+    for errors in ("replace", "ignore", "backslashreplace", "surrogateescape"):
+        assert len(read_text_docs(path, errors=errors)) == scan_text_docs(path).docs == 4
+
+
+def test_surrogateescape_gives_back_every_byte(tmp_path):
+    path = corpus(tmp_path, BAD)
+    docs = read_text_docs(path, errors="surrogateescape")
+    assert [d.encode("utf-8", "surrogateescape") for d in docs] == rule(BAD)
+
+
+def test_valid_utf8_reads_the_same_with_every_handler(tmp_path):
+    path = corpus(tmp_path, b" caf\xc3\xa9 \r\n\n\tdeux\n")
+    for errors in ("strict", "replace", "ignore", "surrogateescape", "backslashreplace"):
+        assert read_text_docs(path, errors=errors) == ["caf\xe9", "deux"]
+
+
+@pytest.mark.parametrize(("errors", "error", "message"), [
+    ("bogus", ValueError, r"errors='bogus'.*'strict'.*'surrogateescape'"),
+    ("xmlcharrefreplace", ValueError, r"errors='xmlcharrefreplace'.*writing"),
+    ("namereplace", ValueError, r"errors='namereplace'.*writing"),
+    (None, TypeError, r"errors.*str.*NoneType"),
+])
+def test_an_unknown_error_handler_is_refused_naming_the_option(tmp_path, errors, error,
+                                                               message):
+    path = corpus(tmp_path, b"fine\n")
+    with pytest.raises(error, match=message):
+        read_text_docs(path, errors=errors)
+
+
 def test_a_missing_corpus_says_what_was_expected(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no such corpus file \(expected a text file"):
         read_text_docs(tmp_path / "missing.txt")

@@ -92,20 +92,64 @@ def _doc_blocks(path: str | os.PathLike[str], chunk_bytes: int, digest: Any = No
             yield ([last] if last else []), len(carry)
 
 
-def read_text_docs(path: str | os.PathLike[str]) -> list[str]:
+# Python's error handlers that only encode: reading with them fails at the first bad byte
+_ENCODE_ONLY = ("xmlcharrefreplace", "namereplace")
+
+
+def _check_errors(errors: Any) -> None:
+    if not isinstance(errors, str):
+        raise TypeError(f"read_text_docs: errors is the name of an error handler (a str, as "
+                        f"open() takes), got {type(errors).__name__}")
+    try:
+        codecs.lookup_error(errors)
+    except LookupError:
+        raise ValueError(f"read_text_docs: errors={errors!r} is not an error handler; "
+                         "expected one open() takes: 'strict', 'replace', 'ignore', "
+                         "'surrogateescape', 'backslashreplace', or one registered with "
+                         "codecs.register_error") from None
+    if errors in _ENCODE_ONLY:
+        raise ValueError(f"read_text_docs: errors={errors!r} is a handler for writing text; "
+                         "reading takes 'strict', 'replace', 'ignore', 'surrogateescape' or "
+                         "'backslashreplace'")
+
+
+def read_text_docs(path: str | os.PathLike[str], errors: str = "strict") -> list[str]:
     """The documents of the text file ``path``: split on ``\\n``, trim space/``\\t``/
     ``\\r`` from both ends, drop empty lines (neuralnet.cpp's ``read_text_docs``).
 
-    The file is read whole (use :func:`iter_doc_chunks` to stream). Text that is not
-    valid UTF-8 is a :class:`~feedline.errors.FormatError` naming the byte offset; a
-    missing file a ``FileNotFoundError``.
+    The file is read whole (use :func:`iter_doc_chunks` to stream). ``errors`` says what
+    to do with bytes that are not UTF-8, as ``open()``'s does:
+
+    ======================  ==========================================================
+    ``errors``              bytes that are not UTF-8
+    ======================  ==========================================================
+    ``"strict"`` (default)  a :class:`~feedline.errors.FormatError` naming the file and
+                            the byte offset
+    ``"replace"``           each bad sequence becomes U+FFFD
+    ``"ignore"``            dropped
+    ``"surrogateescape"``   lone surrogates that ``encode("utf-8", "surrogateescape")``
+                            turns back into the very bytes
+    ``"backslashreplace"``  ``\\xNN`` escapes
+    ======================  ==========================================================
+
+    Any handler registered with ``codecs.register_error`` works too; a name that is not
+    a handler, or one that only encodes, is a ``ValueError``. Documents are found on the
+    bytes, as neuralnet.cpp does, and then decoded, so there is one document per line
+    holding a byte other than space, tab and CR whatever the handler (with "ignore", a
+    line of bad bytes only is the document ``""``). A missing file is a
+    ``FileNotFoundError``.
     """
+    _check_errors(errors)
     with _open(path) as f:
         data = f.read()
+    if errors != "strict":
+        return [d.decode("utf-8", errors)
+                for d in (line.strip(_TRIM) for line in data.split(b"\n")) if d]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise FormatError(f"expected UTF-8 text, found the byte 0x{data[e.start]:02x}", path,
+        raise FormatError(f"expected UTF-8 text, found the byte 0x{data[e.start]:02x} (pass "
+                          "errors='replace' or 'surrogateescape' to read it anyway)", path,
                           e.start) from e
     return [d for d in (line.strip(" \t\r") for line in text.split("\n")) if d]
 
