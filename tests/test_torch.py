@@ -154,3 +154,49 @@ def test_numpy_arrays_from_memory_work_in_torch_workers():
     got = list(DataLoader(flt.IterableDataset(ds, 7, shard=None), batch_size=None,
                           num_workers=2))
     assert sorted(flat(got)) == list(range(50))
+
+
+# -- a TensorDataset kept on the device --------------------------------------------------------
+
+
+class Labelled(fl.Record, dims={"D": 2, "C": 10}):
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64", domain=fl.Index("C"))
+
+
+def converted_tensors(n: int = 6):
+    """float64 features and int32 labels: the dataset converts them (copies, not views)."""
+    from torch.utils.data import TensorDataset
+
+    return TensorDataset(torch.zeros(n, 2, dtype=torch.float64),
+                         torch.arange(n, dtype=torch.int32))
+
+
+@pytest.mark.parametrize(("device", "output"), [(None, "numpy"), (None, "torch"),
+                                                ("cpu", "torch")])
+def test_an_in_place_change_to_a_tensor_dataset_is_read_by_the_next_pass(device, output):
+    td = converted_tensors()
+    ds = fl.Dataset(Labelled, td)
+    loader = fl.Loader(ds, 3, device=device, output=output)
+    assert [b.x.sum().item() for b in loader] == [0.0, 0.0]
+    td.tensors[0][3] = 7  # X[3] = 7
+    assert [b.x[:, 0].tolist() for b in loader] == [[0, 0, 0], [7, 0, 0]]
+    assert [b.x[:, 0].tolist() for b in ds.batches(3, device=device, output=output)] == [
+        [0, 0, 0], [7, 0, 0]]
+
+
+@pytest.mark.parametrize(("device", "output"), [(None, "numpy"), (None, "torch"),
+                                                ("cpu", "torch")])
+def test_an_in_place_change_out_of_its_domain_is_refused_when_value_checks_are_on(device,
+                                                                                  output):
+    td = converted_tensors()
+    loader = fl.Loader(fl.Dataset(Labelled, td), 3, device=device, output=output,
+                       check_values=True)
+    assert [b.y.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5]]
+    td.tensors[1][2] = 50
+    with pytest.raises(fl.DomainError, match=r"`y` of item 2 should be in Index\[C\] = "
+                                             r"\[0, 10\), got 50$"):
+        list(loader)
+    td.tensors[1][2] = 9  # back in its domain: a new pass reads it
+    loader.reset()
+    assert [b.y.tolist() for b in loader] == [[0, 1, 9], [3, 4, 5]]

@@ -440,6 +440,71 @@ def test_a_tensor_dataset_is_converted_to_the_field_dtypes_once(monkeypatch):
     assert ds.columns is columns and len(calls) == 1  # converted and checked once
 
 
+def converted_tensor_dataset() -> TensorDataset:
+    """float64 images and int32 labels: the dataset holds converted copies, not views."""
+    return TensorDataset(torch.tensor(IMGS), torch.tensor(LABELS, dtype=torch.int32))
+
+
+def loader_images(loader) -> list:
+    return [row for b in loader for row in b.img.tolist()]
+
+
+def test_an_in_place_change_to_a_converted_tensor_dataset_is_read_by_the_next_pass():
+    td = converted_tensor_dataset()
+    ds = fl.Dataset(Digit, td)
+    loader = ds.batches(5)
+    assert loader_images(loader) == IMGS.tolist()
+    td.tensors[0][3] = 7  # X[3] = 7, in place
+    want = IMGS.copy()
+    want[3] = 7
+    assert loader_images(loader) == want.tolist()  # the loader's next pass
+    assert loader_images(ds.batches(5)) == want.tolist()  # a new loader
+    td.tensors[0][3] += 1
+    loader.reset()
+    assert loader_images(loader) == (want + (np.arange(N) == 3)[:, None]).tolist()
+    assert ds[3]["img"].tolist() == [8.0] * 4
+    assert ds.getitems([3])["img"].tolist() == [[8.0] * 4]
+    assert ds.columns["img"][3].tolist() == [8.0] * 4
+
+
+def test_tensors_replaced_in_a_tensor_dataset_are_read_by_the_next_pass():
+    td = converted_tensor_dataset()
+    ds = fl.Dataset(Digit, td)
+    assert len(list(ds.batches(5))) == 3
+    td.tensors = (torch.zeros(3, 4, dtype=torch.float64), torch.tensor([1, 2, 3]))
+    assert len(ds) == 3
+    assert [b.label.tolist() for b in ds.batches(5)] == [[1, 2, 3]]
+
+
+def test_an_unchanged_tensor_dataset_is_not_converted_again(monkeypatch):
+    ds = fl.Dataset(Digit, converted_tensor_dataset())
+    calls = count_checks(monkeypatch, Digit)
+    columns = ds.columns
+    for _ in range(2):
+        loader_images(ds.batches(5))
+    assert ds.columns is columns and calls == []
+
+
+def test_an_in_place_change_is_checked_again_when_value_checks_are_on():
+    td = converted_tensor_dataset()
+    ds = fl.Dataset(Digit, td)
+    loader = fl.Loader(ds, 5, check_values=True)
+    assert len(loader_images(loader)) == N
+    td.tensors[1][9] = 10
+    with pytest.raises(fl.DomainError) as info:
+        list(loader)
+    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 9 should "
+                               f"be in Index[C] = [0, 10), got 10")
+    with pytest.raises(fl.DomainError, match="of item 9 "):
+        list(fl.Loader(ds, 5, check_values=True))
+    assert ds.getitems([9])["label"].tolist() == [10]  # rows read without a value check
+    with pytest.raises(fl.DomainError, match="of item 9 "):
+        ds.columns  # noqa: B018 (the whole data, once checked, is handed out checked)
+    td.tensors[1][9] = 9
+    loader.reset()
+    assert ds.columns["label"][9] == 9 and len(loader_images(loader)) == N
+
+
 def test_a_tensor_dataset_subclass_that_changes_items_is_read_item_by_item():
     Augmented.calls = 0
     ds = make("augmenting TensorDataset subclass")

@@ -15,7 +15,9 @@ a list, a torch ``Dataset``, any       one ``__getitem__`` per item, stacked and
 =====================================  ============================================
 
 Items are dicts with the record's fields (other keys ignored), tuples or lists in
-field order, or, for a one-field record, the bare value.
+field order, or, for a one-field record, the bare value. A ``TensorDataset`` changed
+in place (or given other tensors) is read and checked again by the next batch: torch's
+version counters tell.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ def _example_state(seed: int, context: int, position: int) -> dict:
     return {"bit_generator": "PCG64", "state": {"state": (hi << 64) | lo,
                                                 "inc": (mix64(a) << 1) | 1},
             "has_uint32": 0, "uinteger": 0}
+
+
+def _versions(tensors: tuple) -> list[int]:
+    """The tensors' version counters (torch bumps one at every in-place change)."""
+    return [t._version for t in tensors]
 
 
 def _is_hf_dataset(src: Any) -> bool:
@@ -112,8 +119,14 @@ class Dataset:
         else:
             own = getattr(source, "salt", 0)
             self.salt = int(own() if callable(own) else own or 0)
-        self._columns: dict[str, np.ndarray] | None = None
+        self._cols: dict[str, np.ndarray] | None = None
+        # A TensorDataset's tensors and their version counters when they were last read:
+        # torch bumps a counter at every in-place change, so a changed one is read again.
+        self._seen: tuple[tuple, list[int]] | None = None
         self._values_checked = False
+        # Values were checked before the data were read again: ``columns`` checks them
+        # again before handing them out (the device path gathers from ``columns``).
+        self._recheck = False
         self._maps: tuple = ()
         self._base: Dataset = self
         self._hf = source.with_format("numpy") if _is_hf_dataset(source) else None
@@ -136,7 +149,7 @@ class Dataset:
         """Check and convert an in-memory source as a whole; take the source's length."""
         source, record = self.source, self.record
         if isinstance(source, Mapping):
-            self._columns = self._check_whole(
+            self._cols = self._check_whole(
                 {f: _column(source[f], self._where(f, "dict"))
                  for f in record.fields if f in source}, "dict")
         elif _is_tensor_dataset(source):
@@ -144,12 +157,33 @@ class Dataset:
             if len(tensors) != len(record.fields):
                 raise ShapeError(f"{record.__name__}: the TensorDataset has {len(tensors)} "
                                  f"tensors, the record has {len(record.fields)} fields")
-            self._columns = self._check_whole(
+            seen = (tensors, _versions(tensors))
+            self._cols = self._check_whole(
                 {f: _column(t, self._where(f, "TensorDataset"))
                  for f, t in zip(record.fields, tensors)}, "TensorDataset")
-        self._len = len(self._columns[next(iter(record.fields))]) if self._columns else len(
-            source)
+            self._seen = seen
+        self._len = len(self._cols[next(iter(record.fields))]) if self._cols else len(source)
+        self._recheck = self._recheck or self._values_checked
         self._values_checked = False
+
+    def _read_if_changed(self) -> bool:
+        """Read a TensorDataset again if its tensors are not those read, or changed in
+        place since (one version counter read per tensor); whether it was read again."""
+        seen = self._seen
+        if seen is not None:
+            tensors = self.source.tensors
+            if tensors is not seen[0] or _versions(tensors) != seen[1]:
+                self._read_source()
+                return True
+        return False
+
+    @property
+    def _columns(self) -> dict[str, np.ndarray] | None:
+        """The converted in-memory arrays, read again first if a TensorDataset changed
+        (the loader's fastest path reads them at each batch)."""
+        if self._seen is not None:
+            self._read_if_changed()
+        return self._cols
 
     def _where(self, name: str, what: str) -> str:
         f = self.record.fields[name]
@@ -162,6 +196,9 @@ class Dataset:
         if state.get("_mapped_columns") is not None:
             state["_mapped_columns"] = None
             state["_remap"] = True
+        # Version counters are the process's own: the receiving one reads its own (its
+        # columns are those of the tensors it receives).
+        state["_seen"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -169,6 +206,8 @@ class Dataset:
         self.__dict__.update(state)
         if remap:
             self._mapped_columns = dict(self.source.columns)
+        if self._cols is not None and _is_tensor_dataset(self.source):
+            self._seen = (self.source.tensors, _versions(self.source.tensors))
 
     def _check_whole(self, columns: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
         lengths = {len(c) if c.ndim else None for c in columns.values()}
@@ -201,28 +240,44 @@ class Dataset:
 
     # -- reading ------------------------------------------------------------------------
     def __len__(self) -> int:
+        if self._seen is not None:
+            self._read_if_changed()
         return self._len
 
     @property
     def in_memory(self) -> bool:
         """Whether the data are arrays held in memory (gathered by index, checked once)."""
-        return self._columns is not None
+        return self._cols is not None
 
     @property
     def cheap_gathers(self) -> bool:
         """Whether a batch is a plain gather from memory or a memory map (no Python per
         item): worker processes cannot make such a dataset faster."""
-        return (self._columns is not None or self._trusted) and not self._maps
+        return (self._cols is not None or self._trusted) and not self._maps
 
     @property
     def columns(self) -> dict[str, np.ndarray] | None:
-        """The checked in-memory arrays (None for other sources)."""
-        return self._columns
+        """The checked in-memory arrays (None for other sources).
+
+        A ``TensorDataset`` changed since it was read (in place, or its ``tensors``
+        replaced) is read again first. When its values were checked before the data were
+        read again (``refresh``, such a change), they are checked again before the
+        columns are handed out (a ``DomainError`` if one no longer fits).
+        """
+        columns = self._columns
+        if self._recheck and columns is not None:
+            self.check_values()
+        return columns
 
     def refresh(self) -> None:
         """Take the source again after it changed: an in-memory source (a dict of arrays,
         a ``TensorDataset``) is checked and converted again, the length is read again, and
-        ``check_values`` checks again."""
+        ``check_values`` checks again.
+
+        A ``TensorDataset`` changed through torch needs no ``refresh``: its version
+        counters tell, and the next batch (or item, or ``columns``) reads it again. A
+        change torch does not count (through a numpy view of a tensor, to a dict's
+        arrays) needs one."""
         self._read_source()
 
     def check_values(self) -> None:
@@ -232,10 +287,11 @@ class Dataset:
         batches of up to 65,536 items (less for large items). A value outside its domain
         is a ``DomainError`` naming the item.
         """
+        columns = self._columns  # read again first if a TensorDataset changed
         if self._values_checked:
             return
-        if self._columns is not None:
-            self.record.check_columns(self._columns, np.arange(self._len), check_values=True)
+        if columns is not None:
+            self.record.check_columns(columns, np.arange(self._len), check_values=True)
         else:
             # The source's own items (a mapped dataset's functions run as it loads).
             base = self._base
@@ -246,6 +302,7 @@ class Dataset:
                 base.getitems(np.arange(start, min(start + step, len(base))),
                               check_values=True, in_range=True)
         self._values_checked = True
+        self._recheck = False
 
     def _check_bounds(self, idx: np.ndarray) -> None:
         """Refuse indices outside ``[0, len)`` (a negative one does not count from the end)."""
@@ -259,11 +316,12 @@ class Dataset:
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         i = int(index)
+        columns = self._columns
         self._check_bounds(np.array([i]))
         if self._maps:
             return {k: np.array(v[0]) for k, v in self.getitems(np.array([i])).items()}
-        if self._columns is not None:
-            return {k: np.array(v[i]) for k, v in self._columns.items()}
+        if columns is not None:
+            return {k: np.array(v[i]) for k, v in columns.items()}
         if not hasattr(self.source, "__getitem__") or hasattr(self.source, "getitems"):
             return {k: np.array(v[0]) for k, v in self.getitems(np.array([i])).items()}
         return self.record.check(self.source[i], i, check_values=False)
@@ -288,12 +346,16 @@ class Dataset:
                     out[k][: len(v)] = v
             return batch
         idx = np.asarray(indices, dtype=np.int64)
+        if self._seen is not None and self._read_if_changed():
+            in_range = False  # the length may have changed since the order was made
         if not in_range:
             self._check_bounds(idx)
-        columns = self._columns if self._columns is not None else self._mapped_columns
+        in_memory = self._cols is not None
+        columns = self._cols if in_memory else self._mapped_columns
         if columns is not None:
-            if check_values and self._columns is not None:
+            if check_values and in_memory:
                 self.check_values()
+                columns = self._cols
             if out is not None:
                 for k, col in columns.items():
                     # mode="clip": with the bounds checked above, numpy need not buffer `out`.
@@ -301,7 +363,7 @@ class Dataset:
                 batch = {k: out[k][: len(idx)] for k in columns}
             else:  # the method itself: np.take's dispatch costs a microsecond a field
                 batch = {k: col.take(idx, axis=0) for k, col in columns.items()}
-            if check_values and self._columns is None:
+            if check_values and not in_memory:
                 self.record.check_columns(batch, idx, check_values=True)
             return batch
         src = self.source
