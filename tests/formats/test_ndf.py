@@ -116,6 +116,134 @@ def test_save_refuses_arrays_of_the_wrong_shape_and_writes_nothing(tmp_path, x, 
     assert os.listdir(tmp_path) == []
 
 
+# -- saving a dataset (data.nu's data_save_ndf(path, DataSet)) ----------------------------
+
+
+def test_a_dataset_of_x_and_y_saves_as_its_arrays_would(tmp_path):
+    x, y = random_rows(23, 4, 3, seed=5)
+    fl.ndf.save(tmp_path / "arrays.ndf", x, y)
+    fl.ndf.save(tmp_path / "dataset.ndf", fl.Dataset.from_arrays(x=x, y=y))
+    assert (tmp_path / "dataset.ndf").read_bytes() == (tmp_path / "arrays.ndf").read_bytes()
+
+
+def test_a_dataset_without_y_saves_with_l_zero(tmp_path):
+    x, _ = random_rows(6, 2, 0)
+    fl.ndf.save(tmp_path / "x.ndf", fl.Dataset.from_arrays(x=x))
+    assert (tmp_path / "x.ndf").read_bytes() == header(6, 2, 0) + x.astype("<f8").tobytes()
+
+
+def test_an_open_ndf_saves_as_a_byte_identical_copy(small, tmp_path):
+    path, _, _ = small
+    with fl.ndf.open(path) as f:
+        fl.ndf.save(tmp_path / "copy.ndf", f)  # a typed source: .record, len, getitems
+        fl.ndf.save(tmp_path / "via-dataset.ndf", fl.Dataset(f.record, f))
+    assert (tmp_path / "copy.ndf").read_bytes() == path.read_bytes()
+    assert (tmp_path / "via-dataset.ndf").read_bytes() == path.read_bytes()
+
+
+class Pair(fl.Record, dims={"D": 3, "L": 2}):
+    """A row of data.nu's DataSet, declared with other dtypes."""
+    x = fl.field("D", "float32")
+    y = fl.field("L", "int64")
+
+
+def test_fields_of_other_dtypes_are_stored_as_float64(tmp_path):
+    items = [{"x": np.arange(3, dtype=np.float32) + i, "y": np.array([i, -i])}
+             for i in range(5)]
+    fl.ndf.save(tmp_path / "p.ndf", fl.Dataset(Pair, items))  # read item by item
+    with fl.ndf.open(tmp_path / "p.ndf") as f:
+        assert (len(f), f.d, f.l) == (5, 3, 2)
+        x, y = f.rows(range(5))
+        assert x.tolist() == [[i, i + 1, i + 2] for i in range(5)]
+        assert y.tolist() == [[i, -i] for i in range(5)]
+
+
+class ItemsOnly:
+    """A typed source with __getitem__ only (no getitems)."""
+
+    def __init__(self, record, items):
+        self.record, self.items = record, items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def test_a_typed_source_read_item_by_item_saves_in_bounded_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(fl.ndf, "_CHUNK_BYTES", 64)  # a chunk of 1 row: 5 values of 8 bytes
+    items = [{"x": np.full(3, float(i)), "y": np.array([i, 2 * i])} for i in range(7)]
+    fl.ndf.save(tmp_path / "i.ndf", ItemsOnly(Pair, items))
+    x = np.array([it["x"] for it in items])
+    y = np.array([it["y"] for it in items], dtype=np.float64)
+    fl.ndf.save(tmp_path / "a.ndf", x, y)
+    assert (tmp_path / "i.ndf").read_bytes() == (tmp_path / "a.ndf").read_bytes()
+    big_x, big_y = random_rows(50, 3, 2, seed=9)
+    fl.ndf.save(tmp_path / "b.ndf", fl.Dataset.from_arrays(x=big_x, y=big_y))
+    with fl.ndf.open(tmp_path / "b.ndf") as f:
+        assert np.array_equal(f.rows(range(50))[0], big_x)
+        assert np.array_equal(f.rows(range(50))[1], big_y)
+
+
+def test_scalar_fields_are_one_value_a_row(tmp_path):
+    x = np.arange(4.0)
+    fl.ndf.save(tmp_path / "s.ndf", fl.Dataset.from_arrays(x=x, y=x * 2))
+    with fl.ndf.open(tmp_path / "s.ndf") as f:
+        assert (f.d, f.l) == (1, 1) and f.rows([3])[1].tolist() == [[6.0]]
+
+
+class Extra(fl.Record):
+    """x and y and something .ndf cannot hold."""
+    x = fl.field(2, "float64")
+    y = fl.field(1, "float64")
+    ids = fl.field((), "int64")
+
+
+class Grid(fl.Record):
+    """An x that is not a vector."""
+    x = fl.field((2, 2), "float64")
+
+
+class Words(fl.Record):
+    """No x at all."""
+    tokens = fl.field(4, "int64")
+
+
+class Complex(fl.Record):
+    """An x that float64 cannot hold."""
+    x = fl.field(2, "complex64")
+
+
+@pytest.mark.parametrize(("record", "error", "message"), [
+    (Words, fl.RecordError, r"expected a dataset with fields x \[d\] and optionally y \[l\], "
+                            r"found Words with fields tokens"),
+    (Extra, fl.RecordError, r"field `ids`.*\.ndf holds x and y only"),
+    (Grid, fl.ShapeError, r"Grid field `x` .*should be \[d\].*shape \(2, 2\)"),
+    (Complex, fl.RecordError, r"Complex field `x`.*complex64.*float64"),
+])
+def test_a_dataset_that_is_not_x_and_y_is_refused_naming_its_fields(tmp_path, record, error,
+                                                                     message):
+    with pytest.raises(error, match=message) as e:
+        fl.ndf.save(tmp_path / "bad.ndf", ItemsOnly(record, []))
+    assert "test_ndf.py" in str(e.value)  # where the field was declared
+    assert os.listdir(tmp_path) == []
+
+
+def test_y_with_a_dataset_is_refused(tmp_path):
+    ds = fl.Dataset.from_arrays(x=np.zeros((2, 2)))
+    with pytest.raises(TypeError, match="y comes from the dataset"):
+        fl.ndf.save(tmp_path / "bad.ndf", ds, np.zeros((2, 1)))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_source_whose_batch_does_not_fit_its_record_is_a_shape_error(tmp_path):
+    items = [{"x": np.zeros(3), "y": np.zeros(2)}, {"x": np.zeros(4), "y": np.zeros(2)}]
+    with pytest.raises(fl.ShapeError, match=r"item 1.*x.*\(3,\).*\(4,\)"):
+        fl.ndf.save(tmp_path / "bad.ndf", ItemsOnly(Pair, items))
+    assert os.listdir(tmp_path) == []
+
+
 # -- round trips ----------------------------------------------------------------------------
 
 
@@ -423,3 +551,9 @@ def test_zero_rows_with_one_dimensional_labels_save_and_open(tmp_path):
     with fl.ndf.open(tmp_path / "a.ndf") as f:
         assert len(f) == 0 and f.record.fields["x"].shape == (3,)
         assert f.record.fields["y"].shape == (1,)
+
+
+def test_the_module_examples_pass():
+    import doctest
+
+    assert doctest.testmod(fl.ndf).failed == 0

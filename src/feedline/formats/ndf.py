@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, RecordError, ShapeError
 from ..records import Record, make_record
 from ._io import OpenFile, atomic_write
 
@@ -33,6 +34,7 @@ _HEADER = struct.Struct("<4sQQQ")
 _records: dict[tuple[int, int], type[Record]] = {}
 # A row of more values than this is not a real .ndf (and would not fit an array shape).
 _MAX_ROW_VALUES = 1 << 32
+_CHUNK_BYTES = 8 << 20  # rows gathered per write while saving: big writes, bounded memory
 
 
 def record_for(d: int, l: int) -> type[Record]:  # noqa: E741
@@ -46,26 +48,162 @@ def record_for(d: int, l: int) -> type[Record]:  # noqa: E741
 
 
 def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
-    """Write ``x`` (n x d) and ``y`` (n x l, or None for l = 0) as an ``.ndf``, atomically."""
+    """Write an ``.ndf``, atomically: ``save(path, x, y)`` or ``save(path, dataset)``.
+
+    ==========================  ==========================================================
+    call                        rows
+    ==========================  ==========================================================
+    ``save(path, x)``           ``x`` (n x d), l = 0
+    ``save(path, x, y)``        ``x`` (n x d) and ``y`` (n x l; a 1-D ``y`` is one label
+                                a row)
+    ``save(path, dataset)``     data.nu's ``data_save_ndf(path, DataSet)``: a dataset whose
+                                record has the fields ``x`` [d] and optionally ``y`` [l]
+                                (no others): an ``fl.Dataset``, an open ``.ndf`` or
+                                ``.flr``, any typed source (``.record`` with ``.fields``,
+                                ``len``, and ``getitems(indices)`` or ``[i]``)
+    ==========================  ==========================================================
+
+    Values are stored as little-endian float64 whatever their dtype (bool, integer or
+    float; anything else is refused). A scalar field is one value a row. A dataset is
+    read in chunks of about 8 MiB of rows (one ``getitems`` each), so memory stays at
+    one chunk whatever its size; each chunk is checked against the record's shapes.
+    A record with other fields, without ``x``, or whose fields are not vectors is a
+    ``RecordError``/``ShapeError`` naming the field and where it was declared. On any
+    error nothing is written.
+
+    >>> import os, tempfile, feedline as fl
+    >>> p = os.path.join(tempfile.mkdtemp(), "xy.ndf")
+    >>> save(p, fl.Dataset.from_arrays(x=np.zeros((4, 3)), y=np.ones((4, 1))))
+    >>> with open(p) as f:  # fl.ndf.open
+    ...     (len(f), f.d, f.l)
+    (4, 3, 1)
+    """
+    if _is_dataset(x):
+        if y is not None:
+            raise TypeError("fl.ndf.save(path, dataset): y comes from the dataset's field y; "
+                            "pass arrays as save(path, x, y)")
+        _save_dataset(path, x)
+        return
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2:
-        raise ValueError(f"x must be n x d, got shape {x.shape}")
+        raise ShapeError(f"fl.ndf.save: x must be n x d, got shape {x.shape}")
     n, d = x.shape
     y = np.zeros((n, 0)) if y is None else np.asarray(y, dtype=np.float64)
     if y.ndim == 1:  # one label a row
         y = y.reshape(n, -1) if n else y.reshape(0, 1)
     if y.ndim != 2 or y.shape[0] != n:
-        raise ValueError(f"y must be n x l with n = {n}, got shape {y.shape}")
+        raise ShapeError(f"fl.ndf.save: y must be n x l with n = {n}, got shape {y.shape}")
     l = y.shape[1]  # noqa: E741
-    if n and d + l == 0:  # the reader refuses such a file: rows of nothing
-        raise ValueError(f"an .ndf row holds at least one value; got {n} rows of d = 0 "
-                         f"features and l = 0 labels")
-    rows_per_chunk = max(1, (8 << 20) // max(8 * (d + l), 1))
+    _check_row(n, d, l)
+    rows_per_chunk = _rows_per_chunk(d, l)
     with atomic_write(path) as f:
         f.write(_HEADER.pack(MAGIC, n, d, l))
         for a in range(0, n, rows_per_chunk):
             chunk = np.concatenate((x[a:a + rows_per_chunk], y[a:a + rows_per_chunk]), axis=1)
             f.write(chunk.astype("<f8", copy=False).tobytes())
+
+
+def _check_row(n: int, d: int, l: int) -> None:  # noqa: E741
+    if n and d + l == 0:  # the reader refuses such a file: rows of nothing
+        raise ShapeError(f"an .ndf row holds at least one value; got {n} rows of d = 0 "
+                         f"features and l = 0 labels")
+
+
+def _rows_per_chunk(d: int, l: int) -> int:  # noqa: E741
+    return max(1, _CHUNK_BYTES // max(8 * (d + l), 1))
+
+
+# -- saving a dataset ------------------------------------------------------------------------
+
+
+def _is_dataset(obj: Any) -> bool:
+    """A typed source: a ``.record`` with ``.fields``, a length, and a way to read items
+    (duck-typed: formats know nothing of ``fl.Dataset``)."""
+    fields = getattr(getattr(obj, "record", None), "fields", None)
+    return isinstance(fields, Mapping) and hasattr(obj, "__len__") and (
+        hasattr(obj, "getitems") or hasattr(obj, "__getitem__"))
+
+
+def _where(field: Any) -> str:
+    where = getattr(field, "where", None)
+    return f"{where}: " if where else ""
+
+
+def _ndf_fields(record: Any) -> dict[str, tuple[int, ...]]:
+    """The record's ``x`` and ``y`` (if any) and their shapes, checked for an ``.ndf``."""
+    name = getattr(record, "__name__", type(record).__name__)
+    fields = record.fields
+    if "x" not in fields:
+        first = next(iter(fields.values()), None)
+        raise RecordError(f"{_where(first)}fl.ndf.save: expected a dataset with fields x [d] "
+                          f"and optionally y [l], found {name} with fields "
+                          f"{', '.join(map(str, fields)) or 'none'}")
+    for key, f in fields.items():
+        if key not in ("x", "y"):
+            raise RecordError(f"{_where(f)}{name} field `{key}`: an .ndf holds x and y only "
+                              "(data.nu's DataSet); select those fields first")
+    shapes = {}
+    for key, part in (("x", "d"), ("y", "l")):
+        if key not in fields:
+            continue
+        f = fields[key]
+        shape, dtype = tuple(f.shape), np.dtype(f.dtype)
+        if len(shape) > 1:
+            raise ShapeError(f"{_where(f)}{name} field `{key}` should be [{part}] (one vector "
+                             f"a row) to be stored in an .ndf, got shape {shape}")
+        if dtype.kind not in "biuf":
+            raise RecordError(f"{_where(f)}{name} field `{key}` is {dtype}: an .ndf stores "
+                              "float64, which cannot hold it")
+        shapes[key] = shape
+    return shapes
+
+
+def _read_rows(ds: Any, idx: np.ndarray, shapes: dict[str, tuple[int, ...]],
+               name: str) -> dict[str, np.ndarray]:
+    """Items ``idx`` of ``ds`` as float64 columns (rows x values), their shapes checked."""
+    if hasattr(ds, "getitems"):
+        batch = ds.getitems(idx)
+        out = {}
+        for key, shape in shapes.items():
+            col = np.asarray(batch[key])
+            if col.shape != (len(idx), *shape):
+                raise ShapeError(f"{name}: items {int(idx[0])} to {int(idx[-1])}: field `{key}` "
+                                 f"should be {(len(idx), *shape)} as a batch, got shape "
+                                 f"{col.shape}")
+            out[key] = col.reshape(len(idx), -1).astype(np.float64, copy=False)
+        return out
+    out = {key: np.empty((len(idx), int(np.prod(shape, dtype=np.int64))))
+           for key, shape in shapes.items()}
+    for row, i in enumerate(idx.tolist()):
+        item = ds[i]
+        for key, shape in shapes.items():
+            try:
+                value = np.asarray(item[key])
+            except (KeyError, IndexError, TypeError) as e:
+                raise ShapeError(f"{name}: item {i} has no field `{key}`") from e
+            if value.shape != shape:
+                raise ShapeError(f"{name}: item {i}'s field `{key}` should be {shape}, got "
+                                 f"shape {value.shape}")
+            out[key][row] = value.reshape(-1)
+    return out
+
+
+def _save_dataset(path: str | os.PathLike[str], ds: Any) -> None:
+    record = ds.record
+    name = getattr(record, "__name__", type(record).__name__)
+    shapes = _ndf_fields(record)
+    n = len(ds)
+    d = int(np.prod(shapes["x"], dtype=np.int64))
+    l = int(np.prod(shapes["y"], dtype=np.int64)) if "y" in shapes else 0  # noqa: E741
+    _check_row(n, d, l)
+    rows_per_chunk = _rows_per_chunk(d, l)
+    with atomic_write(path) as f:
+        f.write(_HEADER.pack(MAGIC, n, d, l))
+        for a in range(0, n, rows_per_chunk):
+            cols = _read_rows(ds, np.arange(a, min(n, a + rows_per_chunk), dtype=np.int64),
+                              shapes, name)
+            parts = [cols["x"]] + ([cols["y"]] if "y" in cols else [])
+            f.write(np.concatenate(parts, axis=1).astype("<f8", copy=False).tobytes())
 
 
 class NdfFile(OpenFile):
