@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import types
 from pathlib import Path
 
@@ -19,10 +20,14 @@ HERE = Path(__file__)
 
 
 def declared_at(marker: str) -> str:
-    """``file:line`` of the line of this file that carries the comment ``# <marker>``."""
+    """``file:line:column`` of the line of this file that carries the comment ``# <marker>``,
+    the column that of its first character (the field's name); ``file:line`` on Python 3.10,
+    which gives no columns."""
     for number, text in enumerate(HERE.read_text().splitlines(), start=1):
         if text.rstrip().endswith(f"# <{marker}>"):
-            return f"{HERE.name}:{number}"
+            if sys.version_info < (3, 11):
+                return f"{HERE.name}:{number}"
+            return f"{HERE.name}:{number}:{len(text) - len(text.lstrip()) + 1}"
     raise AssertionError(f"no line is marked <{marker}>")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import re
+import sys
 import types
 from pathlib import Path
 
@@ -19,10 +20,14 @@ HERE = Path(__file__)
 
 
 def declared_at(marker: str) -> str:
-    """``file:line`` of the line of this file that carries the comment ``# <marker>``."""
+    """``file:line:column`` of the line of this file that carries the comment ``# <marker>``,
+    the column that of its first character (the field's name); ``file:line`` on Python 3.10,
+    which gives no columns."""
     for number, text in enumerate(HERE.read_text().splitlines(), start=1):
         if text.rstrip().endswith(f"# <{marker}>"):
-            return f"{HERE.name}:{number}"
+            if sys.version_info < (3, 11):
+                return f"{HERE.name}:{number}"
+            return f"{HERE.name}:{number}:{len(text) - len(text.lstrip()) + 1}"
     raise AssertionError(f"no line is marked <{marker}>")
 
 
@@ -71,6 +76,64 @@ def test_fields_keep_their_declaration_order_shape_dtype_domain_and_doc():
 def test_a_field_knows_the_file_and_line_that_declared_it():
     assert Digit.img.where == declared_at("img")
     assert Digit.label.where == declared_at("label")
+
+
+needs_columns = pytest.mark.skipif(sys.version_info < (3, 11),
+                                   reason="Python 3.10 gives no columns")
+
+
+def column_of(marker: str, text: str) -> str:
+    """``file:line:column`` of ``text`` on the line of this file marked ``# <marker>``."""
+    for number, line in enumerate(HERE.read_text().splitlines(), start=1):
+        if line.rstrip().endswith(f"# <{marker}>"):
+            return f"{HERE.name}:{number}:{line.index(text) + 1}"
+    raise AssertionError(f"no line is marked <{marker}>")
+
+
+@needs_columns
+def test_a_field_is_located_at_its_name_as_shapescript_does():
+    assert Digit.img.where == f"{HERE.name}:{declared_at('img').split(':')[1]}:5"
+    assert Digit.label.where.endswith(":5")
+
+
+@needs_columns
+def test_a_field_declared_over_several_lines_is_located_at_its_name():
+    class Wide(fl.Record):
+        a: object = fl.field(  # <wide>
+            (), "int64")
+
+    assert Wide.a.where == column_of("wide", "a: object")
+
+
+@needs_columns
+def test_a_field_not_assigned_to_a_name_is_located_at_its_call():
+    spec = {"ü": 0, "a": fl.field((), "int64")}  # <in-a-dict>
+    assert spec["a"].where == column_of("in-a-dict", "fl.field")  # counted in characters
+    holder = types.SimpleNamespace()
+    holder.b = fl.field((), "int64")  # <attribute>
+    assert holder.b.where == column_of("attribute", "fl.field")
+    R = record({"a": spec["a"]})
+    assert R.a.where == column_of("in-a-dict", "fl.field")
+
+
+@needs_columns
+def test_a_field_without_source_text_is_located_by_the_code_alone():
+    namespace: dict = {"fl": fl}
+    exec(compile("class R(fl.Record):\n    x = fl.field((), 'int64')\n", "<made>", "exec"),
+         namespace)
+    assert namespace["R"].x.where == "<made>:2:5"
+
+
+def test_without_columns_a_field_is_located_at_its_line():
+    import subprocess
+
+    code = ("import feedline as fl\n"
+            "class R(fl.Record):\n"
+            "    x = fl.field((), 'int64')\n"
+            "print(R.x.where)\n")
+    out = subprocess.run([sys.executable, "-X", "no_debug_ranges", "-c", code],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "<string>:3"
 
 
 def test_the_record_keeps_its_dims_and_docstring():

@@ -15,8 +15,10 @@ the same shapes and examples stack into batches. A wrong declaration raises
 
 from __future__ import annotations
 
+import dis
 import inspect
 import keyword
+import linecache
 import os
 import sys
 from collections.abc import Mapping
@@ -63,15 +65,60 @@ def field(shape: int | str | tuple | list, dtype: Any, domain: Any = None,
     ``shape`` is ``()`` for a scalar, a dim name or an int for one axis, or a tuple
     of them. ``domain`` is ``fl.Index(n)``, ``fl.Mask`` or ``fl.Range(lo, hi)``.
     """
-    frame = sys._getframe(1)
-    where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
-    return _FieldSpec(shape, dtype, domain, doc, where)
+    return _FieldSpec(shape, dtype, domain, doc, _declared_at(sys._getframe(1)))
+
+
+# Instructions that store the value just made: the place of their target is the name
+# the field is declared by (``img`` in ``img = fl.field(...)``).
+_STORES = frozenset({"STORE_NAME", "STORE_FAST", "STORE_GLOBAL", "STORE_DEREF"})
+
+
+# The code object whose positions were read last, with them and its instructions.
+_LAST_CODE: tuple = (None, [], b"")
+
+
+def _declared_at(frame: Any) -> str:
+    """``file:line:column`` (1-based, in characters) of the call in ``frame`` that is
+    running: the target it is assigned to (the field's name, as ShapeScript's
+    ``mnist.ss:8:5``), else the call itself. ``file:line`` where Python gives no columns
+    (3.10, or ``-X no_debug_ranges``)."""
+    code = frame.f_code
+    file = os.path.basename(code.co_filename)
+    if not hasattr(code, "co_positions"):  # Python 3.10
+        return f"{file}:{frame.f_lineno}"
+    # One position per code unit; the call's inline caches share its position (f_lasti
+    # may point into them), and the next instruction is the first unit with another.
+    global _LAST_CODE
+    last = _LAST_CODE
+    if last[0] is not code:  # a class body declares its fields one after another
+        last = _LAST_CODE = (code, list(code.co_positions()), code.co_code)
+    _, positions, ops = last
+    at = frame.f_lasti // 2
+    call = positions[at] if at < len(positions) else None
+    place = call
+    for k in range(at + 1, len(positions)):
+        pos = positions[k]
+        if pos != call:
+            name = dis.opname[ops[2 * k]]
+            if name == "EXTENDED_ARG":
+                continue
+            if name in _STORES:
+                place = pos
+            break
+    if place is None or place[0] is None or place[2] is None:
+        return f"{file}:{frame.f_lineno}"
+    line, column = place[0], place[2]
+    text = linecache.getline(code.co_filename, line)
+    if text:  # Python counts UTF-8 bytes; a message counts characters
+        column = len(text.encode("utf-8")[:column].decode("utf-8", "replace"))
+    return f"{file}:{line}:{column + 1}"
 
 
 @dataclass(frozen=True)
 class Field:
     """One field of a record: ``shape`` (resolved ints), ``dtype``, ``domain``, ``doc``,
-    ``dims`` (the declared shape, with dim names), ``name`` and ``where`` (file:line)."""
+    ``dims`` (the declared shape, with dim names), ``name`` and ``where`` (``file:line:column``
+    of its name where it was declared; ``file:line`` on Python 3.10)."""
 
     name: str
     shape: tuple[int, ...]
