@@ -799,6 +799,39 @@ def test_batches_is_a_loader_in_order():
     assert [len(x) for x in labels] == [5, 5, 2]
 
 
+def labels_of(loader) -> list[list[int]]:
+    return [b.label.tolist() for b in loader]
+
+
+def test_batches_takes_the_batch_size_as_n_by_position_or_by_name():
+    # ShapeScript: "n by position or as n=".
+    ds = make("dict of numpy arrays")
+    want = labels_of(ds.batches(5))
+    assert [len(b) for b in want] == [5, 5, 2]
+    assert labels_of(ds.batches(n=5)) == want
+    assert labels_of(ds.batches(batch_size=5)) == want
+    assert labels_of(ds.batches(n=5, drop_last=True)) == want[:2]
+
+
+def test_a_shuffles_batches_take_the_batch_size_as_n_by_position_or_by_name():
+    ds = make("dict of numpy arrays")
+    for epoch in range(2):
+        want = labels_of(ds.shuffle(seed=epoch).batches(5))
+        assert labels_of(ds.shuffle(seed=epoch).batches(n=5)) == want
+        assert labels_of(ds.shuffle(seed=epoch).batches(batch_size=5)) == want
+
+
+@pytest.mark.parametrize("batches", [lambda ds: ds.batches, lambda ds: ds.shuffle(1).batches])
+def test_batches_takes_the_batch_size_once(batches):
+    ds = make("dict of numpy arrays")
+    with pytest.raises(TypeError, match="batch size"):
+        batches(ds)(4, batch_size=4)
+    with pytest.raises(TypeError, match="batch size"):
+        batches(ds)(n=4, batch_size=4)
+    with pytest.raises(TypeError, match="batch size"):
+        batches(ds)()
+
+
 def test_the_repr_says_what_the_dataset_is():
     assert repr(make("dict of numpy arrays")) == "Dataset(Digit, 12 items, in memory)"
     assert repr(make("__getitems__")) == "Dataset(Digit, 12 items, Batched)"

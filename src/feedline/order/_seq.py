@@ -210,11 +210,16 @@ class Seq:
             )
         return Seq("split", (self,), (index, count))
 
-    def batches(self, batch_size: int, **loader_options: Any) -> Any:
-        """A ``fl.Loader`` over this order: batches of ``batch_size`` (see ``Loader``)."""
+    def batches(self, n: int | None = None, *, batch_size: int | None = None,
+                **loader_options: Any) -> Any:
+        """A ``fl.Loader`` over this order: batches of ``n`` (by position or ``n=``, as
+        ShapeScript's ``batches(64)``; ``batch_size=`` is the same; see ``Loader``)."""
         if LOADER is None:
             raise RuntimeError("feedline's loader is not imported; `import feedline` first")
-        return LOADER[0](self, batch_size, **loader_options)
+        if (n is None) == (batch_size is None):
+            raise TypeError(f"batches takes the batch size once, as n (by position or n=) or "
+                            f"batch_size=; got n={n!r} and batch_size={batch_size!r}")
+        return LOADER[0](self, n if batch_size is None else batch_size, **loader_options)
 
     # -- inspection ---------------------------------------------------------------------
     def sources(self) -> list[object]:

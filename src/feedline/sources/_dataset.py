@@ -487,11 +487,18 @@ class Dataset:
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         return Seq.source(self).shuffle(int(seed))
 
-    def batches(self, batch_size: int, **loader_options: Any):
-        """A loader over this dataset, in order unless ``seed`` shuffles (see ``Loader``)."""
+    def batches(self, n: int | None = None, *, batch_size: int | None = None,
+                **loader_options: Any):
+        """A loader over this dataset of batches of ``n`` examples, in order unless
+        ``seed`` shuffles (see ``Loader``). ``n`` is given by position or as ``n=``, as
+        ShapeScript's ``batches(64)``; ``batch_size=`` is the same.
+        """
         if _seq.LOADER is None:
             raise RuntimeError("feedline's loader is not imported; `import feedline` first")
-        return _seq.LOADER[0](self, batch_size, **loader_options)
+        if (n is None) == (batch_size is None):
+            raise TypeError(f"batches takes the batch size once, as n (by position or n=) or "
+                            f"batch_size=; got n={n!r} and batch_size={batch_size!r}")
+        return _seq.LOADER[0](self, n if batch_size is None else batch_size, **loader_options)
 
     def close(self) -> None:
         """Give up this dataset's share of its source's file (if it has one)."""
