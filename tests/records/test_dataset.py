@@ -765,6 +765,80 @@ def test_from_arrays_refuses_what_has_no_example_axis_or_different_lengths():
         fl.Dataset.from_arrays(x=np.array(["a", "b"]))
 
 
+def assert_same_dataset(got: fl.Dataset, want: fl.Dataset) -> None:
+    assert got.record.schema() == want.record.schema()
+    assert len(got) == len(want)
+    assert_columns(got.columns, want.columns)
+    got_batches, want_batches = list(got.batches(3)), list(want.batches(3))
+    assert len(got_batches) == len(want_batches)
+    for g, w in zip(got_batches, want_batches):
+        assert_columns(dict(g.fields), dict(w.fields))
+
+
+def test_from_arrays_takes_data_nus_flat_vectors_given_n_d_and_l():
+    # data.nu's data_new(x, y, n, d, l): x holds n*d numbers, y n*l, row by row.
+    n, d, labels = 5, 3, 2
+    flat_x = np.arange(n * d, dtype=np.float64)
+    flat_y = np.arange(n * labels, dtype=np.float64) / 10
+    got = fl.Dataset.from_arrays(x=flat_x, y=flat_y, n=n, d=d, l=labels)
+    want = fl.Dataset.from_arrays(x=flat_x.reshape(n, d), y=flat_y.reshape(n, labels))
+    assert_same_dataset(got, want)
+    assert got.getitems([1])["x"].tolist() == [[3.0, 4.0, 5.0]]
+    assert got.getitems([4])["y"].tolist() == [[0.8, 0.9]]
+    assert_same_dataset(
+        fl.Dataset.from_arrays(x=torch.tensor(flat_x), y=list(flat_y), n=np.int64(n), d=d,
+                               l=labels, name="nu"),
+        fl.Dataset.from_arrays(x=flat_x.reshape(n, d), y=flat_y.reshape(n, labels), name="nu"))
+
+
+def test_from_arrays_flat_without_labels_is_the_2d_form_without_labels():
+    flat_x = np.arange(8.0)
+    assert_same_dataset(fl.Dataset.from_arrays(x=flat_x, n=4, d=2),
+                        fl.Dataset.from_arrays(x=flat_x.reshape(4, 2)))
+    assert_same_dataset(fl.Dataset.from_arrays(x=flat_x, n=4, d=2, l=0),
+                        fl.Dataset.from_arrays(x=flat_x.reshape(4, 2)))
+    # l = 0 with a y of no numbers: labels of no values, as data.nu's empty y
+    assert_same_dataset(fl.Dataset.from_arrays(x=flat_x, y=np.zeros(0), n=4, d=2, l=0),
+                        fl.Dataset.from_arrays(x=flat_x.reshape(4, 2), y=np.zeros((4, 0))))
+
+
+@pytest.mark.parametrize(("arrays", "error", "message"), [
+    (dict(x=np.zeros(11), n=4, d=3), fl.ShapeError,
+     "from_arrays: `x` should hold n*d = 4*3 = 12 numbers, got 11"),
+    (dict(x=np.zeros(12), y=np.zeros(7), n=4, d=3, l=2), fl.ShapeError,
+     "from_arrays: `y` should hold n*l = 4*2 = 8 numbers, got 7"),
+    (dict(x=np.zeros((4, 3)), n=4, d=3), fl.ShapeError,
+     "from_arrays: `x` should be a flat vector of n*d = 4*3 = 12 numbers, got shape (4, 3)"),
+    (dict(x=np.zeros(12), n=4, d=3, l=2), fl.ShapeError,
+     "from_arrays: l = 2 labels per example, but no `y`"),
+    (dict(x=np.zeros(12), y=np.zeros(8), n=4, d=3), fl.RecordError,
+     "from_arrays: the flat form (n=...) needs l, the labels per example of `y`"),
+    (dict(x=np.zeros(12), n=4), fl.RecordError,
+     "from_arrays: the flat form (n=...) needs d, the features per example of `x`"),
+    (dict(x=np.zeros(12), d=3), fl.RecordError,
+     "from_arrays: the flat form needs n, the number of examples (given: d)"),
+    (dict(x=np.zeros(12), n=4.0, d=3), fl.RecordError,
+     "from_arrays: n must be an int, got 4.0"),
+    (dict(x=np.zeros(12), n=True, d=3), fl.RecordError,
+     "from_arrays: n must be an int, got True"),
+    (dict(x=np.zeros(12), n=4, d=np.zeros(3)), fl.RecordError,
+     "from_arrays: d must be an int, got an array of shape (3,)"),
+    (dict(x=np.zeros(12), n=-4, d=-3), fl.ShapeError,
+     "from_arrays: n must be >= 0, got -4"),
+])
+def test_from_arrays_flat_vectors_that_do_not_fit_n_d_l_are_refused(arrays, error, message):
+    with pytest.raises(error) as info:
+        fl.Dataset.from_arrays(**arrays)
+    assert str(info.value) == message
+    assert isinstance(info.value, fl.FeedlineError)
+
+
+def test_from_arrays_fields_named_n_d_or_l_are_arrays_of_the_2d_form():
+    ds = fl.Dataset.from_arrays(x=np.zeros((4, 2)), n=np.arange(4), d=np.ones((4, 3)))
+    assert list(ds.record.fields) == ["x", "n", "d"]
+    assert ds.getitems([3])["n"].tolist() == [3]
+
+
 def test_shuffle_is_a_seeded_seq_over_every_item():
     ds = make("dict of numpy arrays")
     seq = ds.shuffle(1)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BoundsError, FeedlineError, ShapeError
+from ..errors import BoundsError, FeedlineError, RecordError, ShapeError
 from ..order import Seq, _seq
 from ..order import salt as name_salt
 from ..order._hash import MASK64, PHI, mix64
@@ -82,6 +82,60 @@ def _column(value: Any, where: str) -> np.ndarray:
         return _to_numpy(value)
     except (ValueError, TypeError) as e:  # numpy's "inhomogeneous shape", and the like
         raise ShapeError(f"{where} is not a rectangular array: {e}") from e
+
+
+# data.nu's flat form: the number of examples, features and labels per example.
+_FLAT_SIZES = ("n", "d", "l")
+
+
+def _is_scalar(value: Any) -> bool:
+    """Whether ``value`` has no axes (a number, not a field's array)."""
+    try:
+        return np.ndim(value) == 0
+    except (ValueError, TypeError):  # ragged lists: a field, refused as one
+        return False
+
+
+def _unflatten(arrays: dict[str, Any]) -> dict[str, Any]:
+    """data.nu's ``data_new(x, y, n, d, l)``: ``x`` (n*d numbers) and ``y`` (n*l) as
+    arrays of ``n`` rows; the other arrays as given."""
+    sizes = {}
+    for k in _FLAT_SIZES:
+        if k not in arrays:
+            continue
+        v = arrays.pop(k)
+        if np.ndim(v) != 0:
+            raise RecordError(f"from_arrays: {k} must be an int, got an array of shape "
+                              f"{np.shape(v)}")
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise RecordError(f"from_arrays: {k} must be an int, got {v!r}")
+        if v < 0:
+            raise ShapeError(f"from_arrays: {k} must be >= 0, got {v}")
+        sizes[k] = int(v)
+    if "n" not in sizes:
+        raise RecordError(f"from_arrays: the flat form needs n, the number of examples "
+                          f"(given: {', '.join(sizes)})")
+    n = sizes["n"]
+    wants = (("x", "d", "features"), ("y", "l", "labels"))
+    for field_, size, what in wants:
+        if field_ not in arrays:
+            if sizes.get(size, 0) != 0:
+                raise ShapeError(f"from_arrays: {size} = {sizes[size]} {what} per example, "
+                                 f"but no `{field_}`")
+            continue
+        if size not in sizes:
+            raise RecordError(f"from_arrays: the flat form (n=...) needs {size}, the {what} "
+                              f"per example of `{field_}`")
+        flat = _column(arrays[field_], f"from_arrays: `{field_}`")
+        k = sizes[size]
+        if flat.ndim != 1:
+            raise ShapeError(f"from_arrays: `{field_}` should be a flat vector of n*{size} = "
+                             f"{n}*{k} = {n * k} numbers, got shape {flat.shape}")
+        if flat.size != n * k:
+            raise ShapeError(f"from_arrays: `{field_}` should hold n*{size} = {n}*{k} = "
+                             f"{n * k} numbers, got {flat.size}")
+        arrays[field_] = flat.reshape(n, k)
+    return arrays
 
 
 class Dataset:
@@ -225,9 +279,22 @@ class Dataset:
 
         Fields are named by the keywords; ``x`` is ``n x d``, ``y`` is ``n x l`` (or
         absent). Each field's shape is its array's shape past the first axis.
+
+        data.nu's flat form ``data_new(x, y, n, d, l)`` is ``from_arrays(x=flat_x,
+        y=flat_y, n=n, d=d, l=l)``: ``x`` a flat vector of ``n*d`` numbers, ``y`` of
+        ``n*l`` (``y`` may be absent when ``l`` is 0 or not given), row by row; it is
+        the same dataset as ``x`` and ``y`` reshaped to ``(n, d)`` and ``(n, l)``. The
+        form is chosen by ``n``, ``d`` or ``l`` given as a number (a field, which has an
+        example axis, is never one).
+
+        >>> ds = Dataset.from_arrays(x=np.arange(6.0), y=np.arange(2.0), n=2, d=3, l=1)
+        >>> ds.getitems([1])["x"].tolist(), ds.getitems([1])["y"].tolist()
+        ([[3.0, 4.0, 5.0]], [[1.0]])
         """
         if not arrays:
             raise TypeError("from_arrays needs at least one array, e.g. x=...")
+        if any(k in arrays and _is_scalar(arrays[k]) for k in _FLAT_SIZES):
+            arrays = _unflatten(arrays)
         cols = {k: _column(v, f"from_arrays: `{k}`") for k, v in arrays.items()}
         specs = {}
         for k, v in cols.items():
