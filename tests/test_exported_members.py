@@ -15,6 +15,7 @@ EXPECTED = [
     "Range",
     "Record",
     "field",
+    "loader_workers",
     "DomainError",
     "FeedlineError",
     "FormatError",

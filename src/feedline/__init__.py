@@ -14,7 +14,7 @@ from .errors import (
     WorkerError,
 )
 from .formats import ndf, nndataset, recfile
-from .loader import Batch, Loader
+from .loader import Batch, Loader, loader_workers
 from .order import ORDERING_VERSION, Cursor, Item, Order, Schedule, Seq, salt
 from .records import Field, Index, Mask, Range, Record, field
 from .sources import Dataset
@@ -47,6 +47,7 @@ __all__ = [
     "StateError",
     "WorkerError",
     "field",
+    "loader_workers",
     "ndf",
     "nndataset",
     "recfile",

@@ -6,8 +6,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._workers import WorkerPool
-
 
 class IntoArrays:
     """``next_into`` for ``Loader`` (which provides the claim, the gathers and the pool)."""
@@ -42,7 +40,7 @@ class IntoArrays:
         pool = self._use_pool()
         if pool is not None and not self._transform_in_workers:
             # the workers make the fields' batches ahead: the next is one of theirs
-            return self._next_into_from_pool(pool, out, mask, padded)
+            return self._next_into_from_pool(out, mask, padded)
         if pool is not None and self._inflight:
             raise ValueError("next_into fills arrays with the records' fields, and this "
                              "loader's workers have made batches ahead through its "
@@ -76,10 +74,10 @@ class IntoArrays:
             mask[:size] = True
         return rows if padded else size
 
-    def _next_into_from_pool(self, pool: WorkerPool, out: Mapping[str, np.ndarray],
-                             mask: np.ndarray | None, padded: bool) -> int:
+    def _next_into_from_pool(self, out: Mapping[str, np.ndarray], mask: np.ndarray | None,
+                             padded: bool) -> int:
         try:
-            batch = self._next_from_pool(pool, raw=True)
+            batch = self._next_from_pool(raw=True)
         except StopIteration:
             return 0
         rows, size = len(batch), batch.size

@@ -41,13 +41,15 @@ from ..order import Order, Seq, _hash, _kernels, _seq
 from ..sources import Dataset
 from ._ahead import Ahead
 from ._batch import Batch
+from ._config import default_workers
 from ._device import DeviceColumns
 from ._gather import gather
 from ._into import IntoArrays
+from ._pools import PoolMode, PoolSpec
 from ._ranks import detect_rank
 from ._resume import Resumable
 from ._util import as_dataset, check_int, to_torch
-from ._workers import PoolMode, WorkerPool
+from ._workers import WorkerPool
 
 # The order is fetched this many positions at a time (rounded to whole batches): one
 # lookup amortised over many batches, small enough to stay in cache.
@@ -68,14 +70,18 @@ class Loader(Resumable, PoolMode, IntoArrays):
 
     def __init__(self, source: Any, batch_size: int, *, seed: int | None = None,
                  shard: tuple[int, int] | Literal["auto"] | None = None, even: bool = False,
-                 drop_last: bool = False, pad: bool = False, workers: int = 0,
+                 drop_last: bool = False, pad: bool = False, workers: int | None = None,
                  prefetch: int = 2, device: Any = None,
                  output: Literal["numpy", "torch"] = "numpy", check_values: bool = False,
                  batch_transform: Callable[[Batch], Any] | None = None) -> None:
         self.batch_size = check_int("batch_size", batch_size, 1)
         if seed is not None:
             seed = check_int("seed", seed)
-        self.workers = check_int("workers", workers, 0)
+        # None: fl.loader_workers(), else min(4, usable CPUs) (ShapeScript's default; the
+        # measurement behind it is beside _config._DEFAULT_MAX). Workers start only for
+        # datasets that need Python per batch: see PoolMode._plan_pool.
+        self._workers_default = workers is None
+        self.workers = default_workers() if workers is None else check_int("workers", workers, 0)
         self.prefetch = check_int("prefetch", prefetch, 1)
         if drop_last and pad:
             raise ValueError("drop_last and pad exclude each other: the last partial batch is "
@@ -148,6 +154,7 @@ class Loader(Resumable, PoolMode, IntoArrays):
         self._delivered = 0  # batches delivered in this pass, counted without a gap
         self._done_ahead: set[int] = set()  # batches delivered past the gap (threads)
         self._pool: WorkerPool | None = None
+        self._pool_spec: PoolSpec | None = None
         self._pool_decided = False
         self._transform_in_workers = False
         self._inflight: deque = deque()
@@ -412,9 +419,8 @@ class Loader(Resumable, PoolMode, IntoArrays):
             finally:
                 self._passed(start)
             return Batch(fields, stop - start, stop - start, start, ords, recs)
-        pool = self._use_pool()
-        if pool is not None:
-            return self._next_from_pool(pool)
+        if self._use_pool() is not None:
+            return self._next_from_pool()
         start, stop, ords, recs = self._claim_or_stop()
         size = stop - start
         rows = self._rows_for(size)
@@ -465,11 +471,10 @@ class Loader(Resumable, PoolMode, IntoArrays):
             self._steps = self._count_steps()
 
     def close(self) -> None:
-        """Stop the workers and release the loader's share of its sources; later use raises
-        ValueError."""
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        """Free the loader's shared memory and release its share of its sources; later use
+        raises ValueError. Its workers are kept for the next loader over the same datasets
+        (they stop when the datasets are no longer used, or at exit)."""
+        self._release_pool()
         with self._lock:
             if self._own_dataset and self._plain is not None and not self._closed:
                 self._plain.close()  # the dataset this loader made for a file it was given

@@ -1,8 +1,9 @@
-"""The worker process: gathers batches into shared memory for its loader.
+"""The worker process: gathers batches into shared memory for the loader it serves.
 
 Started as ``python -m feedline.loader._worker_main FD`` (a fresh interpreter, never the
-program's ``__main__``). It receives its datasets (pickled: files reopen by path),
-then tasks, and writes each batch's fields into a shared-memory slot.
+program's ``__main__``). It receives its datasets (pickled: files reopen by path), then
+the names of the slots of the loader holding its pool (again whenever another loader
+takes the pool over) and tasks, and writes each batch's fields into a shared-memory slot.
 """
 
 from __future__ import annotations
@@ -35,13 +36,16 @@ def serve(conn: Connection) -> None:
     transform = init.get("transform")
     output, device = init.get("output", "numpy"), init.get("device")
     fields = datasets[0].record.fields
-    slots = [SharedMemory(name=n) for n in init["slots"]]
+    slots: list[SharedMemory] = []
     try:
         conn.send(("ready", os.getpid()))
         while True:
             msg = conn.recv()
             if msg[0] == "stop":
                 return
+            if msg[0] == "slots":  # the ring of the loader that now holds the pool
+                _open_slots(slots, msg[1])
+                continue
             _, batch_no, slot, ords, recs, rows, start, seeds, context = msg
             try:
                 out = _views(slots[slot], layout, batch_size)
@@ -68,6 +72,19 @@ def serve(conn: Connection) -> None:
     finally:
         for s in slots:
             s.close()
+
+
+def _open_slots(slots: list[SharedMemory], names: list[str]) -> None:
+    for s in slots:
+        s.close()
+    slots.clear()
+    try:
+        slots.extend(SharedMemory(name=n) for n in names)
+    except FileNotFoundError:
+        # the loader closed before this worker got here: no task uses this ring
+        for s in slots:
+            s.close()
+        slots.clear()
 
 
 def _transform(transform, out, size, rows, start, ords, recs, output, device):

@@ -1,4 +1,4 @@
-"""Worker processes for a loader: batches gathered in parallel, delivered in order.
+"""Worker processes for loaders: batches gathered in parallel, delivered in order.
 
 Workers are fresh interpreters (``python -m feedline.loader._worker_main``): they never
 import the program's ``__main__``, so a script needs no ``if __name__ == "__main__":``.
@@ -7,13 +7,16 @@ shared by fork) and gathers batches into a ring of shared-memory slots, ``prefet
 per worker; the loader copies each batch out of its slot and hands batches out in
 order, so the stream is the same whatever the number of workers. A worker's
 exception reaches the caller with the worker's traceback text; a worker that dies
-is a ``WorkerError`` within a second; the shared memory is unlinked when the loader
-closes or the process exits.
+is a ``WorkerError`` within a second, and its pool is never used again. A pool outlives
+the loader that started it (``_pools`` lends it to the next loop over the same
+datasets); its workers stop and its shared memory is unlinked when it closes, at the
+latest when the process exits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import pickle
@@ -23,7 +26,7 @@ import socket
 import subprocess
 import sys
 import threading
-import warnings
+import time
 import weakref
 from collections import deque
 from multiprocessing.connection import Connection, wait
@@ -33,7 +36,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import WorkerError
-from ._batch import Batch
 
 # How long the loader waits for a result before it checks that the workers are alive.
 _POLL_S = 0.5
@@ -41,22 +43,32 @@ _POLL_S = 0.5
 _START_TIMEOUT_S = 60.0
 
 
-def unpicklable_reason(obj: Any) -> str | None:
-    """Why ``obj`` cannot go to a worker (None if it can): it cannot be pickled, or it
-    refers to something defined in ``__main__``, which a worker never imports."""
+def examine(obj: Any) -> tuple[str | None, str | None]:
+    """``(digest, reason)``: a digest of ``obj`` pickled (what workers would receive),
+    or why ``obj`` cannot go to a worker: it cannot be pickled, or it refers to
+    something defined in ``__main__``, which a worker never imports. Arrays are hashed
+    in place (out-of-band buffers), not copied."""
+    buffers: list[pickle.PickleBuffer] = []
     try:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     except Exception as e:
-        return f"it cannot be pickled ({type(e).__name__}: {e})"
+        return None, f"it cannot be pickled ({type(e).__name__}: {e})"
     strings: list[str] = []
-    for op, arg, _ in pickletools.genops(io.BytesIO(data)):
+    # A reference to __main__ names it in the bytes: scan the opcodes only then (the
+    # scan is Python per opcode, the search is not).
+    for op, arg, _ in pickletools.genops(io.BytesIO(data)) if b"__main__" in data else ():
         if op.name in ("GLOBAL", "INST") and isinstance(arg, str) and arg.startswith("__main__"):
-            return f"it refers to {arg.replace(' ', '.')}, defined in __main__"
+            return None, f"it refers to {arg.replace(' ', '.')}, defined in __main__"
         if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
             strings.append(arg)
         if op.name == "STACK_GLOBAL" and len(strings) >= 2 and strings[-2] == "__main__":
-            return f"it refers to __main__.{strings[-1]}, defined in __main__"
-    return None
+            return None, f"it refers to __main__.{strings[-1]}, defined in __main__"
+    h = hashlib.blake2b(data, digest_size=20)
+    for buf in buffers:
+        raw = buf.raw()
+        h.update(len(raw).to_bytes(8, "little"))
+        h.update(raw)
+    return h.hexdigest(), None
 
 
 class _Worker:
@@ -91,11 +103,21 @@ class _Worker:
 
 
 class WorkerPool:
-    """``workers`` processes gathering batches for one loader."""
+    """``workers`` processes gathering batches for one loader at a time.
+
+    ``holder`` (a weak reference to the loader using it, or None) and ``use_lock``
+    (held while a loader submits or waits) let ``_pools`` lend the pool from loop to
+    loop; ``broken`` says why it must not be used again (a worker died).
+    """
 
     def __init__(self, datasets: list, fields: dict, batch_size: int, workers: int,
                  prefetch: int, check_values: bool, transform: Any = None,
                  output: str = "numpy", device: str | None = None) -> None:
+        self.holder: weakref.ref | None = None
+        self.use_lock = threading.Lock()
+        self.broken: str | None = None
+        self.users: set[int] = set()  # ids of the live datasets it serves (see _pools)
+        self.key: Any = None
         self.batch_size = batch_size
         self.fields = fields
         layout, off = [], 0
@@ -105,34 +127,72 @@ class WorkerPool:
             off = -(-(off + nbytes) // 64) * 64
         self.layout = layout
         self.slot_bytes = max(off, 64)
-        self.slots = [SharedMemory(create=True, size=self.slot_bytes)
-                      for _ in range(workers * prefetch)]
-        self.free = deque(range(len(self.slots)))
-        self._finalizer = weakref.finalize(self, _release, list(self.slots), [])
+        self.n_slots = workers * prefetch
+        # The ring of slots belongs to the loader holding the pool: made when it takes the
+        # pool (``ensure_slots``), unlinked when it closes (``free_slots``). One list,
+        # changed in place, so the finaliser unlinks whatever ring there is.
+        self.slots: list[SharedMemory] = []
+        self.free: deque[int] = deque()
+        self.workers: list[_Worker] = []
+        self._finalizer = weakref.finalize(self, _release, self.slots, self.workers)
         payload = pickle.dumps({"datasets": datasets, "layout": layout,
                                 "batch_size": batch_size, "check_values": check_values,
-                                "slots": [s.name for s in self.slots],
                                 "transform": transform, "output": output, "device": device},
                                protocol=pickle.HIGHEST_PROTOCOL)
-        self.workers = [_Worker(payload) for _ in range(workers)]
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _release, list(self.slots), self.workers)
         self.pending: dict[int, tuple[int, _Worker]] = {}
         self.done: dict[int, tuple[str, Any]] = {}
-        self.lock = threading.Lock()
         self._next_worker = 0
+        try:
+            self.workers.extend(_Worker(payload) for _ in range(workers))
+            for w in self.workers:
+                self._expect_ready(w)
+            self.ensure_slots()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def ensure_slots(self) -> None:
+        """Make the ring of shared-memory slots, if there is none, and tell the workers."""
+        if self.slots:
+            return
+        self.slots.extend(SharedMemory(create=True, size=self.slot_bytes)
+                          for _ in range(self.n_slots))
+        self.free = deque(range(len(self.slots)))
+        names = [s.name for s in self.slots]
         for w in self.workers:
-            self._expect_ready(w)
+            try:
+                w.conn.send(("slots", names))
+            except OSError as e:
+                raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
+                                 "before it could be given its memory") from e
+
+    def free_slots(self) -> None:
+        """Unlink the ring (nothing may be in flight): the workers stay."""
+        _unlink(self.slots)
+        self.slots.clear()
+        self.free.clear()
+
+    def _dead(self, message: str) -> WorkerError:
+        """A worker died: the pool is broken for good; the error to raise."""
+        self.broken = message
+        return WorkerError(message)
+
+    def all_alive(self) -> bool:
+        return self.broken is None and all(w.alive() for w in self.workers)
 
     def _expect_ready(self, w: _Worker) -> None:
         if not w.conn.poll(_START_TIMEOUT_S):
-            raise WorkerError(f"a loader worker (pid {w.proc.pid}) did not start within "
-                              f"{_START_TIMEOUT_S:.0f} s; it {w.describe_death()}")
+            raise self._dead(f"a loader worker (pid {w.proc.pid}) did not start within "
+                             f"{_START_TIMEOUT_S:.0f} s; it {w.describe_death()}")
         try:
             msg = w.conn.recv()
         except EOFError as e:
-            raise WorkerError(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} while "
-                              f"loading its datasets (see its stderr)") from e
+            raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} while "
+                             f"loading its datasets (see its stderr)") from e
         if msg[0] != "ready":
             raise WorkerError(f"a loader worker sent {msg[0]!r} instead of ready")
 
@@ -152,8 +212,8 @@ class WorkerPool:
             self.free.appendleft(slot)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 w.proc.wait(1.0)
-            raise WorkerError(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
-                              "before it could be given a batch") from e
+            raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
+                             "before it could be given a batch") from e
         w.busy += 1
         self.pending[batch_no] = (slot, w)
 
@@ -194,16 +254,18 @@ class WorkerPool:
         if not ready:
             for w in self.workers:
                 if not w.alive():
-                    raise WorkerError(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}")
+                    raise self._dead(f"a loader worker (pid {w.proc.pid}) "
+                                     f"{w.describe_death()}")
             return
         for conn in ready:
             w = next(w for w in self.workers if w.conn is conn)
             try:
                 msg = conn.recv()
             except (EOFError, OSError) as e:
-                w.proc.wait(timeout=5)
-                raise WorkerError(f"a loader worker (pid {w.proc.pid}) "
-                                  f"{w.describe_death()}") from e
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    w.proc.wait(timeout=5)
+                raise self._dead(f"a loader worker (pid {w.proc.pid}) "
+                                 f"{w.describe_death()}") from e
             w.busy -= 1
             if msg[0] == "done":
                 self.done[msg[1]] = ("done", None)
@@ -212,97 +274,36 @@ class WorkerPool:
             else:
                 self.done[msg[1]] = ("error", (msg[2], msg[3]))
 
-    def drain(self) -> None:
-        """Wait out and discard every batch in flight (before a seek or a reset)."""
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait out and discard every batch in flight (before a seek, a reset, or the
+        next loader's first batch). False if a worker died or ``timeout`` seconds passed
+        first: the pool must then be closed, not used again."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         for batch_no in list(self.pending):
+            while (self.broken is None and batch_no not in self.done
+                   and (deadline is None or time.monotonic() < deadline)):
+                try:
+                    self._receive()
+                except WorkerError as e:  # a death (broken), or nothing left to wait for
+                    self.broken = self.broken or str(e)
+            if batch_no not in self.done:
+                self.broken = self.broken or "its batches in flight were not finished in time"
+                return False
             with contextlib.suppress(Exception):
                 self.result(batch_no)
         self.pending.clear()
         self.done.clear()
+        return True
 
     def close(self) -> None:
+        """Stop the workers and unlink the shared memory (once; later calls do nothing)."""
         self._finalizer()
 
-
-class PoolMode:
-    """How a ``Loader`` uses a worker pool (the loader provides the attributes)."""
-
-    def _use_pool(self) -> WorkerPool | None:
-        """The worker pool, started on first use (None: batches are made in process).
-        Decided once, under a lock: threads that call next() while the pool starts wait
-        for it rather than gather in process meanwhile."""
-        if self._pool_decided:
-            return self._pool
-        with self._next_lock:
-            if not self._pool_decided:
-                self._pool = self._start_pool()
-                self._pool_decided = True
-        return self._pool
-
-    def _start_pool(self) -> WorkerPool | None:
-        if self.workers == 0:
-            return None
-        if all(ds.cheap_gathers for ds in self._datasets) and self.batch_transform is None:
-            # Arrays in memory and memory-mapped files gather faster here than batches
-            # travel between processes (measured: 11 M/s here, 4 M/s through 2 workers
-            # on a 2-core machine), and sending arrays would copy them into every worker.
-            return None
-        reason = unpicklable_reason(self._datasets)
-        if reason is not None:
-            warnings.warn(f"the loader's datasets are loaded in the calling process, not in "
-                          f"{self.workers} workers: {reason}", RuntimeWarning, stacklevel=4)
-            return None
-        transform = self.batch_transform
-        if transform is not None and unpicklable_reason(transform) is not None:
-            # The transform stays here; the workers still make the batches.
-            warnings.warn(f"batch_transform runs in the calling process: "
-                          f"{unpicklable_reason(transform)}", RuntimeWarning, stacklevel=4)
-            transform = None
-        self._transform_in_workers = transform is not None
-        return WorkerPool(self._datasets, dict(self.record.fields), self.batch_size,
-                          self.workers, self.prefetch, self.check_values,
-                          transform=transform, output=self.output,
-                          device=None if self.device is None else str(self.device))
-
-    def _next_from_pool(self, pool: WorkerPool, raw: bool = False) -> Any:
-        """The next batch the workers made (``raw``: before a transform in this process)."""
-        with self._next_lock:
-            while pool.can_submit():
-                claim = self._claim()
-                if claim is None:
-                    break
-                start, stop, ords, recs = claim
-                pool.submit(start // self.batch_size, ords, recs, self._rows_for(stop - start),
-                            start, self._seeds(start, stop - start), self._context())
-                self._inflight.append(claim)
-            if not self._inflight:
-                with self._lock:
-                    self._ended = True
-                raise StopIteration
-            start, stop, ords, recs = self._inflight.popleft()
-            try:
-                fields = pool.result(start // self.batch_size)
-            finally:
-                self._passed(start)
-            if self._transform_in_workers:
-                return fields  # the transform's result, made in a worker
-            size = stop - start
-            rows = self._rows_for(size)
-            fields = {n: a[:rows] for n, a in fields.items()}
-        if self.output == "torch":
-            fields = self._to_torch(fields)
-        batch = Batch(fields, size, rows, start, ords, recs)
-        if self.batch_transform is not None and not raw:
-            return self.batch_transform(batch)
-        return batch
-
-    def _drain(self) -> None:
-        """Discard batches the workers are making ahead (before a reset or a resume)."""
-        if self._pool is not None:
-            with self._next_lock:
-                self._pool.drain()
-                self._inflight.clear()
-
+    def forget(self) -> None:
+        """In a forked child: this pool's workers and memory are the parent's; never
+        stop or unlink them from here."""
+        self._finalizer.detach()
+        self.broken = "the pool belongs to the parent process"
 
 
 def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:
@@ -318,6 +319,10 @@ def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:
                 w.proc.wait(timeout=2)
         with contextlib.suppress(Exception):
             w.conn.close()
+    _unlink(slots)
+
+
+def _unlink(slots: list[SharedMemory]) -> None:
     for s in slots:
         with contextlib.suppress(Exception):
             s.close()
