@@ -785,3 +785,41 @@ def test_every_batch_has_arrays_of_its_own():
     kept = [(b, b.x.copy()) for b in fl.Loader(dataset(100), 10, seed=1)]
     for b, copy in kept:
         np.testing.assert_array_equal(b.x, copy)
+
+
+def shifted(example):
+    """A map (importable, so workers run it)."""
+    return {"x": example["x"] + 1, "y": example["y"]}
+
+
+@pytest.mark.parametrize("mapped, workers", [(False, 0), (True, 0), (True, 2)])
+def test_last_rows_is_the_real_rows_of_the_batch_delivered_last_as_in_data_nu(mapped, workers):
+    ds = dataset(10).map(shifted) if mapped else dataset(10)
+    out = {"x": np.zeros((4, 3), np.float32), "y": np.zeros(4, np.int64)}
+    loader = fl.Loader(ds, 4, seed=2, workers=workers)
+    assert loader.last_rows == 0  # dl_new sets it to 0
+    seen = []
+    while rows := loader.next_into(out):
+        seen.append((rows, loader.last_rows))
+    assert seen == [(4, 4), (4, 4), (2, 2)]
+    assert loader.last_rows == 0  # the dl_next that returned 0 set it to 0
+    sizes = []
+    for batch in loader:  # the next pass, iterated
+        sizes.append((batch.size, loader.last_rows))
+    assert sizes == [(4, 4), (4, 4), (2, 2)] and loader.last_rows == 0
+    loader.close()
+
+
+def test_last_rows_counts_real_rows_not_padding_and_drop_last_ends_at_zero():
+    padded = fl.Loader(dataset(10), 4, pad=True)
+    assert [(len(b), padded.last_rows) for b in padded][-1] == (4, 2)
+    dropped = fl.Loader(dataset(10), 4, drop_last=True)
+    assert [dropped.last_rows for _ in dropped] == [4, 4]
+    assert dropped.last_rows == 0  # data.nu drops the remainder: dl_next returns 0
+    even = fl.Loader(fl.Seq.source(dataset(5)), 2, shard=(1, 2), even=True)
+    out = {"x": np.zeros((2, 3), np.float32), "y": np.zeros(2, np.int64),
+           "mask": np.zeros(2, bool)}
+    got = []
+    while even.next_into(out):
+        got.append(even.last_rows)
+    assert got == [2, 0]  # rank 1 has positions 1 and 3, then a step of padding only

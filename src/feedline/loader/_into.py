@@ -50,6 +50,7 @@ class IntoArrays:
         if claim is None:
             with self._lock:
                 self._ended = True
+                self._last_rows = 0
             return 0
         start, stop, ords, recs = claim
         size = stop - start
@@ -66,6 +67,7 @@ class IntoArrays:
                              out={n: out[n] for n in self.record.fields})
         finally:
             self._passed(start)
+        self._last_rows = size
         if rows > size:
             for n in self.record.fields:
                 out[n][size:rows] = 0

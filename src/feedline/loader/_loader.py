@@ -156,6 +156,7 @@ class Loader(Resumable, PoolMode, IntoArrays):
         self._pool: WorkerPool | None = None
         self._pool_spec: PoolSpec | None = None
         self._pool_decided = False
+        self._last_rows = 0
         self._transform_in_workers = False
         self._inflight: deque = deque()
         self._share = (0, 1)
@@ -266,6 +267,14 @@ class Loader(Resumable, PoolMode, IntoArrays):
     def seed(self) -> int | None:
         return self._seed
 
+    @property
+    def last_rows(self) -> int:
+        """The real rows of the batch this loader delivered last (data.nu's
+        ``dl_last_rows``): 0 before the first, and 0 once a pass has ended (the call
+        that found the end, as ``dl_next`` returning 0 sets it). Padding rows do not
+        count; a reset or a restored state leaves it as it was."""
+        return self._last_rows
+
     def _claim(self) -> tuple[int, int, np.ndarray, np.ndarray] | None:
         """The next batch's (start, stop, ordinals, records), or None at the end."""
         with self._lock:
@@ -302,6 +311,7 @@ class Loader(Resumable, PoolMode, IntoArrays):
         if claim is None:
             with self._lock:
                 self._ended = True
+                self._last_rows = 0
             raise StopIteration
         return claim
 
@@ -406,6 +416,7 @@ class Loader(Resumable, PoolMode, IntoArrays):
                 claim = self._claim_locked()
                 if claim is None:
                     self._ended = True
+                    self._last_rows = 0
                     raise StopIteration
             start, stop, ords, recs = claim
             cols = plain._columns if plain._columns is not None else plain._mapped_columns
@@ -418,6 +429,7 @@ class Loader(Resumable, PoolMode, IntoArrays):
                     fields = self._gather(ords, recs, stop - start, start)
             finally:
                 self._passed(start)
+            self._last_rows = stop - start
             return Batch(fields, stop - start, stop - start, start, ords, recs)
         if self._use_pool() is not None:
             return self._next_from_pool()
@@ -430,6 +442,7 @@ class Loader(Resumable, PoolMode, IntoArrays):
                 fields = device.gather(ords, recs, rows)
             finally:
                 self._passed(start)
+            self._last_rows = size
             batch = Batch(fields, size, rows, start, ords, recs)
             return batch if self.batch_transform is None else self.batch_transform(batch)
         # Every batch gets fresh arrays: reusing the arrays of batches the caller dropped
@@ -439,6 +452,7 @@ class Loader(Resumable, PoolMode, IntoArrays):
             fields = self._gather(ords, recs, rows, start)
         finally:
             self._passed(start)
+        self._last_rows = size
         if self.output == "torch":
             fields = self._to_torch(fields)
         batch = Batch(dict(fields), size, rows, start, ords, recs)

@@ -258,10 +258,12 @@ class PoolMode:
         with self._next_lock:
             start, stop, ords, recs, fields = self._on_pool(self._submit_and_take)
             if self._transform_in_workers:
+                self._last_rows = stop - start
                 return fields  # the transform's result, made in a worker
             size = stop - start
             rows = self._rows_for(size)
             fields = {n: a[:rows] for n, a in fields.items()}
+            self._last_rows = size
         if self.output == "torch":
             fields = self._to_torch(fields)
         batch = Batch(fields, size, rows, start, ords, recs)
@@ -281,6 +283,7 @@ class PoolMode:
         if not self._inflight:
             with self._lock:
                 self._ended = True
+                self._last_rows = 0
             raise StopIteration
         start, stop, ords, recs = self._inflight.popleft()
         try:
