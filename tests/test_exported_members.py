@@ -3,6 +3,7 @@
 import feedline as fl
 
 EXPECTED = [
+    "MAX_DEPTH",
     "ORDERING_VERSION",
     "Batch",
     "BoundsError",
@@ -25,6 +26,7 @@ EXPECTED = [
     "OrderErrorKind",
     "RecordError",
     "Schedule",
+    "ScheduleReason",
     "Seq",
     "ShapeError",
     "StateError",
@@ -85,5 +87,6 @@ def test_the_nndataset_names_are_exactly_the_pinned_ones():
         assert hasattr(fl.nndataset, name), name
 
 
-def test_the_ordering_version_is_one():
-    assert fl.ORDERING_VERSION == 1
+def test_the_ordering_version_is_two():
+    # Ordering version 2 follows the dataorder crate 0.4's rules (issue 13).
+    assert fl.ORDERING_VERSION == 2

@@ -1,7 +1,7 @@
 """An independent oracle for feedline's ordering engine (the dataorder crate 0.4).
 
-Written from the algorithm's reference (``shared/reference/dataorder-algorithm.md``)
-and what was learned from the crate's source, in plain Python with the standard
+Ordering version 2: written from the algorithm's reference as corrected on
+2026-12-01 (``shared/reference/dataorder-algorithm.md``), in plain Python with the standard
 library only: it imports neither feedline nor numpy, so a bug in the engine cannot
 hide in a shared helper.
 
@@ -14,6 +14,13 @@ binary searches over its parts' keys).
 Configurations are the plain data of ``Seq.to_dict()["seq"]``, except that mix
 schedules name their constructor: ``{"delayed": [0.5]}``, ``{"uniform": []}``, or
 ``None`` for a bare part (uniform by default).
+
+The rules that decide an order are read off the configuration as written: a
+shuffle's salt is its child's configuration salt (sources salted with their original
+lengths, empty or selected away; concats and mixes folded left to right), a repeat
+multiplies the enclosing epoch by its count as given (``.repeat(3).repeat(2)`` is
+``.repeat(6)``), and a mix below a shuffle is an error (a fixture case with
+``"error"``).
 
     python tools/order_oracle.py --write   # (re)write tests/fixtures/order_oracle.json
     python tools/order_oracle.py --check   # fail if the file differs from a fresh run
@@ -54,25 +61,10 @@ def fnv1a(data: bytes) -> int:
     return h
 
 
-def fold_salt(sources: list[tuple[int, int]]) -> int:
-    """The salt of a shuffle from ``(salt, original length)`` of the sources under it."""
-    h = 0
-    for salt, length in sources:
-        h = mix64(h ^ mix64(salt ^ 0x6A09E667F3BCC908) ^ ((length * PHI) & M64))
-    return h
-
-
 def round_keys(seed: int, ctx: int, salt: int) -> list[int]:
     a = (mix64(seed ^ 0x2545F4914F6CDD1D) + ctx * PHI + mix64(salt)) & M64
     a = mix64(a ^ 0x1F83D9ABFB41BD6B)
     return [mix64(a + i * PHI) for i in range(6)]
-
-
-def epoch_context(ctx: int, epoch: int, level: int) -> int:
-    if epoch == 0:
-        return ctx
-    inner = (mix64(ctx ^ 0x3C6EF372FE94F82B) + epoch * PHI) & M64
-    return mix64(inner ^ ((level * PHI) & M64))
 
 
 def permute(n: int, keys: list[int], x: int) -> int:
@@ -202,181 +194,130 @@ class MixKeys:
         raise AssertionError(f"no element at mix position {pos}")
 
 
-# -- structure: what compilation keeps (decides shuffle salts and repeat levels) ----------
+# -- the configuration: lengths, salts, ordinals and mixes, by path -----------------------
 
 
-class Kept:
-    """What remains of a node after compilation: its length, repeat level and sources.
+def combine_salts(salts: list[int]) -> int:
+    """A concat's or a mix's salt: its children's salts folded left to right."""
+    if not salts:
+        return 0
+    acc = salts[0]
+    for s in salts[1:]:
+        acc = mix64(((acc + PHI) & M64) ^ s)
+    return acc
 
-    ``kind`` is "empty", "leaf", "concat", "repeat", "select" (a selection that did not
-    fold further) or "opaque" (a shuffle or a mix of several parts: selections above
-    do not reach inside).
+
+def source_salt(salt: int, length: int) -> int:
+    """A source's salt, from its own salt and its original length (also when 0)."""
+    return mix64(mix64(salt ^ 0x6A09E667F3BCC908) ^ ((length * PHI) & M64))
+
+
+def epoch_word(seed: int, epoch: int) -> int:
+    """The one word a shuffle's keys take from the context ``(order seed, epoch)``."""
+    if epoch == 0:
+        return seed
+    return mix64(((mix64(seed ^ 0x3C6EF372FE94F82B) + epoch * PHI) & M64) ^ PHI)
+
+
+class ShuffleContainsMix(ValueError):
+    """A mix anywhere below a shuffle (the crate's ``ShuffleContainsMix``).
+
+    ``path`` is the path of the nearest shuffle above the mix.
     """
 
-    def __init__(
-        self, kind: str, n: int, level: int = 0, sources=(), parts=(), start: int = 0, step: int = 1
-    ) -> None:
-        self.kind, self.n, self.level = kind, n, level
-        self.sources = list(sources)
-        self.parts = list(parts)
-        self.start, self.step = start, step
-
-
-EMPTY = Kept("empty", 0)
-
-
-def kept_concat(parts: list[Kept]) -> Kept:
-    parts = [p for p in parts if p.n]
-    if not parts:
-        return EMPTY
-    if len(parts) == 1:
-        return parts[0]
-    return Kept(
-        "concat",
-        sum(p.n for p in parts),
-        max(p.level for p in parts),
-        [s for p in parts for s in p.sources],
-        parts,
-    )
-
-
-def kept_select(node: Kept, start: int, step: int, length: int) -> Kept:
-    """Positions ``start + i * step`` (``i < length``) of ``node``, folded as the crate does."""
-    if length == 0:
-        return EMPTY
-    if length == 1:
-        step = 1
-    if start == 0 and step == 1 and length == node.n:
-        return node
-    if node.kind == "select":
-        return kept_select(node.parts[0], node.start + start * node.step, node.step * step, length)
-    if step == 1:
-        if node.kind == "leaf":
-            return Kept("leaf", length, 0, node.sources)
-        if node.kind == "repeat" and start == 0 and length <= node.parts[0].n:
-            return kept_select(node.parts[0], 0, 1, length)
-        if node.kind == "concat":
-            kept, offset = [], 0
-            for part in node.parts:
-                lo, hi = max(start, offset), min(start + length, offset + part.n)
-                if lo < hi:
-                    kept.append(kept_select(part, lo - offset, 1, hi - lo))
-                offset += part.n
-            return kept_concat(kept)
-    return Kept("select", length, node.level, node.sources, [node], start, step)
-
-
-def kept_repeat(child: Kept, times: int) -> Kept:
-    if times == 0 or child.n == 0:
-        return EMPTY
-    if times == 1:
-        return child
-    return Kept("repeat", child.n * times, child.level + 1, child.sources, [child])
+    def __init__(self, path: tuple) -> None:
+        super().__init__(f"a shuffle at {list(path)} contains a mix")
+        self.path = path
 
 
 class Config:
-    """A configuration with, for every node (by path), what evaluation needs to know."""
+    """A configuration with, for every node (by path), what evaluation needs to know.
+
+    Everything is read off the configuration as written: a node's salt from its
+    sources' salts and original lengths (empty and selected-away ones included), a
+    repeat's count as given. Nothing is pruned, so nothing pruned can change an order.
+    """
 
     def __init__(self, seq: dict) -> None:
         self.seq = seq
         self.ordinal: dict[tuple, int] = {}
         self.salt: dict[tuple, int] = {}
-        self.level: dict[tuple, int] = {}
         self.length: dict[tuple, int] = {}
         self.mixes: dict[tuple, tuple[list[int], MixKeys | None]] = {}
         self._ordinals = 0
-        self.kept = self._compile(seq, ())
+        self._visit(seq, (), shuffle_at=None)
 
-    def _compile(self, node: dict, path: tuple) -> Kept:
+    def _visit(self, node: dict, path: tuple, shuffle_at: tuple | None) -> None:
         ((op, body),) = node.items()
         if op == "source":
             self.ordinal[path] = self._ordinals
             self._ordinals += 1
-            n = body["len"]
-            self.length[path] = n
-            return EMPTY if n == 0 else Kept("leaf", n, 0, [(body["salt"], n)])
-        if op == "concat":
-            parts = [self._compile(c, (*path, i)) for i, c in enumerate(body)]
-            self.length[path] = sum(self.length[(*path, i)] for i in range(len(body)))
-            return kept_concat(parts)
-        if op == "mix":
-            parts = [self._compile(p["seq"], (*path, i)) for i, p in enumerate(body)]
-            lengths = [self.length[(*path, i)] for i in range(len(body))]
+            self.length[path] = body["len"]
+            self.salt[path] = source_salt(body["salt"], body["len"])
+            return
+        if op in ("concat", "mix"):
+            if op == "mix" and shuffle_at is not None:
+                raise ShuffleContainsMix(shuffle_at)
+            children = body if op == "concat" else [p["seq"] for p in body]
+            for i, c in enumerate(children):
+                self._visit(c, (*path, i), shuffle_at)
+            lengths = [self.length[(*path, i)] for i in range(len(children))]
             self.length[path] = sum(lengths)
-            ranked = [i for i, n in enumerate(lengths) if n]
-            for p in body:
-                Curve(p["schedule"])  # validated even when its part is empty
-            keys = None
-            if len(ranked) >= 2:
-                keys = MixKeys([lengths[i] for i in ranked], [body[i]["schedule"] for i in ranked])
-            self.mixes[path] = (ranked, keys)
-            kept = [parts[i] for i in ranked]
-            if not kept:
-                return EMPTY
-            if len(kept) == 1:
-                return kept[0]
-            return Kept(
-                "opaque",
-                self.length[path],
-                max(p.level for p in kept),
-                [s for p in kept for s in p.sources],
-            )
-        child = self._compile(body["seq"], (*path, 0))
-        n = self.length[(*path, 0)]
+            self.salt[path] = combine_salts([self.salt[(*path, i)] for i in range(len(children))])
+            if op == "mix":
+                for p in body:
+                    Curve(p["schedule"])  # validated even when its part is empty
+                ranked = [i for i, n in enumerate(lengths) if n]
+                keys = None
+                if len(ranked) >= 2:
+                    keys = MixKeys([lengths[i] for i in ranked],
+                                   [body[i]["schedule"] for i in ranked])
+                self.mixes[path] = (ranked, keys)
+            return
+        child = (*path, 0)
+        self._visit(body["seq"], child, path if op == "shuffle" else shuffle_at)
+        n = self.length[child]
+        self.salt[path] = self.salt[child]
         if op == "shuffle":
             self.length[path] = n
-            if n <= 1:
-                return child
-            self.salt[path] = fold_salt(child.sources)
-            return Kept("opaque", n, child.level, child.sources)
-        if op == "repeat":
+        elif op == "repeat":
             self.length[path] = n * body["times"]
-            rep = kept_repeat(child, body["times"])
-            self.level[path] = rep.level
-            return rep
-        if op == "cycle_to":
-            length = body["length"]
-            self.length[path] = length
-            if length <= n:
-                return kept_select(child, 0, 1, length)
-            if n == 0:
+        elif op == "cycle_to":
+            if body["length"] > 0 and n == 0:
                 raise ValueError("cycle_to over an empty sequence")
-            rep = kept_repeat(child, -(-length // n))
-            self.level[path] = rep.level
-            return kept_select(rep, 0, 1, length)
-        if op == "skip":
+            self.length[path] = body["length"]
+        elif op in ("skip", "take"):
             if body["n"] > n:
-                raise ValueError("skip past the end")
-            self.length[path] = n - body["n"]
-            return kept_select(child, body["n"], 1, n - body["n"])
-        if op == "take":
-            if body["n"] > n:
-                raise ValueError("take past the end")
-            self.length[path] = body["n"]
-            return kept_select(child, 0, 1, body["n"])
-        if op == "step_by":
-            step = body["step"]
-            self.length[path] = -(-n // step)
-            return kept_select(child, 0, step, -(-n // step))
-        raise ValueError(f"unknown operation {op!r}")
+                raise ValueError(f"{op} past the end")
+            self.length[path] = n - body["n"] if op == "skip" else body["n"]
+        elif op == "step_by":
+            self.length[path] = -(-n // body["step"])
+        else:
+            raise ValueError(f"unknown operation {op!r}")
 
     def __len__(self) -> int:
         return self.length[()]
 
+    def _times(self, op: str, body: dict, n: int) -> int:
+        """The count an enclosing epoch is multiplied by below a repeat or a cycle."""
+        if op == "repeat":
+            return body["times"]
+        return 1 if body["length"] <= n else -(-body["length"] // n)
+
     # -- brute force -------------------------------------------------------------------
     def evaluate(self, seed: int = 0) -> list[tuple[int, int]]:
         """The whole order, materialised."""
-        return self._eval(self.seq, (), seed & M64)
+        return self._eval(self.seq, (), seed & M64, 0)
 
-    def _eval(self, node: dict, path: tuple, ctx: int) -> list[tuple[int, int]]:
+    def _eval(self, node: dict, path: tuple, seed: int, epoch: int) -> list[tuple[int, int]]:
         ((op, body),) = node.items()
         if op == "source":
             return [(self.ordinal[path], i) for i in range(body["len"])]
         if op == "concat":
-            return [x for i, c in enumerate(body) for x in self._eval(c, (*path, i), ctx)]
+            return [x for i, c in enumerate(body) for x in self._eval(c, (*path, i), seed, epoch)]
         if op == "mix":
             ranked, keys = self.mixes[path]
-            parts = [self._eval(body[i]["seq"], (*path, i), ctx) for i in ranked]
+            parts = [self._eval(body[i]["seq"], (*path, i), seed, epoch) for i in ranked]
             if keys is None:
                 return parts[0] if parts else []
             elements = []
@@ -389,25 +330,26 @@ class Config:
             return [parts[r][j] for _, r, j in elements]
         child_path = (*path, 0)
         if op == "shuffle":
-            inner = self._eval(body["seq"], child_path, ctx)
+            inner = self._eval(body["seq"], child_path, seed, epoch)
             n = len(inner)
             if n <= 1:
                 return inner
-            keys = round_keys(body["seed"], ctx, self.salt[path])
+            keys = round_keys(body["seed"], epoch_word(seed, epoch), self.salt[child_path])
             return [inner[permute(n, keys, p)] for p in range(n)]
         if op in ("repeat", "cycle_to"):
             n = self.length[child_path]
-            if op == "repeat":
-                times, length = body["times"], n * body["times"]
-            else:
-                length = body["length"]
-                times = 1 if length <= n else -(-length // n)
+            length = self.length[path]
+            if length == 0:
+                return []
+            times = self._times(op, body, n)
+            if op == "cycle_to" and times == 1:
+                return self._eval(body["seq"], child_path, seed, epoch)[:length]
             out: list[tuple[int, int]] = []
-            for e in range(times):
-                sub = epoch_context(ctx, e, self.level.get(path, 0))
-                out.extend(self._eval(body["seq"], child_path, sub))
+            for e in range(-(-length // n)):
+                sub = (epoch * times + e) & M64
+                out.extend(self._eval(body["seq"], child_path, seed, sub))
             return out[:length]
-        inner = self._eval(body["seq"], child_path, ctx)
+        inner = self._eval(body["seq"], child_path, seed, epoch)
         if op == "skip":
             return inner[body["n"] :]
         if op == "take":
@@ -420,9 +362,9 @@ class Config:
     def point(self, pos: int, seed: int = 0) -> tuple[int, int]:
         if not 0 <= pos < len(self):
             raise IndexError(pos)
-        return self._point(self.seq, (), pos, seed & M64)
+        return self._point(self.seq, (), pos, seed & M64, 0)
 
-    def _point(self, node: dict, path: tuple, p: int, ctx: int) -> tuple[int, int]:
+    def _point(self, node: dict, path: tuple, p: int, seed: int, epoch: int) -> tuple[int, int]:
         ((op, body),) = node.items()
         if op == "source":
             return self.ordinal[path], p
@@ -430,33 +372,36 @@ class Config:
             for i, c in enumerate(body):
                 n = self.length[(*path, i)]
                 if p < n:
-                    return self._point(c, (*path, i), p, ctx)
+                    return self._point(c, (*path, i), p, seed, epoch)
                 p -= n
             raise IndexError(p)
         if op == "mix":
             ranked, keys = self.mixes[path]
             if keys is None:
                 i = ranked[0]
-                return self._point(body[i]["seq"], (*path, i), p, ctx)
+                return self._point(body[i]["seq"], (*path, i), p, seed, epoch)
             r, j = keys.element_at(p)
             i = ranked[r]
-            return self._point(body[i]["seq"], (*path, i), j, ctx)
+            return self._point(body[i]["seq"], (*path, i), j, seed, epoch)
         child_path = (*path, 0)
         n = self.length[child_path]
         if op == "shuffle":
             if n > 1:
-                p = permute(n, round_keys(body["seed"], ctx, self.salt[path]), p)
-            return self._point(body["seq"], child_path, p, ctx)
+                keys = round_keys(body["seed"], epoch_word(seed, epoch), self.salt[child_path])
+                p = permute(n, keys, p)
+            return self._point(body["seq"], child_path, p, seed, epoch)
         if op in ("repeat", "cycle_to"):
+            times = self._times(op, body, n)
+            if op == "cycle_to" and times == 1:
+                return self._point(body["seq"], child_path, p, seed, epoch)
             e, p = divmod(p, n)
-            sub = epoch_context(ctx, e, self.level.get(path, 0))
-            return self._point(body["seq"], child_path, p, sub)
+            return self._point(body["seq"], child_path, p, seed, (epoch * times + e) & M64)
         if op == "skip":
-            return self._point(body["seq"], child_path, p + body["n"], ctx)
+            return self._point(body["seq"], child_path, p + body["n"], seed, epoch)
         if op == "take":
-            return self._point(body["seq"], child_path, p, ctx)
+            return self._point(body["seq"], child_path, p, seed, epoch)
         if op == "step_by":
-            return self._point(body["seq"], child_path, p * body["step"], ctx)
+            return self._point(body["seq"], child_path, p * body["step"], seed, epoch)
         raise ValueError(f"unknown operation {op!r}")
 
 
@@ -635,7 +580,6 @@ def cases() -> list[tuple[str, C, int]]:
         C.mix([C.mix([a, c]), (C.mix([(b, ("fade", 0.2, 0.4)), d]), ("ramp", 0.3, 0.5))]),
         0,
     )
-    add("shuffle-of-mix", C.mix([a, (c, ("until", 0.5))]).shuffle(11), 0, 6)
     add("mix-in-concat", C.concat([C.mix([a, b]), C.mix([(c, ("delayed", 0.2)), d])]), 0)
     # mixes under repeat and selections
     add("mix-under-repeat", C.mix([a, (b, ("delayed", 0.4))]).repeat(3), 0, 17)
@@ -651,6 +595,56 @@ def cases() -> list[tuple[str, C, int]]:
         .step_by(7),
         0,
     )
+    # salts follow the original configuration
+    add("salt-empty-source-first", C.concat([src(0), src(40)]).shuffle(1), 0)
+    add("salt-empty-salted-source", C.concat([src(40, 1), src(0, 2)]).shuffle(1), 0)
+    add("salt-selected-away-by-take", C.concat([src(50, 1), src(30, 2)]).take(50).shuffle(3), 0)
+    add("salt-selected-away-by-skip", C.concat([src(20, 1), src(30, 2)]).skip(20).shuffle(3), 0)
+    add("salt-original-length-under-take", src(1000).take(100).shuffle(2), 0)
+    add("salt-repeat-zero-kept", C.concat([src(5, 1).repeat(0), src(40, 2)]).shuffle(4), 0)
+    add("salt-take-zero-kept", C.concat([src(5, 1).take(0), src(40, 2)]).shuffle(4), 0)
+    add("salt-plain-concat", C.concat([src(300), src(500)]).shuffle(5), 0)
+    add("salt-nested-concat-left", C.concat([C.concat([src(20, 1), src(21, 2)]), src(22, 3)])
+        .shuffle(1), 0)
+    add("salt-nested-concat-right", C.concat([src(20, 1), C.concat([src(21, 2), src(22, 3)])])
+        .shuffle(1), 0)
+    add("salt-nested-concat-three-deep",
+        C.concat([src(9, 1), C.concat([src(8, 2), C.concat([src(7, 3), src(0, 4)])])]).shuffle(6),
+        0, 3)
+    add("salt-single-child-concat", C.concat([src(60, 5)]).shuffle(2), 0)
+    add("salt-empty-concat-in-concat", C.concat([C.concat([]), src(33, 1)]).shuffle(2), 0)
+    add("salt-shuffle-of-shuffle", src(64, 3).shuffle(1).shuffle(2), 0)
+    # nested repeats count total epochs
+    add("repeat-nested-equals-flat-6", src(100).shuffle(3).repeat(3).repeat(2), 0)
+    add("repeat-flat-6", src(100).shuffle(3).repeat(6), 0)
+    add("repeat-nested-under-shuffle", C.concat([src(37, 1).shuffle(7), src(19, 2).shuffle(7)
+                                                  .repeat(2)]).shuffle(11).repeat(3).repeat(2), 51)
+    add("repeat-cycle-of-nested", src(13, 2).shuffle(1).repeat(2).cycle_to(60).repeat(2), 0)
+    add("repeat-selection-keeps-count", src(17, 1).shuffle(7).repeat(3).take(17).repeat(3), 0, 51)
+    add("repeat-stride-keeps-count", src(17, 1).shuffle(7).repeat(3).step_by(51).repeat(3), 0)
+    add("repeat-concat-prefix-keeps-count",
+        C.concat([src(17, 1).shuffle(7).repeat(3), src(13, 2).shuffle(7)]).take(17).repeat(3), 0)
+    # nested repeats under mixes: a part's epochs never depend on its siblings
+    add("mix-of-nested-repeats-repeated",
+        C.mix([src(40, 1).shuffle(1), src(30, 2).shuffle(2).repeat(3).repeat(2)]).repeat(2), 0)
+    add("mix-of-flat-repeats-repeated",
+        C.mix([src(40, 1).shuffle(1), src(30, 2).shuffle(2).repeat(6)]).repeat(2), 0)
+    add("mix-deep-repeats-nested-mix",
+        C.mix([C.mix([src(17, 0).shuffle(7).repeat(2).repeat(3),
+                      src(7, 2).shuffle(7).repeat(2).repeat(3).repeat(2).repeat(2)]),
+               src(11, 1).shuffle(7).cycle_to(29)]).repeat(3), 51)
+    add("mix-scheduled-repeats-under-repeat",
+        C.mix([(src(37, 0).shuffle(7).repeat(2), U), (src(19, 1).shuffle(7), ("delayed", 0.3))])
+        .repeat(3).repeat(2), 0)
+    # a shuffle containing any mix is an error, at the nearest enclosing shuffle
+    add("error-shuffle-of-mix", C.mix([a, (c, ("until", 0.5))]).shuffle(11), 0)
+    add("error-shuffle-of-single-part-mix", C.mix([a]).shuffle(1), 0)
+    add("error-shuffle-of-empty-mix", C.mix([]).shuffle(1), 0)
+    add("error-shuffle-of-taken-mix", C.mix([a, b]).take(10).shuffle(1), 0)
+    add("error-shuffle-of-repeated-mix", C.mix([a, b]).repeat(2).shuffle(1), 0)
+    add("error-shuffle-of-mix-in-concat", C.concat([c, C.mix([a, b]).take(3)]).shuffle(1), 0)
+    add("error-nearest-shuffle", C.concat([c, C.mix([a]).shuffle(2)]).shuffle(1), 0)
+    add("error-shuffle-in-a-mix", C.mix([c, C.concat([C.mix([a, b])]).shuffle(2)]), 0)
     # longer orders: fingerprints and windows
     add(
         "long-mix-three",
@@ -686,7 +680,15 @@ def fingerprint(items: list[tuple[int, int]]) -> str:
 
 
 def build_case(name: str, cfg: C, seed: int) -> dict:
-    config = Config(cfg.d)
+    try:
+        config = Config(cfg.d)
+    except ShuffleContainsMix as e:
+        if not name.startswith("error-"):
+            raise
+        return {"name": name, "seq": cfg.d, "seed": seed,
+                "error": "shuffle_contains_mix", "path": list(e.path)}
+    if name.startswith("error-"):
+        raise AssertionError(f"{name}: the oracle accepted a configuration it should refuse")
     items = config.evaluate(seed)
     if len(items) != len(config):
         raise AssertionError(f"{name}: materialised {len(items)} of {len(config)} positions")
@@ -718,7 +720,75 @@ def check_published_fact(case: dict) -> None:
         raise AssertionError(f"published fact fails: {len(order)}, {draws}, {first}")
 
 
+def crate_golden() -> list[tuple[str, C, int, int]]:
+    """The crate's own golden orders at the seed's state (its ``tests/golden.rs``):
+    ``(name, configuration, order seed, FNV-1a fingerprint)``; a source's id is its salt."""
+    s = C.source
+    return [
+        ("shuffle", s(1000, 0).shuffle(7), 0, 13510848840803686825),
+        ("shuffle, seeded order", s(1000, 0).shuffle(7), 42, 5734682759774056529),
+        ("shuffle.repeat", s(777, 0).shuffle(1).repeat(3), 0, 2152343650903757428),
+        ("shuffle(concat)", C.concat([s(300, 0), s(500, 1).shuffle(2)]).shuffle(3), 0,
+         1077492288285509245),
+        ("slice of shuffle", s(5000, 0).shuffle(9).skip(100).take(2000), 0, 2420967535336859100),
+        ("mix uniform", C.mix([s(1000, 0).shuffle(1), s(300, 1).shuffle(2), s(50, 2)]), 0,
+         11125969817394475988),
+        ("mix scheduled", C.mix([(s(2000, 0).shuffle(1), U),
+                                 (s(400, 1).shuffle(2), ("delayed", 0.5)),
+                                 (s(600, 2), ("ramp", 0.2, 0.6))]), 0, 3696955324159907089),
+        ("nested mixes, epochs, shard",
+         C.mix([C.mix([s(500, 0).shuffle(1).repeat(2), s(300, 1).shuffle(2).repeat(3)]),
+                s(900, 2).shuffle(3)]).skip(1).step_by(4), 0, 905848074036688221),
+        ("stride over mix", C.mix([s(1000, 0), s(999, 1).shuffle(4)]).skip(3).step_by(7), 0,
+         12216569398622504889),
+        ("repeat of mix", C.mix([s(200, 0).shuffle(1), s(100, 1).shuffle(2)]).repeat(4), 0,
+         4113493865489899877),
+        ("mix with explicit counts",
+         C.mix([s(100, 0).shuffle(1).cycle_to(1800), s(5000, 1).shuffle(2).cycle_to(1200)]), 0,
+         16159320458550980399),
+        ("nested repeats", s(100, 0).shuffle(3).repeat(3).repeat(2), 0, 5178620365869428389),
+        ("cycle of a shuffled repeat", s(300, 0).shuffle(5).repeat(2).cycle_to(1000), 0,
+         5043228978147298754),
+        ("mix fading", C.mix([(s(1500, 0).shuffle(1), U), (s(300, 1).shuffle(2), ("until", 0.4)),
+                              (s(400, 2), ("trapezoid", 0.2, 0.4, 0.6, 0.9))]), 0,
+         16685696649537605013),
+    ]
+
+
+def fnv_fingerprint(config: Config, items: list[tuple[int, int]]) -> int:
+    """The crate's golden fingerprint: FNV-1a over each item's source id and record."""
+    ids = {o: 0 for o in range(config._ordinals)}
+    for path, o in config.ordinal.items():
+        ((_, body),) = _node_at(config.seq, path).items()
+        ids[o] = body["salt"]
+    data = b"".join(ids[o].to_bytes(8, "little") + r.to_bytes(8, "little") for o, r in items)
+    return fnv1a(data)
+
+
+def _node_at(node: dict, path: tuple) -> dict:
+    for i in path:
+        ((op, body),) = node.items()
+        if op == "concat":
+            node = body[i]
+        elif op == "mix":
+            node = body[i]["seq"]
+        else:
+            node = body["seq"]
+    return node
+
+
+def check_crate_golden() -> None:
+    """The oracle reproduces every golden order of the crate itself."""
+    for name, cfg, seed, expected in crate_golden():
+        config = Config(cfg.d)
+        got = fnv_fingerprint(config, config.evaluate(seed))
+        if got != expected:
+            raise AssertionError(
+                f"crate golden {name!r}: fingerprint {got}, the crate has {expected}")
+
+
 def render() -> str:
+    check_crate_golden()
     built = [build_case(*c) for c in cases()]
     check_published_fact(next(c for c in built if c["name"] == "published-mix"))
     lines = [json.dumps(c, separators=(",", ":")) for c in built]

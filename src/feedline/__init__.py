@@ -15,13 +15,24 @@ from .errors import (
 )
 from .formats import ndf, nndataset, recfile
 from .loader import Batch, Loader, loader_workers
-from .order import ORDERING_VERSION, Cursor, Item, Order, Schedule, Seq, salt
+from .order import (
+    MAX_DEPTH,
+    ORDERING_VERSION,
+    Cursor,
+    Item,
+    Order,
+    Schedule,
+    ScheduleReason,
+    Seq,
+    salt,
+)
 from .records import Field, Index, Mask, Range, Record, field
 from .sources import Dataset
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_DEPTH",
     "ORDERING_VERSION",
     "Batch",
     "BoundsError",
@@ -42,6 +53,7 @@ __all__ = [
     "Record",
     "RecordError",
     "Schedule",
+    "ScheduleReason",
     "Seq",
     "ShapeError",
     "StateError",

@@ -51,6 +51,9 @@ class OrderErrorKind(enum.Enum):
     INVALID_SCHEDULE = "invalid_schedule"
     SCHEDULE_TOO_STEEP = "schedule_too_steep"
     EMPTY_CYCLE = "empty_cycle"
+    SHUFFLE_CONTAINS_MIX = "shuffle_contains_mix"
+    NOT_A_SOURCE = "not_a_source"
+    VERSION_MISMATCH = "version_mismatch"
     INVALID_SHARD = "invalid_shard"
     INVALID_ARGUMENT = "invalid_argument"
     SOURCE_CHANGED = "source_changed"
@@ -62,7 +65,10 @@ class OrderError(FeedlineError, ValueError):
 
     ``kind`` says what is wrong; ``path`` is the tuple of child indices from the
     root of the configuration to the offending node (``()`` for the root), and
-    ``where`` renders it the way the message does, e.g. ``mix[1].take``.
+    ``where`` renders it the way the message does, e.g. ``mix[1].take``. ``details``
+    holds the values behind the error (``n`` and ``len`` of a skip, ``len``,
+    ``peak_rate`` and ``limit`` of a steep schedule...); ``reason`` is the
+    ``ScheduleReason`` of an invalid schedule, else the message.
     """
 
     def __init__(
@@ -77,7 +83,8 @@ class OrderError(FeedlineError, ValueError):
         self.path = tuple(path)
         self.where = where
         self.details = details
-        self.reason = message
+        self.message = message
+        self.reason = details.get("reason", message)
         super().__init__(f"{message} (at {where})" if where else message)
 
 

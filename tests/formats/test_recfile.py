@@ -741,13 +741,61 @@ def test_a_zero_size_field_may_have_many_rows(tmp_path):
         assert f.columns["x"].shape == (2**40, 0, 3) and len(f) == 2**40
 
 
-def test_a_field_name_the_writer_accepts_reads_back_though_not_an_identifier(tmp_path):
-    # docs/formats.md asks an identifier of the record's name only; make_record (and so
-    # Dataset.from_arrays and convert) accepts any field name, and its files must open.
-    record = make_record("Odd", {"1 bad": ((2,), np.float32)})
-    fl.recfile.write(tmp_path / "odd.flr", record, {"1 bad": np.ones((3, 2))})
-    with fl.recfile.open(tmp_path / "odd.flr") as f:
-        assert list(f.record.fields) == ["1 bad"] and f.columns["1 bad"].sum() == 6
+@pytest.mark.parametrize("name", ["1 bad", "", "a b", "a-b", "x.y"])
+def test_a_field_name_that_is_not_an_identifier_is_refused_by_the_writer(tmp_path, name):
+    # a field is a batch attribute: the writer refuses what the reader would refuse
+    record = make_record("Odd", {name: ((2,), np.float32)})
+    with pytest.raises(fl.RecordError, match=r"identifier"):
+        fl.recfile.write(tmp_path / "odd.flr", record, {name: np.ones((3, 2))})
+    with pytest.raises(fl.RecordError, match=r"identifier"):
+        fl.recfile.write(tmp_path / "odd.flr", record, iter([{name: np.ones(2)}]))
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("name", ["", "a b", "1x", "a-b", "\u00e9 t"])
+def test_a_field_name_that_is_not_an_identifier_in_a_header_is_a_format_error(tmp_path,
+                                                                               name):
+    path = one_field_file(tmp_path, 1, bytes(4), name=name)
+    err = open_error(path)
+    assert err.offset == 64 and "identifier" in str(err) and err.path == str(path)
+
+
+@pytest.mark.parametrize(("key", "value"), [("version", 1.0), ("version", True),
+                                            ("rows", 1.0), ("rows", True)], ids=repr)
+def test_a_header_version_or_rows_that_is_not_a_json_integer_is_a_format_error(
+        tmp_path, key, value):
+    path = one_field_file(tmp_path, 1, bytes(4))
+    doc, body, start = relocated(path.read_bytes(), 1024)
+    doc[key] = value
+    path.write_bytes(seal(doc, body, 1, start))
+    err = open_error(path)
+    assert err.offset == 64 and f"{key}" in str(err)
+
+
+@pytest.mark.parametrize("where", ["top", "record", "field", "column"])
+def test_unknown_keys_in_a_header_are_a_format_error(tmp_path, where):
+    path = one_field_file(tmp_path, 1, bytes(4))
+    doc, body, start = relocated(path.read_bytes(), 1024)
+    target = {"top": doc, "record": doc["record"], "field": doc["record"]["fields"][0],
+              "column": doc["columns"][0]}[where]
+    target["compression"] = "zstd"  # a key this reader would silently ignore
+    path.write_bytes(seal(doc, body, 1, start))
+    err = open_error(path)
+    assert err.offset == 64 and "compression" in str(err)
+
+
+@pytest.mark.parametrize("ndims", [63, 64, 65, 100])
+def test_a_field_of_more_dims_than_a_column_can_have_is_a_format_error(tmp_path, ndims):
+    # a column has the rows axis too: numpy's 64 dims leave a field 63 (numpy's raw
+    # ValueError "maximum supported dimension" before)
+    dims = [1] * ndims
+    path = one_field_file(tmp_path, 1, bytes(4), dims=dims, shape=dims)
+    if ndims <= 63:
+        with fl.recfile.open(path) as f:
+            assert f.getitems([0])["x"].shape == (1, *dims)
+        return
+    err = open_error(path)
+    assert err.offset == 64 and f"{ndims} dims" in str(err) and err.path == str(path)
 
 
 def test_a_file_truncated_at_any_length_is_a_format_error(image_file):

@@ -184,12 +184,12 @@ def test_cycling_an_empty_sequence_to_zero_is_empty():
     fl.Seq.mix([]).shuffle(1),
     fl.Seq.concat([S(3), fl.Seq.mix([S(2), S(2)]).take(3)]).shuffle(1),
 ], ids=["two parts", "one part", "empty", "nested"])
-def test_a_shuffle_over_a_mix_is_allowed_as_in_the_crate_0_4(seq):
-    # dataorder 0.4 (ordering version 1) permits it; its golden case "mix with a cycled
-    # concat part" shuffles a mix. Later crate versions reject it (ShuffleContainsMix).
-    order = fl.Order(seq)
-    items = sorted(order)
-    assert items == sorted(fl.Order(seq.children[0]))
+def test_a_shuffle_over_any_mix_is_an_error_as_in_the_crate_0_4(seq):
+    # Ordering version 2: the seed's README says "Order::new rejects a shuffle containing
+    # any mix, including empty or single-part mixes and mixes nested beneath other
+    # operations, with ErrorKind::ShuffleContainsMix" (version 1 accepted them).
+    err = order_error(seq, Kind.SHUFFLE_CONTAINS_MIX, ())
+    assert err.where == "shuffle"
 
 
 def test_a_nested_error_reports_its_path_and_where():
@@ -273,27 +273,26 @@ def test_a_source_whose_length_or_salt_changed_is_rejected_on_load():
 @pytest.mark.parametrize("doc", [
     "not json",
     "[1, 2]",
-    {"format": "other", "ordering_version": 1, "seq": {"source": {"len": 1, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 2, "seq": {"source": {"len": 1, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 1, "seq": {"source": {"len": 1}}},
-    {"format": "feedline.order", "ordering_version": 1, "seq": {"spin": {"seq": {}}}},
-    {"format": "feedline.order", "ordering_version": 1,
+    {"format": "other", "ordering_version": 2, "seq": {"source": {"len": 1, "salt": 0}}},
+    {"format": "feedline.order", "ordering_version": 2, "seq": {"source": {"len": 1}}},
+    {"format": "feedline.order", "ordering_version": 2, "seq": {"spin": {"seq": {}}}},
+    {"format": "feedline.order", "ordering_version": 2,
      "seq": {"source": {"len": -1, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 1,
+    {"format": "feedline.order", "ordering_version": 2,
      "seq": {"source": {"len": 1.5, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 1,
+    {"format": "feedline.order", "ordering_version": 2,
      "seq": {"source": {"len": True, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 1, "extra": 0,
+    {"format": "feedline.order", "ordering_version": 2, "extra": 0,
      "seq": {"source": {"len": 1, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 1,
+    {"format": "feedline.order", "ordering_version": 2,
      "seq": {"take": {"n": 1, "seq": {"source": {"len": 1, "salt": 0}}, "m": 2}}},
-    {"format": "feedline.order", "ordering_version": 1,
+    {"format": "feedline.order", "ordering_version": 2,
      "seq": {"mix": [{"seq": {"source": {"len": 1, "salt": 0}}, "schedule": {"linear": {}}}]}},
-    {"format": "feedline.order", "ordering_version": 1,
+    {"format": "feedline.order", "ordering_version": 2,
      "seq": {"mix": [{"seq": {"source": {"len": 1, "salt": 0}},
                       "schedule": {"trapezoid": [0, 10**400, 0.5, 1]}}]}},
     '{"seq": ' * 5000 + "1" + "}" * 5000,
-], ids=["not json", "not an object", "format", "version", "missing field", "unknown op",
+], ids=["not json", "not an object", "format", "missing field", "unknown op",
         "negative", "float", "bool", "extra top field", "extra node field", "unknown schedule",
         "a point no float holds", "nested 5000 deep"])
 def test_an_invalid_json_document_is_rejected(doc):

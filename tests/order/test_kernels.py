@@ -66,11 +66,13 @@ def _big_configs() -> list[fl.Seq]:
         scheduled.shard(2, 5),
         fl.Seq.mix([fl.Seq.source(3 * 10**6).shuffle(1), fl.Seq.source(10**6)]).repeat(2),
         fl.Seq.source(10**9).shuffle(5).repeat(3),
-        fl.Seq.concat([fl.Seq.source(1000).shuffle(1), scheduled]).repeat(2).shuffle(9),
+        fl.Seq.concat([fl.Seq.source(1000).shuffle(1), scheduled]).repeat(2),
+        fl.Seq.concat([fl.Seq.source(10**6).shuffle(1).repeat(3), fl.Seq.source(77_777)])
+        .repeat(2).shuffle(9),
     ]
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(7))
 def test_large_orders_are_identical_on_both_paths(index, compiled_path, monkeypatch):
     order = fl.Order(_big_configs()[index])
     n = len(order)

@@ -23,7 +23,10 @@ import feedline as fl
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "order_oracle.json"
 ORACLE = ROOT / "tools" / "order_oracle.py"
-CASES = json.loads(FIXTURE.read_text(encoding="utf-8"))
+ALL_CASES = json.loads(FIXTURE.read_text(encoding="utf-8"))
+# Orders the oracle computed, and configurations it refused (a shuffle over a mix).
+CASES = [c for c in ALL_CASES if "error" not in c]
+REFUSALS = [c for c in ALL_CASES if "error" in c]
 
 # Cases where feedline is known to disagree with the oracle: name -> reason.
 KNOWN_DISAGREEMENTS: dict[str, str] = {}
@@ -157,6 +160,22 @@ def test_a_cursor_mixing_blocks_and_items_matches_the_oracle(case: dict) -> None
                 got.extend(pairs(*cursor.next_block(rng.randint(1, 30))))
         assert got == items
         assert cursor.offset == start + len(items)
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=[c["name"] for c in REFUSALS])
+def test_configurations_the_oracle_refuses_are_refused_at_the_same_node(case: dict) -> None:
+    with pytest.raises(fl.OrderError) as info:
+        order_of(case)
+    assert info.value.kind.value == case["error"]
+    assert info.value.path == tuple(case["path"])
+
+
+def test_the_fixture_covers_the_rules_of_ordering_version_2() -> None:
+    names = {c["name"] for c in ALL_CASES}
+    for prefix in ("salt-empty", "salt-selected-away", "salt-nested-concat",
+                   "repeat-nested-equals-flat", "mix-of-nested-repeats", "error-shuffle-of"):
+        assert any(n.startswith(prefix) for n in names), prefix
+    assert len(REFUSALS) >= 8
 
 
 def test_the_published_mix_fact_holds() -> None:

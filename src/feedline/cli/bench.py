@@ -76,7 +76,7 @@ def bench_shuffle(n: int, repeat: int) -> dict:
     for p in seeks:
         order.get(int(p))
     seek_us = (time.perf_counter() - t0) / len(seeks) * 1e6
-    rk = [int(k) for k in order.root.keys(order.seed)]
+    rk = [int(k) for k in order.root.keys(order.seed, order.epoch)]
     expected = order.lookup(pos[:1000])[1]
     assert (_naive_feistel(n, rk, pos[:1000]).astype(np.int64) == expected).all()
     naive = BLOCK / _best(lambda: _naive_feistel(n, rk, pos), repeat) / 1e6

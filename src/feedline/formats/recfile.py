@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FeedlineError, FormatError
+from ..errors import FeedlineError, FormatError, RecordError
 from ..records import Record, record_from_schema
 from ._io import OpenFile, atomic_write, scratch_file
 
@@ -44,6 +44,37 @@ FORMAT_NAME = "feedline.recfile"
 _CHUNK_ITEMS = 4096
 # Checksums and copies run over slices of this many bytes.
 _SLICE = 8 << 20
+_HEADER_KEYS = {"format", "version", "rows", "record", "columns"}
+_COLUMN_KEYS = {"field", "kind", "offset", "length", "crc32"}
+
+
+def _max_ndim() -> int:
+    """The most dimensions a numpy array may have (64 in numpy 2, 32 before)."""
+    for n in (64, 32):
+        try:
+            np.empty((1,) * n)
+            return n
+        except ValueError:
+            continue
+    return 32
+
+
+# A column has the batch axis and the field's dims: fields have at most one fewer.
+_MAX_FIELD_DIMS = _max_ndim() - 1
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int  # not True, not 1.0: JSON's 1 only
+
+
+def _check_names(record: type[Record]) -> None:
+    """Field names are identifiers, as the reader requires (they are attribute names)."""
+    for name, f in record.fields.items():
+        if not (isinstance(name, str) and name.isidentifier()):
+            where = getattr(f, "where", None)
+            raise RecordError(f"{where + ': ' if where else ''}{record.__name__} field "
+                              f"{name!r}: an .flr field name is an identifier (a batch "
+                              f"attribute); rename it")
 
 
 def _align(x: int) -> int:
@@ -115,6 +146,7 @@ def write(path: str | os.PathLike[str], record: type[Record], data: Any, *,
         raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
     if not record.fields:
         raise TypeError(f"record {record.__name__} has no fields: nothing to write")
+    _check_names(record)
     if isinstance(data, Mapping):
         return _write_columns(path, record, data, check_values)
     return _write_stream(path, record, _item_chunks(record, data, check_values), check_values)
@@ -128,6 +160,7 @@ def write_chunks(path: str | os.PathLike[str], record: type[Record], chunks: Ite
         raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
     if not record.fields:
         raise TypeError(f"record {record.__name__} has no fields: nothing to write")
+    _check_names(record)
     return _write_stream(path, record, chunks, check_values)
 
 
@@ -254,19 +287,20 @@ class RecFile(OpenFile):
             raise self._fail(f"the header is not UTF-8 JSON: {e}", h_off) from e
         if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
             raise self._fail(f"the header is not a {FORMAT_NAME} header", h_off)
-        if doc.get("version") != VERSION or doc.get("rows") != n:
-            raise self._fail(f"the header's version {doc.get('version')!r} and rows "
-                             f"{doc.get('rows')!r} disagree with the preamble ({VERSION}, {n})",
-                             h_off)
+        version, rows = doc.get("version"), doc.get("rows")
+        if not (_is_int(version) and version == VERSION and _is_int(rows) and rows == n):
+            raise self._fail(f"the header's version {version!r} and rows {rows!r} disagree "
+                             f"with the preamble ({VERSION}, {n}; JSON integers)", h_off)
+        if set(doc) != _HEADER_KEYS:
+            raise self._fail(f"the header has the keys {sorted(_HEADER_KEYS)}; found unknown "
+                             f"{sorted(set(doc) - _HEADER_KEYS)}, missing "
+                             f"{sorted(_HEADER_KEYS - set(doc))}", h_off)
         try:
             self.record = record_from_schema(doc["record"], os.path.basename(self.path))
         except (FeedlineError, KeyError, TypeError, ValueError, AttributeError) as e:
             raise self._fail(f"the header's record does not declare a valid record: {e}",
                              h_off) from e
-        for spec in doc["record"]["fields"]:  # checked by record_from_schema: a list of dicts
-            if np.dtype(spec["dtype"]).byteorder == ">":
-                raise self._fail(f"field `{spec['name']}` has the big-endian dtype "
-                                 f"{spec['dtype']!r}; .flr columns are little-endian", h_off)
+        self._check_schema(doc["record"], h_off)
         columns = doc.get("columns")
         fields = list(self.record.fields.values())
         if not isinstance(columns, list) or len(columns) != len(fields):
@@ -276,6 +310,10 @@ class RecFile(OpenFile):
             raise self._fail("the header's record has no fields", h_off)
         if not all(isinstance(c, dict) for c in columns):
             raise self._fail("every column entry of the header must be an object", h_off)
+        for c in columns:
+            if set(c) != _COLUMN_KEYS:
+                raise self._fail(f"a column entry has the keys {sorted(_COLUMN_KEYS)}; found "
+                                 f"{sorted(c)}", h_off)
         self.n = n
         self._columns: dict[str, np.ndarray] = {}
         self._crcs: dict[str, tuple[int, int, int]] = {}
@@ -290,7 +328,7 @@ class RecFile(OpenFile):
                 raise self._fail(f"column `{f.name}` is of kind {c.get('kind')!r}; this feedline "
                                  f"reads fixed-shape columns only", h_off)
             off, length, crc = c.get("offset"), c.get("length"), c.get("crc32")
-            if not all(isinstance(v, int) and v >= 0 for v in (off, length, crc)):
+            if not all(_is_int(v) and v >= 0 for v in (off, length, crc)):
                 raise self._fail(f"column `{f.name}` has a malformed offset, length or crc32",
                                  h_off)
             dtype = _le(f.dtype)
@@ -320,6 +358,35 @@ class RecFile(OpenFile):
             self._columns[f.name] = self._file.array(dtype, off, count, (n, *f.shape))
             self._crcs[f.name] = (off, length, crc)
         self.salt = 0
+
+    def _check_schema(self, stored: dict, h_off: int) -> None:
+        """What ``record_from_schema`` takes on trust: no key it would ignore, field names
+        that are identifiers, little-endian dtypes, dims an array can have."""
+        try:
+            known = self.record.schema()
+        except (FeedlineError, TypeError, ValueError, AttributeError) as e:
+            raise self._fail(f"the header's record does not declare a valid record: {e}",
+                             h_off) from e
+        unknown = set(stored) - set(known)
+        if unknown:
+            raise self._fail(f"the header's record has unknown keys {sorted(unknown)} (known: "
+                             f"{sorted(known)})", h_off)
+        for spec, want in zip(stored["fields"], known["fields"]):  # a list of dicts
+            name = spec["name"]
+            unknown = set(spec) - set(want)
+            if unknown:
+                raise self._fail(f"field {name!r} has unknown keys {sorted(unknown)} (known: "
+                                 f"{sorted(want)})", h_off)
+            if not (isinstance(name, str) and name.isidentifier()):
+                raise self._fail(f"expected a field name that is an identifier, found "
+                                 f"{name!r}", h_off)
+            if np.dtype(spec["dtype"]).byteorder == ">":
+                raise self._fail(f"field `{name}` has the big-endian dtype "
+                                 f"{spec['dtype']!r}; .flr columns are little-endian", h_off)
+        for f in self.record.fields.values():
+            if len(f.shape) > _MAX_FIELD_DIMS:
+                raise self._fail(f"field `{f.name}` has {len(f.shape)} dims; a column (rows "
+                                 f"first) can have at most {_MAX_FIELD_DIMS}", h_off)
 
     # -- reading ------------------------------------------------------------------------
     def __len__(self) -> int:

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import RecordError
-from ..order import Order, Seq, _hash, _kernels, _seq
+from ..order import Order, Seq, _kernels, _seq
 from ..sources import Dataset
 from ._ahead import Ahead
 from ._batch import Batch
@@ -54,9 +54,6 @@ from ._workers import WorkerPool
 # The order is fetched this many positions at a time (rounded to whole batches): one
 # lookup amortised over many batches, small enough to stay in cache.
 _BLOCK = 1 << 16
-# Pass e > 0 of a loader runs in the context epoch_ctx(seed, e, _PASS_LEVEL): a level no
-# repeat inside a configuration can have (they are at most 16 deep).
-_PASS_LEVEL = 255
 
 
 class Loader(Resumable, PoolMode, IntoArrays):
@@ -218,7 +215,8 @@ class Loader(Resumable, PoolMode, IntoArrays):
             return cached[1]
         order = self._order(self._seed, self._base)
         if self._epoch:
-            order = order.with_seed(_hash.epoch_ctx(order.seed, self._epoch, _PASS_LEVEL))
+            # Pass e is pass e of an enclosing repeat: seq.repeat(k)'s e-th pass.
+            order = order.with_epoch(self._epoch)
         self._pass_cache = (key, order)
         return order
 

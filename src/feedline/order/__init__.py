@@ -1,8 +1,10 @@
 """Orders: which record comes next, computed on demand (the dataorder crate's semantics)."""
 
+from ._compile import MAX_DEPTH
 from ._hash import salt
 from ._order import Cursor, Item, Order
-from ._schedule import Schedule
+from ._schedule import Schedule, ScheduleReason
 from ._seq import ORDERING_VERSION, LengthSource, Seq
 
-__all__ = ["ORDERING_VERSION", "Cursor", "Item", "LengthSource", "Order", "Schedule", "Seq", "salt"]
+__all__ = ["MAX_DEPTH", "ORDERING_VERSION", "Cursor", "Item", "LengthSource", "Order",
+           "Schedule", "ScheduleReason", "Seq", "salt"]

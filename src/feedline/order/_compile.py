@@ -1,19 +1,25 @@
 """Validate a ``Seq`` and compile it into the nodes that answer lookups.
 
-Compilation follows the crate's rules, which decide shuffle salts and repeat levels
-and therefore the order itself:
+Compilation follows the crate's rules (ordering version 2). What decides the order is
+read off the configuration as written, so no pruning below can change it:
 
+- Every node has a configuration salt: a source's from its own salt and original
+  length (also when it is empty or selected away), a concat's or a mix's its children's
+  folded left to right, every other node's its child's. A shuffle keys with its
+  child's salt.
 - ``repeat(1)`` is its child; ``repeat(0)`` and repeats of empty children are empty
-  (the child is still validated); other repeats get level ``1 + child level``.
-- ``cycle_to(L)`` is ``take(L)`` when ``L <= len``, else a repeat (one more level)
-  of ``ceil(L / len)`` passes cut to ``L``.
+  (the child is still validated); other repeats keep their count, which multiplies
+  the enclosing epoch (nested repeats count total epochs).
+- ``cycle_to(L)`` is ``take(L)`` when ``L <= len``, else a repeat of
+  ``ceil(L / len)`` passes cut to ``L``.
 - Selections (skip, take, step_by, split, shard) fold into one another. A contiguous
   selection (or one position) passes into a concat, keeping only the children it
-  touches, into a source (as an offset), and into a repeat when it starts at 0 and
-  fits its first pass (the repeat then disappears).
+  touches, and into a source (as an offset); a selection of a repeat stays above it,
+  keeping its count.
 - Empty children of a concat or mix are dropped; a concat or mix left with one child
   is that child; a shuffle of fewer than two positions is its child.
-- A shuffle's salt folds ``(salt, original length)`` of the sources left beneath it.
+- A mix anywhere below a shuffle is ``SHUFFLE_CONTAINS_MIX``, at the nearest shuffle.
+  Children are validated in configuration order, a mix's before its schedules.
 """
 
 from __future__ import annotations
@@ -22,9 +28,10 @@ from ..errors import OrderError, OrderErrorKind
 from . import _hash
 from ._mixplan import MixPlan
 from ._nodes import Concat, Empty, Leaf, Mix, Node, Repeat, Select, Shuffle
-from ._seq import Seq, source_len, source_salt
+from ._seq import Seq, resolved_len, source_salt
 
 MAX_DEPTH = 16
+"""Configurations nest at most this many levels (the root is level 1)."""
 MAX_LEN = (1 << 64) - 1
 MAX_MIX_LEN = 1 << 46
 
@@ -44,13 +51,16 @@ class _Compiler:
     def __init__(self, root: Seq) -> None:
         self.root = root
         self.next_ordinal = 0
+        # The path of the nearest shuffle above the node being compiled.
+        self.shuffle_at: tuple[int, ...] | None = None
 
     def fail(
         self, kind: OrderErrorKind, message: str, path: tuple[int, ...], **details: object
     ) -> OrderError:
         return OrderError(kind, message, path, render_path(self.root, path), **details)
 
-    def compile(self, seq: Seq, path: tuple[int, ...] = ()) -> Node:
+    def compile(self, seq: Seq, path: tuple[int, ...] = ()) -> tuple[Node, int]:
+        """The compiled node of ``seq`` and its configuration salt."""
         if len(path) >= MAX_DEPTH:
             raise self.fail(
                 OrderErrorKind.TOO_DEEP, f"configuration nests deeper than {MAX_DEPTH} levels", path
@@ -60,29 +70,38 @@ class _Compiler:
             obj = seq.args[0].obj
             ordinal = self.next_ordinal
             self.next_ordinal += 1
-            n = source_len(obj)
+            n = resolved_len(obj, ordinal, lambda k, m: self.fail(k, m, path))
+            salt = _hash.source_salt(source_salt(obj), n)
             if n == 0:
-                return Empty(0)
-            return Leaf(n, ordinal=ordinal, length=n, salt=source_salt(obj))
+                return Empty(0), salt
+            return Leaf(n, ordinal=ordinal, length=n, salt=salt), salt
         if op == "concat":
-            return self.concat(
-                [self.compile(c, (*path, i)) for i, c in enumerate(seq.children)], path
-            )
+            compiled = [self.compile(c, (*path, i)) for i, c in enumerate(seq.children)]
+            salt = _hash.combine_salts([s for _, s in compiled])
+            return self.concat([c for c, _ in compiled], path), salt
         if op == "mix":
             return self.mix(seq, path)
         if op == "step_by":
             step = seq.args[0]
             if step == 0:
                 raise self.fail(OrderErrorKind.ZERO_STEP, "step is zero", path)
-            child = self.compile(seq.children[0], (*path, 0))
-            return select(child, 0, step, -(-child.n // step))
-        child = self.compile(seq.children[0], (*path, 0))
-        n = child.n
+            child, salt = self.compile(seq.children[0], (*path, 0))
+            return select(child, 0, step, -(-child.n // step)), salt
         if op == "shuffle":
-            if n <= 1:
-                return child
-            salt = _hash.shuffle_salt([(leaf.salt, leaf.length) for leaf in child.leaves()])
-            return Shuffle(n, child=child, seed=seq.args[0], salt=salt)
+            enclosing, self.shuffle_at = self.shuffle_at, path
+            try:
+                child, salt = self.compile(seq.children[0], (*path, 0))
+            finally:
+                self.shuffle_at = enclosing
+            if child.n <= 1:
+                return child, salt
+            return Shuffle(child.n, child=child, seed=seq.args[0], salt=salt), salt
+        child, salt = self.compile(seq.children[0], (*path, 0))
+        return self.unary(seq, child, path), salt
+
+    def unary(self, seq: Seq, child: Node, path: tuple[int, ...]) -> Node:
+        op = seq.op
+        n = child.n
         if op == "repeat":
             return self.repeat(child, seq.args[0], path)
         if op == "cycle_to":
@@ -137,7 +156,7 @@ class _Compiler:
             return Empty(0)
         if times == 1:
             return child
-        return Repeat(n, child=child, times=times, rlevel=child.level + 1)
+        return Repeat(n, child=child, times=times)
 
     def concat(self, children: list[Node], path: tuple[int, ...]) -> Node:
         total = sum(c.n for c in children)
@@ -147,15 +166,24 @@ class _Compiler:
             )
         return make_concat(children)
 
-    def mix(self, seq: Seq, path: tuple[int, ...]) -> Node:
-        parts: list[Node] = []
-        for i, (c, schedule) in enumerate(zip(seq.children, seq.args)):
-            part = self.compile(c, (*path, i))
+    def mix(self, seq: Seq, path: tuple[int, ...]) -> tuple[Node, int]:
+        if self.shuffle_at is not None:
+            at = self.shuffle_at
+            raise self.fail(
+                OrderErrorKind.SHUFFLE_CONTAINS_MIX,
+                f"a shuffle contains a mix (at {render_path(self.root, path)}): shuffle each "
+                "part before mixing; a shuffle over a mix would scatter its schedules",
+                at,
+            )
+        compiled = [self.compile(c, (*path, i)) for i, c in enumerate(seq.children)]
+        parts = [c for c, _ in compiled]
+        salt = _hash.combine_salts([s for _, s in compiled])
+        for i, (part, schedule) in enumerate(zip(parts, seq.args)):
             problem = schedule.problem()
             if problem is not None:
                 raise self.fail(
                     OrderErrorKind.INVALID_SCHEDULE,
-                    f"invalid schedule {schedule!r}: {problem}",
+                    f"invalid schedule {schedule!r}: {problem.value}",
                     (*path, i),
                     schedule=schedule,
                     reason=problem,
@@ -174,7 +202,6 @@ class _Compiler:
                     peak_rate=schedule.peak_rate(),
                     limit=MAX_MIX_LEN,
                 )
-            parts.append(part)
         total = sum(p.n for p in parts)
         if total > MAX_MIX_LEN:
             raise self.fail(
@@ -184,11 +211,11 @@ class _Compiler:
             )
         kept = [(p, s) for p, s in zip(parts, seq.args) if p.n]
         if not kept:
-            return Empty(0)
+            return Empty(0), salt
         if len(kept) == 1:
-            return kept[0][0]
+            return kept[0][0], salt
         plan = MixPlan([p.n for p, _ in kept], [s for _, s in kept])
-        return Mix(total, parts=tuple(p for p, _ in kept), plan=plan)
+        return Mix(total, parts=tuple(p for p, _ in kept), plan=plan), salt
 
 
 def make_concat(children: list[Node]) -> Node:
@@ -224,8 +251,6 @@ def select(node: Node, start: int, step: int, length: int) -> Node:
                 salt=node.salt,
                 offset=node.offset + start,
             )
-        if isinstance(node, Repeat) and start == 0 and length <= node.child.n:
-            return select(node.child, 0, 1, length)
         if isinstance(node, Concat):
             end = start + length
             kept = []
@@ -240,5 +265,5 @@ def select(node: Node, start: int, step: int, length: int) -> Node:
 def compile_seq(seq: Seq) -> tuple[Node, int]:
     """The compiled root of ``seq`` and its number of sources."""
     compiler = _Compiler(seq)
-    root = compiler.compile(seq)
+    root, _ = compiler.compile(seq)
     return root, compiler.next_ordinal

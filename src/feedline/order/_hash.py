@@ -1,4 +1,4 @@
-"""The 64-bit mixing arithmetic of the dataorder crate (ordering version 1).
+"""The 64-bit mixing arithmetic of the dataorder crate (ordering version 2).
 
 Every integer operation is on unsigned 64-bit values and wraps. Scalars use
 Python ints masked to 64 bits; arrays use numpy ``uint64`` (whose arithmetic
@@ -68,12 +68,23 @@ def salt(name: str | bytes) -> int:
     return h
 
 
-def shuffle_salt(sources: list[tuple[int, int]]) -> int:
-    """Fold of ``(salt, original length)`` of the sources under a shuffle, in tree order."""
-    h = 0
-    for s, n in sources:
-        h = mix64(h ^ mix64(s ^ SALT_XOR) ^ ((n * PHI) & MASK64))
-    return h
+def source_salt(salt_: int, length: int) -> int:
+    """A source's configuration salt: its own salt and its original length (also 0)."""
+    return mix64(mix64(salt_ ^ SALT_XOR) ^ ((length * PHI) & MASK64))
+
+
+def combine_salts(salts: list[int]) -> int:
+    """A concat's or a mix's salt: its children's salts folded left to right.
+
+    No children give 0 and one child passes through, so grouping matters:
+    ``concat([a, concat([b, c])])`` differs from the flat (and left-nested) form.
+    """
+    if not salts:
+        return 0
+    acc = salts[0]
+    for s in salts[1:]:
+        acc = mix64(((acc + PHI) & MASK64) ^ s)
+    return acc
 
 
 def round_keys(seed: int, ctx: int, shuffle_salt_: int) -> tuple[int, ...]:
@@ -98,19 +109,21 @@ def round_keys_array(seed: int, ctx: np.ndarray, shuffle_salt_: int) -> np.ndarr
     return out
 
 
-def epoch_ctx(ctx: int, epoch: int, level: int) -> int:
-    """The context of repetition ``epoch`` of a repeat of ``level`` inside ``ctx``."""
+def epoch_word(seed: int, epoch: int) -> int:
+    """The word a shuffle keys with in context ``(order seed, epoch)``.
+
+    ``epoch`` is the total epoch number: each enclosing repeat of ``t`` passes makes it
+    ``epoch * t + e`` (wrapping), so nested repeats count as one flat repeat.
+    """
     if epoch == 0:
-        return ctx
-    inner = (mix64(ctx ^ EPOCH_XOR) + (epoch * PHI)) & MASK64
-    return mix64(inner ^ ((level * PHI) & MASK64))
+        return seed
+    return mix64(((mix64(seed ^ EPOCH_XOR) + epoch * PHI) & MASK64) ^ PHI)
 
 
-def epoch_ctx_array(ctx: np.ndarray, epoch: np.ndarray, level: int) -> np.ndarray:
-    """``epoch_ctx`` elementwise over ``uint64`` arrays of contexts and epochs."""
-    z = ctx ^ np.uint64(EPOCH_XOR)
+def epoch_word_array(seed: int, epoch: np.ndarray) -> np.ndarray:
+    """``epoch_word`` of every epoch of a ``uint64`` array, for one order seed."""
+    z = epoch * np.uint64(PHI)
+    z += np.uint64(mix64(seed ^ EPOCH_XOR))
+    z ^= np.uint64(PHI)
     mix64_array(z)
-    z += epoch * np.uint64(PHI)
-    z ^= np.uint64((level * PHI) & MASK64)
-    mix64_array(z)
-    return np.where(epoch == 0, ctx, z)
+    return np.where(epoch == 0, np.uint64(seed), z)

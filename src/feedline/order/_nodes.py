@@ -1,9 +1,11 @@
 """Compiled ordering nodes: each maps an array of its positions to (source, record).
 
-``locate(pos, ctx, cache)`` takes a ``uint64`` array of positions (all below the
-node's length; the node may overwrite it, so callers pass arrays they own) and the
-repetition context: one ``int`` for every position, or a ``uint64`` array, one per
-position. It returns ``(ordinals, records)`` as ``int64``
+``locate(pos, seed, epoch, cache)`` takes a ``uint64`` array of positions (all below
+the node's length; the node may overwrite it, so callers pass arrays they own), the
+order seed and the total epoch number of the context: one ``int`` for every position,
+or a ``uint64`` array, one per position. A repeat of ``t`` passes turns epoch ``E``
+into ``E * t + e`` for its pass ``e``; a shuffle keys with ``(seed, epoch)``; every
+other node passes the context through. It returns ``(ordinals, records)`` as ``int64``
 and ``uint64`` arrays. ``cache`` is a per-cursor dict where mixes keep the state of
 their last walk, so consecutive blocks continue without a new seek.
 """
@@ -19,15 +21,13 @@ import numpy as np
 from . import _hash, _kernels, _perm
 from ._mixplan import MixPlan, MixState
 
-Ctx = "int | np.ndarray"
-
 # Above this many distinct contexts in one call, a shuffle derives keys per element
 # instead of looping over the groups.
 _MAX_CTX_GROUPS = 8
 
 
-def _subset(ctx: int | np.ndarray, idx: np.ndarray) -> int | np.ndarray:
-    return ctx if isinstance(ctx, int) else ctx[idx]
+def _subset(epoch: int | np.ndarray, idx: np.ndarray) -> int | np.ndarray:
+    return epoch if isinstance(epoch, int) else epoch[idx]
 
 
 def _empty_result() -> tuple[np.ndarray, np.ndarray]:
@@ -36,27 +36,24 @@ def _empty_result() -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(eq=False)
 class Node(abc.ABC):
-    """Base of compiled nodes: ``n`` positions; ``level``: highest repeat level inside."""
+    """Base of compiled nodes: ``n`` positions."""
 
     n: int
-
-    @property
-    def level(self) -> int:
-        return 0
 
     def leaves(self) -> list[Leaf]:
         return []
 
     @abc.abstractmethod
-    def locate(self, pos: np.ndarray, ctx, cache: dict) -> tuple[np.ndarray, np.ndarray]:
-        """(source ordinals, records) of positions ``pos`` in context ``ctx``."""
+    def locate(self, pos: np.ndarray, seed: int, epoch, cache: dict
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(source ordinals, records) of positions ``pos`` in context ``(seed, epoch)``."""
 
 
 @dataclass(eq=False)
 class Empty(Node):
     """No positions (what empty sources, take(0), repeat(0)... compile to)."""
 
-    def locate(self, pos, ctx, cache):
+    def locate(self, pos, seed, epoch, cache):
         return _empty_result()
 
 
@@ -72,7 +69,7 @@ class Leaf(Node):
     def leaves(self) -> list[Leaf]:
         return [self]
 
-    def locate(self, pos, ctx, cache):
+    def locate(self, pos, seed, epoch, cache):
         # Without an offset the positions are the records (callers never write into them).
         rec = pos + np.uint64(self.offset) if self.offset else pos
         return np.full(len(pos), self.ordinal, dtype=np.int64), rec
@@ -86,18 +83,14 @@ class Select(Node):
     start: int = 0
     step: int = 1
 
-    @property
-    def level(self) -> int:
-        return self.child.level
-
     def leaves(self):
         return self.child.leaves()
 
-    def locate(self, pos, ctx, cache):
+    def locate(self, pos, seed, epoch, cache):
         p = pos * np.uint64(self.step) if self.step != 1 else pos
         if self.start:
             p = p + np.uint64(self.start)
-        return self.child.locate(p, ctx, cache)
+        return self.child.locate(p, seed, epoch, cache)
 
 
 @dataclass(eq=False)
@@ -110,21 +103,17 @@ class Concat(Node):
     def __post_init__(self) -> None:
         self._starts = np.array(self.offsets, dtype=np.uint64)
 
-    @property
-    def level(self) -> int:
-        return max(c.level for c in self.children)
-
     def leaves(self):
         return [leaf for c in self.children for leaf in c.leaves()]
 
-    def locate(self, pos, ctx, cache):
+    def locate(self, pos, seed, epoch, cache):
         which = np.searchsorted(self._starts, pos, side="right") - 1
         ords = np.empty(len(pos), dtype=np.int64)
         recs = np.empty(len(pos), dtype=np.uint64)
         for i in np.unique(which):
             idx = np.flatnonzero(which == i)
             child = self.children[i]
-            o, r = child.locate(pos[idx] - self._starts[i], _subset(ctx, idx), cache)
+            o, r = child.locate(pos[idx] - self._starts[i], seed, _subset(epoch, idx), cache)
             ords[idx] = o
             recs[idx] = r
         return ords, recs
@@ -140,68 +129,64 @@ class Shuffle(Node):
 
     def __post_init__(self) -> None:
         self.shape = _perm.Shape.of(self.n)
-        self._keys: dict[int, np.ndarray] = {}
-
-    @property
-    def level(self) -> int:
-        return self.child.level
+        self._keys: dict[tuple[int, int], np.ndarray] = {}
 
     def leaves(self):
         return self.child.leaves()
 
-    def keys(self, ctx: int) -> np.ndarray:
-        rk = self._keys.get(ctx)
+    def keys(self, seed: int, epoch: int) -> np.ndarray:
+        rk = self._keys.get((seed, epoch))
         if rk is None:
-            rk = _perm.keys_array(_hash.round_keys(self.seed, ctx, self.salt))
+            word = _hash.epoch_word(seed, epoch)
+            rk = _perm.keys_array(_hash.round_keys(self.seed, word, self.salt))
             if len(self._keys) > 64:
                 self._keys.clear()
-            self._keys[ctx] = rk
+            self._keys[(seed, epoch)] = rk
         return rk
 
-    def permute(self, pos: np.ndarray, ctx, in_place: bool = False) -> np.ndarray:
-        if isinstance(ctx, int):
-            return _perm.permute_array(self.shape, self.keys(ctx), pos, in_place)
-        groups, inverse = np.unique(ctx, return_inverse=True)
+    def permute(self, pos: np.ndarray, seed: int, epoch, in_place: bool = False) -> np.ndarray:
+        if isinstance(epoch, int):
+            return _perm.permute_array(self.shape, self.keys(seed, epoch), pos, in_place)
+        groups, inverse = np.unique(epoch, return_inverse=True)
         if len(groups) == 1:
-            return _perm.permute_array(self.shape, self.keys(int(groups[0])), pos)
+            return _perm.permute_array(self.shape, self.keys(seed, int(groups[0])), pos)
         if len(groups) <= _MAX_CTX_GROUPS:
             out = np.empty(len(pos), dtype=np.uint64)
-            for g, c in enumerate(groups):
+            for g, e in enumerate(groups):
                 idx = np.flatnonzero(inverse == g)
-                out[idx] = _perm.permute_array(self.shape, self.keys(int(c)), pos[idx])
+                out[idx] = _perm.permute_array(self.shape, self.keys(seed, int(e)), pos[idx])
             return out
-        rk = _hash.round_keys_array(self.seed, ctx, self.salt)
+        words = _hash.epoch_word_array(seed, epoch)
+        rk = _hash.round_keys_array(self.seed, words, self.salt)
         return _perm.permute_array(self.shape, rk, pos)
 
-    def locate(self, pos, ctx, cache):
-        return self.child.locate(self.permute(pos, ctx, in_place=True), ctx, cache)
+    def locate(self, pos, seed, epoch, cache):
+        return self.child.locate(self.permute(pos, seed, epoch, in_place=True), seed, epoch,
+                                 cache)
 
 
 @dataclass(eq=False)
 class Repeat(Node):
-    """``times`` passes over the child; pass ``e > 0`` runs in its own context."""
+    """``times`` passes over the child (the last one cut short when ``n`` is less):
+    pass ``e`` of epoch ``E`` runs in epoch ``E * times + e``, so nested repeats count
+    total epochs. A selection of a repeat keeps ``times``, even one within its first
+    pass: an enclosing repeat multiplies by it."""
 
     child: Node = field(default_factory=lambda: Empty(0))
     times: int = 0
-    rlevel: int = 1
-
-    @property
-    def level(self) -> int:
-        return self.rlevel
 
     def leaves(self):
         return self.child.leaves()
 
-    def locate(self, pos, ctx, cache):
+    def locate(self, pos, seed, epoch, cache):
         cn = np.uint64(self.child.n)
-        epoch = pos // cn
-        inner = pos - epoch * cn
-        if len(pos) and epoch[0] == epoch[-1] and (epoch == epoch[0]).all():
-            e = int(epoch[0])
-            if isinstance(ctx, int):
-                return self.child.locate(inner, _hash.epoch_ctx(ctx, e, self.rlevel), cache)
-        base = np.full(len(pos), ctx, dtype=np.uint64) if isinstance(ctx, int) else ctx
-        return self.child.locate(inner, _hash.epoch_ctx_array(base, epoch, self.rlevel), cache)
+        e = pos // cn
+        inner = pos - e * cn
+        if isinstance(epoch, int) and len(pos) and e[0] == e[-1] and (e == e[0]).all():
+            total = (epoch * self.times + int(e[0])) & _hash.MASK64
+            return self.child.locate(inner, seed, total, cache)
+        base = np.full(len(pos), epoch, dtype=np.uint64) if isinstance(epoch, int) else epoch
+        return self.child.locate(inner, seed, base * np.uint64(self.times) + e, cache)
 
 
 # Positions further apart than this are located by separate seeks, nearer ones by
@@ -242,23 +227,19 @@ class Mix(Node):
         for i, _, leaf in flat:
             self._leaf_ordinal[i] = leaf.ordinal
             self._leaf_offset[i] = leaf.offset
-        self._ctx_keys: dict[int, np.ndarray] = {}
+        self._ctx_keys: dict[tuple[int, int], np.ndarray] = {}
 
-    def _keys_for(self, ctx: int) -> np.ndarray:
-        """Round keys of every flat shuffle part in context ``ctx``: a ``(6, k)`` array."""
-        rk = self._ctx_keys.get(ctx)
+    def _keys_for(self, seed: int, epoch: int) -> np.ndarray:
+        """Round keys of every flat shuffle part in context ``(seed, epoch)``: ``(6, k)``."""
+        rk = self._ctx_keys.get((seed, epoch))
         if rk is None:
             rk = np.zeros((6, len(self.parts)), dtype=np.uint64)
             for i, sh in self._flat_shuffles:
-                rk[:, i] = sh.keys(ctx)
+                rk[:, i] = sh.keys(seed, epoch)
             if len(self._ctx_keys) > 64:
                 self._ctx_keys.clear()
-            self._ctx_keys[ctx] = rk
+            self._ctx_keys[(seed, epoch)] = rk
         return rk
-
-    @property
-    def level(self) -> int:
-        return max(p.level for p in self.parts)
 
     def leaves(self):
         return [leaf for p in self.parts for leaf in p.leaves()]
@@ -316,14 +297,14 @@ class Mix(Node):
                 lo, start = hi, start + piece
         return part, jj
 
-    def locate(self, pos, ctx, cache):
+    def locate(self, pos, seed, epoch, cache):
         part, j = self.merge(pos, cache)
         ords = np.empty(len(pos), dtype=np.int64)
         recs = np.empty(len(pos), dtype=np.uint64)
         if len(pos) == 0:
             return ords, recs
         kern = _kernels.get()
-        if kern is not None and isinstance(ctx, int) and self._all_flat:
+        if kern is not None and isinstance(epoch, int) and self._all_flat:
             sh = self._shapes
             kern.locate_flat(
                 part,
@@ -332,14 +313,14 @@ class Mix(Node):
                 sh.rb,
                 sh.lmask,
                 sh.rmask,
-                self._keys_for(ctx),
+                self._keys_for(seed, epoch),
                 self._leaf_offset,
                 self._leaf_ordinal,
                 ords,
                 recs,
             )
             return ords, recs
-        flat = self._flat[part] if isinstance(ctx, int) else np.zeros(len(part), dtype=bool)
+        flat = self._flat[part] if isinstance(epoch, int) else np.zeros(len(part), dtype=bool)
         if flat.any():
             fi = np.flatnonzero(flat)
             fp = part[fi]
@@ -352,7 +333,7 @@ class Mix(Node):
                     sh.rb,
                     sh.lmask,
                     sh.rmask,
-                    self._keys_for(ctx),
+                    self._keys_for(seed, epoch),
                     fp,
                     j[fi].astype(np.uint64),
                     self._leaf_offset,
@@ -360,7 +341,7 @@ class Mix(Node):
                 )
                 recs[fi] = rec
             else:
-                rk = self._keys_for(ctx)[:, fp]
+                rk = self._keys_for(seed, epoch)[:, fp]
                 rec = _perm.permute_many(self._shapes.take(fp), rk, j[fi].astype(np.uint64))
                 recs[fi] = rec + self._leaf_offset[fp]
             ords[fi] = self._leaf_ordinal[fp]
@@ -375,7 +356,8 @@ class Mix(Node):
         ends = np.cumsum(counts)
         for i in np.flatnonzero(counts):
             idx = by_part[ends[i] - counts[i] : ends[i]]
-            o, r = self.parts[i].locate(j[idx].astype(np.uint64), _subset(ctx, idx), cache)
+            o, r = self.parts[i].locate(j[idx].astype(np.uint64), seed, _subset(epoch, idx),
+                                        cache)
             ords[idx] = o
             recs[idx] = r
         return ords, recs

@@ -60,6 +60,7 @@ class Order:
         self.seq = seq
         self._root, _ = compile_seq(seq)
         self.seed = operator.index(seed) & MASK64
+        self.epoch = 0
         self._sources = tuple(seq.sources())
         # Records fit int64 unless a source has 2**63 records or more.
         self._wide = any(leaf.length > 1 << 63 for leaf in self._root.leaves())
@@ -80,16 +81,35 @@ class Order:
 
     def with_seed(self, seed: int) -> Order:
         """The same configuration with every shuffle reseeded (the order seed is ``seed``)."""
-        other = object.__new__(Order)
-        other.seq = self.seq
-        other._root = self._root
-        other._sources = self._sources
-        other._wide = self._wide
+        other = self._copy()
         other.seed = operator.index(seed) & MASK64
         return other
 
+    def set_seed(self, seed: int) -> None:
+        """Reseed every shuffle of this order in place (the crate's ``set_seed``): the
+        order becomes ``with_seed(seed)``. Takes constant time; copies keep their seeds."""
+        self.seed = operator.index(seed) & MASK64
+
+    def with_epoch(self, epoch: int) -> Order:
+        """This order as pass ``epoch`` of an enclosing repeat: ``seq.repeat(k)``'s
+        positions ``[epoch * len, (epoch + 1) * len)`` for any ``k > epoch`` (each
+        shuffle inside reseeded as that repeat reseeds it). The loader's passes."""
+        epoch = operator.index(epoch)
+        if not 0 <= epoch <= MASK64:
+            raise ValueError(f"an epoch is in [0, 2**64), got {epoch}")
+        other = self._copy()
+        other.epoch = epoch
+        return other
+
+    def _copy(self) -> Order:
+        other = object.__new__(Order)
+        other.__dict__.update(self.__dict__)
+        return other
+
     def __repr__(self) -> str:
-        return f"Order(len={self.length}, seed={self.seed}, sources={len(self._sources)})"
+        epoch = f", epoch={self.epoch}" if self.epoch else ""
+        return (f"Order(len={self.length}, seed={self.seed}{epoch}, "
+                f"sources={len(self._sources)})")
 
     @property
     def root(self) -> Node:
@@ -101,7 +121,8 @@ class Order:
         pos = operator.index(pos)
         if not 0 <= pos < self._root.n:
             return None
-        ords, recs = self._root.locate(np.array([pos], dtype=np.uint64), self.seed, {})
+        ords, recs = self._root.locate(np.array([pos], dtype=np.uint64), self.seed,
+                                       self.epoch, {})
         o = int(ords[0])
         return Item(o, self._sources[o], int(recs[0]))
 
@@ -133,7 +154,8 @@ class Order:
             bad = (flat < 0) | (flat >= n)
             first = int(flat[np.flatnonzero(bad)[0]])
             raise BoundsError(f"position {first} is outside the order of length {n}")
-        ords, recs = self._root.locate(flat.astype(np.uint64, copy=True), self.seed, {})
+        ords, recs = self._root.locate(flat.astype(np.uint64, copy=True), self.seed,
+                                       self.epoch, {})
         # Records are below 2**63 (orders are addressed by int64 positions), so a view
         # reinterprets them without a copy.
         return ords.reshape(arr.shape), _records(recs, self._wide).reshape(arr.shape)
@@ -230,9 +252,10 @@ class Cursor:
         if end <= self._offset:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         pos = np.arange(self._offset, end, dtype=np.uint64)
-        ords, recs = self._order.root.locate(pos, self._order.seed, self._cache)
+        order = self._order
+        ords, recs = order.root.locate(pos, order.seed, order.epoch, self._cache)
         self._offset = end
-        return ords, _records(recs, self._order._wide)
+        return ords, _records(recs, order._wide)
 
     def __iter__(self) -> Iterator[Item]:
         return self
@@ -254,6 +277,24 @@ class Cursor:
             self._buf = None
         ordinal = int(o[i])
         return Item(ordinal, self._order.sources[ordinal], int(r[i]))
+
+    def last(self) -> Item | None:
+        """The last item of the range left, by a direct lookup; consumes the cursor."""
+        if self._offset >= self._stop:
+            return None
+        item = self._order.get(self._stop - 1)
+        self._offset = self._stop
+        self._buf = None
+        return item
+
+    def position(self, predicate) -> int | None:
+        """The index (from the cursor's current item) of the first item for which
+        ``predicate(item)`` is true, consuming the items up to and including it; None
+        (and the cursor exhausted) when no item is."""
+        for i, item in enumerate(self):
+            if predicate(item):
+                return i
+        return None
 
     def __repr__(self) -> str:
         return f"Cursor(offset={self._offset}, stop={self._stop})"

@@ -25,6 +25,7 @@ keys are bit-identical to the crate's.
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -34,6 +35,17 @@ import numpy as np
 from ..errors import OrderError, OrderErrorKind
 
 MAX_SEGMENTS = 5
+
+
+class ScheduleReason(enum.Enum):
+    """Why a schedule is invalid (the crate's ``ScheduleReason``); ``.value`` says it."""
+
+    NON_FINITE = "a breakpoint is not finite"
+    INVALID_BREAKPOINTS = (
+        "breakpoints are out of range, out of order, or have zero area "
+        "(0 <= start <= full <= fade <= off <= 1 and start < off)"
+    )
+    COEFFICIENT_OVERFLOW = "derived profile coefficients exceed floating-point range"
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,7 @@ class Schedule:
         )
 
     # -- validation ---------------------------------------------------------------------
-    def problem(self) -> str | None:
+    def problem(self) -> ScheduleReason | None:
         """Why this schedule is invalid, or None."""
         if self.is_uniform:
             return None
@@ -102,18 +114,15 @@ class Schedule:
         object.__setattr__(self, "_problem", found)
         return found
 
-    def _find_problem(self) -> str | None:
+    def _find_problem(self) -> ScheduleReason | None:
         pts = (self.start, self.full, self.fade_start, self.off)
         if not all(math.isfinite(p) for p in pts):
-            return "a breakpoint is not finite"
+            return ScheduleReason.NON_FINITE
         s, f, d, o = pts
         if not (0.0 <= s <= f <= d <= o <= 1.0) or not s < o:
-            return (
-                "breakpoints are out of range, out of order, or have zero area "
-                "(0 <= start <= full <= fade <= off <= 1 and start < off)"
-            )
+            return ScheduleReason.INVALID_BREAKPOINTS
         if not self.finite():
-            return "derived profile coefficients exceed floating-point range"
+            return ScheduleReason.COEFFICIENT_OVERFLOW
         return None
 
     @property

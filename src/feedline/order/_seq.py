@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import operator
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +30,13 @@ from ._schedule import Schedule
 # ``Seq.batches`` works without the order layer importing the loader layer.
 LOADER: list | None = None
 
-ORDERING_VERSION = 1
-"""Orders are identical for every feedline version with the same ordering version."""
+ORDERING_VERSION = 2
+"""Orders are identical for every feedline version with the same ordering version.
+
+Version 2 (feedline 0.2) follows the dataorder crate 0.4 rule for rule: nested repeats
+count total epochs, mixes pass epochs through, shuffle salts follow the configuration
+as written, and a shuffle containing a mix is an error. Version 1 orders differ from
+version 2 wherever those rules apply and are not computed any more."""
 
 _JSON_FORMAT = "feedline.order"
 
@@ -49,9 +55,29 @@ def source_len(src: object) -> int:
     """The length a source stands for: an ``int`` itself, else ``len(src)``."""
     if isinstance(src, (int, np.integer)) and not isinstance(src, (bool, np.bool_)):
         return _u64(int(src), "a source length")
-    if not hasattr(src, "__len__"):
-        raise TypeError(f"a source is an int or has __len__, got {type(src).__name__}")
+    problem = _not_a_source(src)
+    if problem:
+        raise TypeError(problem)
     return _u64(len(src), "a source length")  # type: ignore[arg-type]
+
+
+def _not_a_source(src: object) -> str:
+    """Why ``src`` cannot stand for a dataset ('' when it can)."""
+    if isinstance(src, (str, bytes, os.PathLike)):
+        return (f"the source {src!r} is a name or a path, not a dataset: resolve it first, "
+                "e.g. seq.map_sources(open_dataset)")
+    if isinstance(src, (bool, np.bool_)) or not hasattr(src, "__len__"):
+        return f"a source is an int or has __len__, got {type(src).__name__}"
+    return ""
+
+
+def resolved_len(src: object, ordinal: int, fail) -> int:
+    """``source_len`` when building an order: ``fail(kind, message)`` makes its error."""
+    if not isinstance(src, (int, np.integer)) or isinstance(src, (bool, np.bool_)):
+        problem = _not_a_source(src)
+        if problem:
+            raise fail(OrderErrorKind.NOT_A_SOURCE, f"source {ordinal}: {problem}")
+    return source_len(src)
 
 
 def source_salt(src: object) -> int:
@@ -75,6 +101,8 @@ class _Handle:
     def _key(self) -> tuple:
         if isinstance(self.obj, int):
             return ("len", int(self.obj))
+        if isinstance(self.obj, (str, bytes)):  # an unresolved name compares by value
+            return ("name", self.obj)
         return ("obj", id(self.obj))
 
     def __eq__(self, other: object) -> bool:
@@ -111,7 +139,7 @@ class Seq:
     ``Seq.source(x)``       the records ``0..len(x)`` of one source, in order
     ``Seq.concat(seqs)``    the sequences one after another
     ``Seq.mix(parts)``      interleaved by their schedules, each keeping its own order
-    ``.shuffle(seed)``      a seeded permutation, O(1) memory (of anything, mixes too)
+    ``.shuffle(seed)``      a seeded permutation, O(1) memory (of a sequence with no mix)
     ``.repeat(times)``      ``times`` passes; each later pass reshuffles the shuffles inside
     ``.cycle_to(length)``   repeated (reshuffled) or truncated to exactly ``length``
     ``.skip(n)``            all but the first ``n`` positions (``n <= len``)
@@ -129,10 +157,15 @@ class Seq:
     # -- builders -----------------------------------------------------------------------
     @classmethod
     def source(cls, src: object) -> Seq:
-        """One source: an ``int`` (a length) or any object with ``__len__`` (and ``salt``)."""
+        """One source: an ``int`` (a length) or any object with ``__len__`` (and ``salt``).
+
+        Anything else (a dataset's name or path) is kept as it is, to be resolved with
+        ``map_sources`` before ``Order`` (which refuses it: ``NOT_A_SOURCE``).
+        """
         if isinstance(src, Seq):
             raise TypeError("Seq.source takes a dataset or a length, not a Seq")
-        source_len(src)
+        if isinstance(src, (int, np.integer, float, complex, np.number, np.bool_)) or src is None:
+            source_len(src)  # a length, or a number or None that cannot be one: TypeError
         return cls("source", (), (_Handle(src),))
 
     @classmethod
@@ -161,7 +194,7 @@ class Seq:
         return cls("mix", tuple(children), tuple(schedules))
 
     def shuffle(self, seed: int) -> Seq:
-        """A seeded permutation of this sequence (O(1) memory; mixes inside included)."""
+        """A seeded permutation of this sequence (O(1) memory; no mix may be inside)."""
         return Seq("shuffle", (self,), (_u64(seed, "a shuffle seed"),))
 
     def repeat(self, times: int) -> Seq:
@@ -221,6 +254,37 @@ class Seq:
                             f"batch_size=; got n={n!r} and batch_size={batch_size!r}")
         return LOADER[0](self, n if batch_size is None else batch_size, **loader_options)
 
+    # -- sources ------------------------------------------------------------------------
+    def map_sources(self, fn: Callable[[object], object]) -> Seq:
+        """The same configuration with every source ``s`` replaced by ``fn(s)``, in tree
+        order (to resolve names or paths into datasets before ``Order``)."""
+        return self._map(fn, [0], wrap=False)
+
+    def try_map_sources(self, fn: Callable[[object], object]) -> Seq:
+        """``map_sources`` that stops at the first source ``fn`` fails on, raising an
+        ``OrderError`` (``NOT_A_SOURCE``) that names the source and its node, with
+        ``fn``'s exception as its cause."""
+        return self._map(fn, [0], wrap=True, root=self)
+
+    def _map(self, fn, counter: list[int], wrap: bool, root: Seq | None = None,
+             path: tuple[int, ...] = ()) -> Seq:
+        if self.op == "source":
+            ordinal = counter[0]
+            counter[0] += 1
+            if not wrap:
+                return Seq.source(fn(self.args[0].obj))
+            try:
+                return Seq.source(fn(self.args[0].obj))
+            except Exception as e:  # the caller's resolver: any failure is reported
+                from ._compile import render_path
+                raise OrderError(
+                    OrderErrorKind.NOT_A_SOURCE,
+                    f"source {ordinal} ({self.args[0]!r}) could not be mapped: {e}",
+                    path, render_path(root, path), source=ordinal) from e
+        children = tuple(c._map(fn, counter, wrap, root, (*path, i))
+                         for i, c in enumerate(self.children))
+        return Seq(self.op, children, self.args)
+
     # -- inspection ---------------------------------------------------------------------
     def sources(self) -> list[object]:
         """The source handles, in tree order (their index is their ``source_ordinal``)."""
@@ -277,9 +341,11 @@ class Seq:
             )
         if data["ordering_version"] != ORDERING_VERSION:
             raise OrderError(
-                OrderErrorKind.INVALID_JSON,
-                f"this feedline reads ordering version {ORDERING_VERSION}, "
-                f"the document has {data['ordering_version']!r}",
+                OrderErrorKind.VERSION_MISMATCH,
+                f"the configuration was saved with ordering version "
+                f"{data['ordering_version']!r}; this feedline computes ordering version "
+                f"{ORDERING_VERSION} only (orders differ between versions: resume it with "
+                "the feedline that saved it, or start a new run)",
             )
         counter = [0]
         seq = _node_from_dict(data["seq"], sources, counter)
@@ -336,6 +402,9 @@ _UNARY_FIELDS = {
 def _node_to_dict(seq: Seq) -> dict:
     if seq.op == "source":
         obj = seq.args[0].obj
+        problem = "" if isinstance(obj, (int, np.integer)) else _not_a_source(obj)
+        if problem:
+            raise OrderError(OrderErrorKind.NOT_A_SOURCE, f"cannot record a source: {problem}")
         return {"source": {"len": source_len(obj), "salt": source_salt(obj)}}
     if seq.op == "concat":
         return {"concat": [_node_to_dict(c) for c in seq.children]}
