@@ -284,9 +284,11 @@ def _without(key: str) -> dict:
 MALFORMED = [
     pytest.param(lambda s: {**s, "format": "torch.dataloader"}, id="format"),
     pytest.param(lambda s: {k: v for k, v in s.items() if k != "format"}, id="no format"),
-    pytest.param(lambda s: {**s, "version": 4}, id="version 4"),
+    pytest.param(lambda s: {**s, "version": 5}, id="version 5"),
     pytest.param(lambda s: {**s, "version": 2}, id="version 2 with ahead"),
-    pytest.param(lambda s: _without("ahead"), id="version 3 without ahead"),
+    pytest.param(lambda s: _without("ahead"), id="version 4 without ahead"),
+    pytest.param(lambda s: _without("ordering_version"), id="no ordering version"),
+    pytest.param(lambda s: {**s, "ordering_version": 3}, id="ordering version 3"),
     pytest.param(lambda s: {**s, "ahead": None}, id="ahead None"),
     pytest.param(lambda s: {**s, "ahead": [s["batches"]]}, id="ahead at the count"),
     pytest.param(lambda s: {**s, "ahead": [s["batches"] + 3, s["batches"] + 2]},
@@ -326,16 +328,17 @@ def test_a_malformed_state_is_refused_with_state_error(corrupt):
         loader.load_state_dict(corrupt(reference_state()))
 
 
-def test_a_version_2_state_loads_as_one_with_nothing_delivered_ahead():
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_state_saved_under_ordering_version_1_is_refused_naming_both(version):
+    # Contract change (issue 13): loader states 2 and 3 counted positions of ordering
+    # version 1, whose orders differ from version 2's; they are refused, not resumed.
     state = reference_state()
-    assert state["version"] == 3 and state["ahead"] == []
-    old = {k: v for k, v in state.items() if k != "ahead"} | {"version": 2}
-    resumed = fl.Loader(mixed(), 8, seed=2)
-    resumed.load_state_dict(old)
-    again = fl.Loader(mixed(), 8, seed=2)
-    again.load_state_dict(state)
-    assert [b.record_indices.tolist() for b in resumed] == [
-        b.record_indices.tolist() for b in again]
+    assert state["version"] == 4 and state["ordering_version"] == fl.ORDERING_VERSION == 2
+    old = {k: v for k, v in state.items() if k != "ordering_version"} | {"version": version}
+    with pytest.raises(fl.StateError) as info:
+        fl.Loader(mixed(), 8, seed=2).load_state_dict(old)
+    assert "ordering version 1" in str(info.value)
+    assert "ordering version 2" in str(info.value)
 
 
 def test_state_error_is_a_value_error():

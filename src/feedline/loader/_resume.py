@@ -10,15 +10,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import FeedlineError, StateError
+from ..order import ORDERING_VERSION
 
 STATE_FORMAT = "feedline.loader.state"
-STATE_VERSION = 3
+STATE_VERSION = 4
 
-# Version 2 had no "ahead" (the batches delivered past the count, by threads); it loads
-# as a state with none.
-_KEYS_V2 = frozenset(("format", "version", "fingerprint", "seed", "epoch", "batches",
-                      "ended", "world", "base"))
-_KEYS = _KEYS_V2 | {"ahead"}
+# Version 4 records the ordering version its positions were counted in. Versions 2 and
+# 3 were saved under ordering version 1, whose orders differ (issue 13): they are
+# refused, naming both ordering versions, rather than resumed in another order.
+_KEYS = frozenset(("format", "version", "fingerprint", "seed", "epoch", "batches",
+                   "ended", "world", "base", "ahead", "ordering_version"))
 
 
 def _state_int(state: Mapping[str, Any], key: str, low: int, high: int | None = None) -> int:
@@ -130,6 +131,7 @@ class Resumable:
             return {
                 "format": STATE_FORMAT,
                 "version": STATE_VERSION,
+                "ordering_version": ORDERING_VERSION,
                 "fingerprint": self._fingerprint,
                 "seed": self._seed,
                 "epoch": self._epoch,
@@ -153,10 +155,19 @@ class Resumable:
             raise StateError(f"not a feedline loader state (format "
                              f"{state.get('format') if isinstance(state, Mapping) else state!r})")
         version = state.get("version")
-        if type(version) is not int or version not in (2, STATE_VERSION):
-            raise StateError(f"loader state version {version!r}; this feedline reads versions "
-                             f"2 and {STATE_VERSION}")
-        keys = _KEYS if version == STATE_VERSION else _KEYS_V2
+        if type(version) is int and version in (2, 3):
+            raise StateError(f"the state was saved with ordering version 1 (loader state "
+                             f"version {version}); this feedline computes ordering version "
+                             f"{ORDERING_VERSION}, whose orders differ: resume it with the "
+                             "feedline that saved it, or start the run afresh")
+        if type(version) is not int or version != STATE_VERSION:
+            raise StateError(f"loader state version {version!r}; this feedline reads version "
+                             f"{STATE_VERSION}")
+        keys = _KEYS
+        if state.get("ordering_version", ORDERING_VERSION) != ORDERING_VERSION:
+            raise StateError(f"the state was saved with ordering version "
+                             f"{state['ordering_version']!r}; this feedline computes ordering "
+                             f"version {ORDERING_VERSION}")
         if set(state) != keys:
             raise StateError(f"a version {version} loader state has the keys {sorted(keys)}; "
                              f"this one lacks {sorted(keys - set(state))} and has unknown "
