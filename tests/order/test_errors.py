@@ -378,3 +378,29 @@ def test_a_failed_reset_leaves_the_cursor_unchanged(order, start, stop):
     assert cur.offset == 5
     assert cur.stop == 8
     assert list(cur) == expected[3:]
+
+
+# -- hostile JSON (issue 15) -----------------------------------------------------------------
+
+
+def test_a_json_document_with_a_duplicate_key_is_refused():
+    text = ('{"format": "feedline.order", "ordering_version": 2, '
+            '"seq": {"take": {"n": 3, "n": 5, "seq": {"source": {"len": 10, "salt": 0}}}}}')
+    err = build_error(Kind.INVALID_JSON, lambda: fl.Seq.from_json(text))
+    assert "'n'" in str(err) and "twice" in str(err)
+
+
+def test_a_configuration_dict_nested_past_any_document_is_refused():
+    node: dict = {"source": {"len": 10, "salt": 0}}
+    for _ in range(5000):
+        node = {"take": {"n": 10, "seq": node}}
+    doc = {"format": "feedline.order", "ordering_version": 2, "seq": node}
+    err = build_error(Kind.INVALID_JSON, lambda: fl.Seq.from_json(doc))
+    assert "deeper" in str(err)
+
+
+def test_a_cyclic_configuration_dict_is_refused():
+    node: dict = {"take": {"n": 1}}
+    node["take"]["seq"] = node
+    doc = {"format": "feedline.order", "ordering_version": 2, "seq": node}
+    build_error(Kind.INVALID_JSON, lambda: fl.Seq.from_json(doc))

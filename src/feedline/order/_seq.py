@@ -365,9 +365,24 @@ def _as_seq(x: object) -> Seq:
     return Seq.source(x)
 
 
+# A document deeper than this cannot compile (MAX_DEPTH levels); refusing it while
+# reading also refuses a cyclic dict, which is infinitely deep.
+_MAX_DOC_DEPTH = 16
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise OrderError(OrderErrorKind.INVALID_JSON,
+                             f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
 def _loads(text: str | bytes) -> dict:
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
     except ValueError as e:
         raise OrderError(OrderErrorKind.INVALID_JSON, f"not valid JSON: {e}") from e
     except RecursionError as e:
@@ -430,7 +445,12 @@ def _int_field(body: dict, name: str) -> int:
     return v
 
 
-def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[int]) -> Seq:
+def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[int],
+                    depth: int = 1) -> Seq:
+    if depth > _MAX_DOC_DEPTH:
+        raise OrderError(OrderErrorKind.INVALID_JSON,
+                         f"the configuration is nested deeper than any ordering document "
+                         f"(at most {_MAX_DOC_DEPTH} levels of nodes), or is cyclic")
     if not isinstance(d, dict) or len(d) != 1:
         raise OrderError(
             OrderErrorKind.INVALID_JSON, f"a node is an object with one operation, got {d!r}"
@@ -461,7 +481,7 @@ def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[i
     if op == "concat":
         if not isinstance(body, list):
             raise OrderError(OrderErrorKind.INVALID_JSON, "concat takes a list of nodes")
-        return Seq.concat([_node_from_dict(c, sources, counter) for c in body])
+        return Seq.concat([_node_from_dict(c, sources, counter, depth + 1) for c in body])
     if op == "mix":
         if not isinstance(body, list):
             raise OrderError(OrderErrorKind.INVALID_JSON, "mix takes a list of parts")
@@ -470,7 +490,7 @@ def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[i
             _expect_keys(part, {"seq", "schedule"}, "a mix part")
             parts.append(
                 (
-                    _node_from_dict(part["seq"], sources, counter),
+                    _node_from_dict(part["seq"], sources, counter, depth + 1),
                     Schedule.from_dict(part["schedule"]),
                 )
             )
@@ -479,5 +499,5 @@ def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[i
         raise OrderError(OrderErrorKind.INVALID_JSON, f"unknown operation {op!r}")
     fields = _UNARY_FIELDS[op]
     _expect_keys(body, {*fields, "seq"}, f"a {op} node")
-    child = _node_from_dict(body["seq"], sources, counter)
+    child = _node_from_dict(body["seq"], sources, counter, depth + 1)
     return getattr(child, op)(*(_int_field(body, f) for f in fields))
