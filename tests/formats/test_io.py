@@ -520,3 +520,87 @@ def test_the_next_write_removes_the_temporaries_of_a_killed_writer(tmp_path):
     assert target.read_bytes() == b"new"
     assert not stale.exists() and not spool.exists()
     assert live.exists() and fresh.exists() and other.exists()
+
+
+# -- the file system around a file ----------------------------------------------------------
+
+
+def _nndataset(path) -> None:
+    fl.nndataset.write(path, fl.nndataset.Build({"size": 9}, "c.txt", "", 2,
+                                                train_docs=[[1, 2, 3] * 400, [4, 5] * 300]))
+
+
+WRITERS = {
+    "flr": lambda p: fl.recfile.write(p, Big, big_columns(200)),
+    "flr-stream": lambda p: fl.recfile.write(p, Big, big_items(200)),
+    "ndf": lambda p: fl.ndf.save(p, np.ones((300, 4)), np.zeros((300, 1))),
+    "nndataset": _nndataset,
+}
+OPENERS = {"flr": fl.recfile.open, "ndf": fl.ndf.open, "nndataset": fl.nndataset.open}
+
+
+class _Hang(Exception):
+    pass
+
+
+def _no_hang(seconds: float):
+    """Fail (not hang) a call that would block: SIGALRM interrupts a blocking open."""
+    def alarm(signum, frame):
+        raise _Hang(f"blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return previous
+
+
+@pytest.mark.parametrize("opener", list(OPENERS))
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_path_that_is_not_a_regular_file_is_a_format_error_naming_it(tmp_path, opener, kind):
+    path = tmp_path / f"thing.{opener}"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it for reading would wait for a writer forever
+    else:
+        path.mkdir()
+    previous = _no_hang(5.0)
+    try:
+        with pytest.raises(fl.FormatError) as info:
+            OPENERS[opener](path)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    word = "FIFO" if kind == "fifo" else "directory"
+    assert info.value.path == str(path) and str(path) in str(info.value)
+    assert "regular file" in str(info.value) and word in str(info.value)
+
+
+TRUNCATE_SCRIPT = textwrap.dedent("""
+    import os, sys, numpy as np, feedline as fl
+    fmt, path = sys.argv[1], sys.argv[2]
+    f = {"flr": fl.recfile.open, "ndf": fl.ndf.open, "nndataset": fl.nndataset.open}[fmt](path)
+    read = {"flr": lambda: f.getitems(np.array([0, len(f) - 1])),
+            "ndf": lambda: f.rows(np.array([0, len(f) - 1])),
+            "nndataset": lambda: f.load_text("train").token_flow[-5:]}[fmt]
+    read()
+    os.truncate(path, 100)  # in place, under the open reader (pages past the end: SIGBUS)
+    for attempt in (read, lambda: fl.text.Windows(f, 16).getitems([0, 80]) if fmt ==
+                    "nndataset" else read()):
+        try:
+            attempt()
+        except fl.FormatError as e:
+            assert e.path == path and e.offset == 100, (e.path, e.offset)
+            assert "truncated" in str(e), str(e)
+        else:
+            raise SystemExit("read a truncated file without an error")
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("fmt", ["flr", "ndf", "nndataset"])
+def test_a_file_truncated_in_place_under_a_reader_is_a_format_error_not_sigbus(tmp_path, fmt):
+    path = tmp_path / f"data.{fmt}"
+    WRITERS[fmt](path)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", TRUNCATE_SCRIPT, fmt, str(path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode,
+                                                                   proc.stderr[-2000:])

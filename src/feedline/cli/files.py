@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ..errors import FeedlineError
+from ..errors import FeedlineError, FormatError
 from ..formats import convert as _convert
 from ..formats import ndf, recfile
 from ._report import fail, is_within, reason
@@ -40,8 +40,17 @@ def inspect(path: str) -> int:
     return _reading(_inspect, path)
 
 
-def _inspect(path: str) -> int:
+def _sniff(path: str) -> str:
+    """The file's format; anything but a regular file or a dataset directory is a
+    ``FormatError`` naming it (a FIFO is never opened for reading: it would block)."""
     kind = _convert.sniff(path)
+    if kind == "unknown" and os.path.isdir(path):
+        raise FormatError("expected a file feedline reads, found a directory", path, 0)
+    return kind
+
+
+def _inspect(path: str) -> int:
+    kind = _sniff(path)
     size = os.path.getsize(path) if os.path.isfile(path) else 0
     print(f"{path}: {kind}, {_size(size)}")
     if kind == "ndf":
@@ -75,7 +84,7 @@ def verify(path: str) -> int:
 
 
 def _verify(path: str) -> int:
-    kind = _convert.sniff(path)
+    kind = _sniff(path)
     t = time.perf_counter()
     if kind == "ndf":
         with ndf.open(path):

@@ -47,6 +47,7 @@ class _Subset:
         u8 = self.ds._u8
         if u8 is None:
             raise ValueError(f"{self.ds.path}: the dataset is closed")
+        self.ds._file.check_intact()  # a file truncated under us: an error, not SIGBUS
         return u8
 
     def read(self, field: str, a: int, b: int) -> np.ndarray:

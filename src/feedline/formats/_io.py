@@ -130,13 +130,43 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             os.close(dfd)
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words ("a directory", "a FIFO (named pipe)", ...)."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY) -> int:
+    """A descriptor on the regular file ``path``, or a ``FormatError`` naming what is
+    there instead (a directory, a FIFO, a device). Never blocks: the file is opened
+    ``O_NONBLOCK`` (which would otherwise wait for a FIFO's writer), checked with
+    ``fstat``, then made blocking again."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    except IsADirectoryError as e:  # O_WRONLY/O_RDWR on a directory
+        raise FormatError("expected a regular file, found a directory", path, 0) from e
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FormatError(f"expected a regular file, found {file_kind(mode)}", path, 0)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class _Descriptor:
     """One open descriptor and its memory map, counted by the handles sharing it."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         try:
-            self.fd = os.open(path, os.O_RDONLY)
+            self.fd = open_regular(path)
         except FileNotFoundError as e:
             raise FileNotFoundError(f"{path}: no such file") from e
         self.size = os.fstat(self.fd).st_size
@@ -239,6 +269,14 @@ class SharedFile(Handle):
     def _twin(self) -> SharedFile:
         return SharedFile(self.path, self._shared)
 
+    def check_intact(self) -> None:
+        self._check()
+        size = os.fstat(self._shared.fd).st_size
+        if size < self._shared.size:
+            raise FormatError(f"the file was {self._shared.size} bytes when opened and is now "
+                              f"{size}: it was truncated in place while open (rewrite files "
+                              f"by replacing them, as feedline's writers do)", self.path, size)
+
     def pread(self, size: int, offset: int, what: str = "data") -> bytes:
         """Exactly ``size`` bytes at ``offset``; a ``FormatError`` if the file is shorter."""
         self._check_range(offset, size, what)
@@ -261,6 +299,51 @@ class SharedFile(Handle):
 
     def __reduce__(self):
         return (SharedFile, (self.path,))
+
+
+def open_private(path: str) -> int:
+    """``path`` opened read-write for this user alone: created 0600 with ``O_EXCL`` if
+    absent, else opened ``O_NOFOLLOW``; it must be a regular file owned by this user (a
+    symlink or a file planted in a shared directory is refused, never followed)."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        try:
+            fd = os.open(path, flags)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise FormatError("expected a cache file, found a symbolic link (refused: "
+                                  "it could point at any file)", path, 0) from e
+            raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError(f"expected a cache file, found {file_kind(st.st_mode)}", path, 0)
+        if st.st_uid != os.geteuid():
+            raise FormatError(f"expected a cache file of this user (uid {os.geteuid()}), found "
+                              f"one owned by uid {st.st_uid}", path, 0)
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def private_directory(path: str) -> str:
+    """Make (0700) or check the directory ``path`` for a cache: it must be a directory
+    owned by this user, so no other user can have planted or read its files."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise FormatError(f"expected a cache directory, found {file_kind(st.st_mode)}", path, 0)
+    if st.st_uid != os.geteuid():
+        raise FormatError(f"expected a cache directory of this user (uid {os.geteuid()}), "
+                          f"found one owned by uid {st.st_uid}: another user could plant or "
+                          f"read its files", path, 0)
+    return path
 
 
 def open_shared(path: Any) -> Any:
@@ -303,6 +386,11 @@ class OpenFile:
 
     def _release(self) -> None:
         """Drop this handle's views of the file (before its share is given up)."""
+
+    def check_intact(self) -> None:
+        """Before reading through the memory map: a ``FormatError`` if the file is shorter
+        than when it was opened (truncated in place), where touching the pages past its
+        end would kill the process (SIGBUS). Cost: one ``fstat``."""
 
     def close(self) -> None:
         """Give up this handle's share; the file closes with the last one."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..records import Record, make_record
 from . import ndf, recfile
-from ._io import atomic_write
+from ._io import atomic_write, open_regular
 
 # Rows move this many bytes at a time.
 _CHUNK_BYTES = 32 << 20
@@ -31,7 +31,7 @@ def sniff(path: str | os.PathLike[str]) -> str:
     path = os.fspath(path)
     if os.path.isdir(path):
         return "hf" if os.path.exists(os.path.join(path, "dataset_info.json")) else "unknown"
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:  # a FIFO: a FormatError, never a wait
         head = f.read(8)
     if head[:4] == ndf.MAGIC:
         return "ndf"

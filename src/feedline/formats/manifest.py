@@ -46,7 +46,7 @@ from typing import Any, Literal
 from ..errors import FeedlineError, FormatError
 from ..records import Record, record_from_schema
 from . import nndataset, recfile
-from ._io import atomic_write
+from ._io import atomic_write, file_kind, open_regular
 from ._remote import is_url
 
 __all__ = ["FORMATS", "ManifestInfo", "Shard", "describe", "read_manifest", "write_manifest"]
@@ -114,7 +114,7 @@ def _open_binary(path: str) -> Any:
     if is_url(path):
         fs, p = _fs(path)
         return fs.open(p, "rb")
-    return open(path, "rb")
+    return os.fdopen(open_regular(path), "rb")
 
 
 def _read_bytes(path: str) -> bytes:

@@ -247,6 +247,7 @@ class NdfFile(OpenFile):
     def _rows_view(self) -> np.ndarray:
         if self._rows is None:
             raise ValueError(f"{self.path}: this handle is closed")
+        self._file.check_intact()  # a file truncated under us: an error, not SIGBUS
         return self._rows
 
     def read_row(self, i: int) -> tuple[np.ndarray, np.ndarray]:

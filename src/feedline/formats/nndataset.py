@@ -289,6 +289,7 @@ class Nndataset(OpenFile):
             raise ValueError(f"subset must be 'train' or 'test', got {subset!r}")
         if self._u8 is None:
             raise ValueError(f"{self.path}: the dataset is closed")
+        self._file.check_intact()  # a file truncated under us: an error, not SIGBUS
         if self.info.kind == "vocab":
             raise FormatError(f"this is a vocabulary (NNVC) file: it holds no {subset} "
                               "documents", self.path, 0)

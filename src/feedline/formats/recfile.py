@@ -407,6 +407,7 @@ class RecFile(OpenFile):
     def _check_open(self) -> None:
         if self._file.closed:
             raise ValueError(f"{self.path}: this handle is closed")
+        self._file.check_intact()  # a file truncated under us: an error, not SIGBUS
 
     def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None
                  ) -> dict[str, np.ndarray]:

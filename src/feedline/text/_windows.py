@@ -152,6 +152,7 @@ class Windows:
         u8 = self._ds._u8
         if u8 is None:
             raise ValueError(f"{self.path}: the dataset is closed")
+        self._ds._file.check_intact()  # a file truncated under us: an error, not SIGBUS
         if rows and not isinstance(u8, np.ndarray):  # a remote file: fetch the documents
             cum, offsets = self._layout.cum, self._layout.offsets
             first = np.searchsorted(cum, a, "right") - 1
