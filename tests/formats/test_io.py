@@ -604,3 +604,69 @@ def test_a_file_truncated_in_place_under_a_reader_is_a_format_error_not_sigbus(t
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode,
                                                                    proc.stderr[-2000:])
+
+
+def _name_max(directory) -> int:
+    return os.pathconf(directory, "PC_NAME_MAX")
+
+
+@pytest.mark.parametrize("writer", list(WRITERS))
+@pytest.mark.parametrize("extra", [0, 10])
+def test_any_name_the_file_system_accepts_can_be_written(tmp_path, writer, extra):
+    limit = _name_max(tmp_path)
+    ext = ".nndataset" if writer == "nndataset" else f".{writer.split('-')[0]}"
+    room = limit - len(ext) - extra
+    name = "é" * (room // 2) + "x" * (room % 2) + ext  # 2 bytes a character
+    assert len(os.fsencode(name)) == limit - extra
+    path = tmp_path / name
+    WRITERS[writer](path)
+    assert listing(tmp_path) == [name]  # no temporary, no spool left
+    with OPENERS[ext[1:]](path) as f:
+        assert (f.info.num_docs if ext == ".nndataset" else len(f)) > 0
+    WRITERS[writer](path)  # again, over the file: the temporaries still fit
+    assert listing(tmp_path) == [name]
+
+
+def test_two_long_names_with_the_same_start_get_distinct_temporaries(tmp_path):
+    from feedline.formats._io import _scratch_prefix
+
+    limit = _name_max(tmp_path)
+    a, b = ("x" * (limit - 6) + s + ".flr" for s in ("a", "b"))
+    pa, pb = _scratch_prefix(str(tmp_path / a))[1], _scratch_prefix(str(tmp_path / b))[1]
+    assert pa != pb and len(os.fsencode(pa)) <= limit - 40
+
+
+DISK_FULL_SCRIPT = textwrap.dedent("""
+    import os, resource, signal, sys, numpy as np, feedline as fl
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit: EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+    writer, path = sys.argv[1], sys.argv[2]
+    try:
+        if writer == "flr":
+            fl.recfile.write(path, fl.Dataset.from_arrays(x=np.zeros((1, 64))).record,
+                             {"x": np.ones((4096, 64))})
+        elif writer == "ndf":
+            fl.ndf.save(path, np.ones((4096, 64)))
+        else:
+            fl.nndataset.write(path, fl.nndataset.Build({}, "c", "", 1,
+                                                        train_docs=[list(range(20000))]))
+    except OSError as e:
+        assert e.filename == path and path in str(e), (e.filename, str(e))
+        assert sorted(os.listdir(os.path.dirname(path))) == ["old"], os.listdir(
+            os.path.dirname(path))
+        print("ok")
+    else:
+        print("written")
+""")
+
+
+@pytest.mark.parametrize("writer", ["flr", "ndf", "nndataset"])
+def test_a_disk_full_error_names_the_target_and_leaves_no_temporary(tmp_path, writer):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old").write_bytes(b"x")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run([sys.executable, "-c", DISK_FULL_SCRIPT, writer,
+                           str(target / f"data.{writer}")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

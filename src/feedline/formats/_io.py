@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import fcntl
+import hashlib
 import mmap
 import os
 import stat
@@ -30,6 +32,48 @@ from ..errors import FormatError
 # A scratch file older than this, that no live process holds locked, was left by a
 # writer that was killed (SIGKILL skips every clean-up); the next writer removes it.
 _STALE_AFTER = 60.0
+# A scratch name is ``.PREFIX.RANDOM SUFFIX``: the two dots, mkstemp's 8 random characters
+# and a suffix of at most this many bytes (".tmp", ".FIELD.spool" with FIELD cut to 16
+# bytes) take the room left after the prefix.
+_SUFFIX_ROOM = 32
+_NAME_MAX = 255  # where the file system does not say (os.pathconf)
+# Errors of a write that ran out of room: they name the target, not a hidden temporary.
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _name_max(directory: str) -> int:
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return _NAME_MAX
+
+
+def _shorten(name: str, limit: int) -> str:
+    """``name`` if its bytes fit ``limit``, else its start and a hash of all of it (so
+    two long names with the same start keep distinct scratch files)."""
+    raw = os.fsencode(name)
+    if len(raw) <= limit:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    keep = name
+    while len(os.fsencode(keep)) > limit - 9:
+        keep = keep[:-1]
+    return f"{keep}~{digest}"
+
+
+def _scratch_prefix(path: str) -> tuple[str, str]:
+    """(directory, ``.NAME.``) of ``path``'s scratch files; NAME is shortened so that a
+    scratch name fits the file system's NAME_MAX for any name it accepts."""
+    directory = os.path.dirname(os.path.abspath(path))
+    limit = _name_max(directory) - 2 - 8 - _SUFFIX_ROOM
+    return directory, f".{_shorten(os.path.basename(path), limit)}."
+
+
+def scratch_suffix(label: str, kind: str) -> str:
+    """``.LABEL.KIND`` with LABEL cut to 16 bytes (a spool's field name)."""
+    while len(os.fsencode(label)) > 16:
+        label = label[:-1]
+    return f".{label}.{kind}"
 
 
 def scratch_file(path: str | os.PathLike[str], suffix: str) -> tuple[int, str]:
@@ -37,13 +81,13 @@ def scratch_file(path: str | os.PathLike[str], suffix: str) -> tuple[int, str]:
 
     The descriptor holds an exclusive ``flock`` until it is closed, which marks the file
     as in use; scratch files of ``path`` that are unlocked and stale (a killed writer's)
-    are removed first.
+    are removed first. A long NAME is shortened (its start and a hash), so every name
+    the file system accepts can be written.
     """
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    directory, prefix = _scratch_prefix(path)
     remove_stale_scratch(path)
-    fd, name = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=suffix,
-                                dir=directory)
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd, name
 
@@ -51,8 +95,7 @@ def scratch_file(path: str | os.PathLike[str], suffix: str) -> tuple[int, str]:
 def remove_stale_scratch(path: str | os.PathLike[str]) -> list[str]:
     """Remove the scratch files that killed writers of ``path`` left; returns them."""
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    prefix = f".{os.path.basename(path)}."
+    directory, prefix = _scratch_prefix(path)
     removed = []
     try:
         names = [n for n in os.listdir(directory) if n.startswith(prefix)
@@ -118,6 +161,13 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             os.fchmod(f.fileno(), _mode_for(path))
             os.fsync(f.fileno())
             os.replace(tmp, path)  # while the lock is held: the file is never seen stale
+    except OSError as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        if e.errno in _NO_ROOM and e.filename in (None, tmp):
+            raise OSError(e.errno, f"writing {path}: {e.strerror} (nothing was written: the "
+                          f"file is as it was)", path) from e
+        raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

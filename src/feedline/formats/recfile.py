@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import FeedlineError, FormatError, RecordError
 from ..records import Record, record_from_schema
-from ._io import OpenFile, atomic_write, scratch_file
+from ._io import OpenFile, atomic_write, scratch_file, scratch_suffix
 
 MAGIC = b"\x89FLR\r\n\x1a\n"
 VERSION = 1
@@ -206,7 +206,7 @@ def _write_stream(path: Any, record: type[Record], chunks: Iterable[Any],
     spools = []
     try:
         for f in fields:
-            fd, name = scratch_file(path, f".{f.name}.spool")
+            fd, name = scratch_file(path, scratch_suffix(f.name, "spool"))
             spools.append((os.fdopen(fd, "w+b"), name))
         crcs = [0] * len(fields)
         n = 0
@@ -429,6 +429,7 @@ class RecFile(OpenFile):
             column = self._file.array(np.uint8, off, length)
             got = 0
             for a in range(0, length, _SLICE):  # slices: a remote column is fetched in parts
+                self._check_open()
                 got = zlib.crc32(np.ascontiguousarray(column[a:a + _SLICE]), got)
             if got != crc:
                 raise self._fail(f"column `{name}` checksum {got:#010x} does not match the "
