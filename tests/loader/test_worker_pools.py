@@ -34,6 +34,12 @@ def records(loader) -> list[list[int]]:
     return [b.record_indices.tolist() for b in loader]
 
 
+@pytest.fixture(scope="module")
+def mapped():
+    """One mapped dataset for the tests that only read it: its workers start once."""
+    return fl.Dataset(Rows, ItemSource(40)).map(tag_pid)
+
+
 @pytest.fixture
 def setting():
     """Leaves the process-wide setting as it found it."""
@@ -64,10 +70,9 @@ def test_loader_workers_sets_the_default_and_returns_the_previous_setting(settin
         fl.loader_workers(2.0)
 
 
-def test_a_mapped_dataset_is_loaded_by_workers_by_default(setting):
+def test_a_mapped_dataset_is_loaded_by_workers_by_default(setting, mapped):
     fl.loader_workers(None)
-    ds = fl.Dataset(Rows, ItemSource(40)).map(tag_pid)
-    got = pids(ds.shuffle(1).batches(8))
+    got = pids(mapped.shuffle(1).batches(8))
     assert got and os.getpid() not in got
     assert len(got) <= fl.loader_workers()
 
@@ -99,8 +104,8 @@ def test_plain_gathers_stay_in_the_calling_process_by_default(setting, tmp_path)
             assert loader._pool is None
 
 
-def test_loader_workers_zero_loads_in_the_calling_process(setting):
-    ds = fl.Dataset(Rows, ItemSource(24)).map(tag_pid)
+def test_loader_workers_zero_loads_in_the_calling_process(setting, mapped):
+    ds = mapped
     fl.loader_workers(0)
     assert pids(ds.batches(8)) == {os.getpid()}
     fl.loader_workers(2)
@@ -108,9 +113,9 @@ def test_loader_workers_zero_loads_in_the_calling_process(setting):
     assert os.getpid() not in pids(ds.batches(8))
 
 
-def test_the_seeds_epoch_loop_starts_its_workers_once_and_stays_exact(setting):
+def test_the_seeds_epoch_loop_starts_its_workers_once_and_stays_exact(setting, mapped):
     fl.loader_workers(2)
-    ds = fl.Dataset(Rows, ItemSource(60)).map(tag_pid)
+    ds = mapped
     by_epoch, streams = [], []
     for epoch in range(3):
         seen, stream = set(), []
@@ -123,11 +128,11 @@ def test_the_seeds_epoch_loop_starts_its_workers_once_and_stays_exact(setting):
     assert by_epoch[1] == by_epoch[0] == by_epoch[2]  # the same worker processes
     for epoch, stream in enumerate(streams):
         assert stream == records(ds.shuffle(seed=epoch).batches(8, workers=0))
-        assert sorted(r for b in stream for r in b) == list(range(60))
+        assert sorted(r for b in stream for r in b) == list(range(40))
 
 
-def test_a_closed_loaders_workers_serve_the_next_loader_over_the_dataset(setting):
-    ds = fl.Dataset(Rows, ItemSource(40)).map(tag_pid)
+def test_a_closed_loaders_workers_serve_the_next_loader_over_the_dataset(setting, mapped):
+    ds = mapped
     with ds.batches(8, seed=1, workers=2) as first:
         got = pids(first)
     with ds.batches(8, seed=2, workers=2) as second:
@@ -137,8 +142,8 @@ def test_a_closed_loaders_workers_serve_the_next_loader_over_the_dataset(setting
     assert not pids(ds.batches(4, workers=2)) & got
 
 
-def test_a_loader_in_the_middle_of_a_pass_keeps_its_workers(setting):
-    ds = fl.Dataset(Rows, ItemSource(80)).map(tag_pid)
+def test_a_loader_in_the_middle_of_a_pass_keeps_its_workers(setting, mapped):
+    ds = mapped
     want = records(ds.batches(8, seed=3, workers=0))
     a = ds.batches(8, seed=3, workers=2, prefetch=2)
     it = iter(a)
@@ -170,7 +175,7 @@ def test_a_resumed_loader_takes_over_the_workers_of_a_dropped_one_exactly(settin
 
 
 def test_the_workers_stop_when_the_dataset_is_no_longer_used(setting):
-    ds = fl.Dataset(Rows, ItemSource(40)).map(tag_pid)
+    ds = fl.Dataset(Rows, ItemSource(41)).map(tag_pid)
     loader = ds.batches(8, workers=2)
     list(loader)
     pool = loader._pool
@@ -196,11 +201,11 @@ def test_a_source_changed_in_place_gets_new_workers_not_stale_examples(setting):
 
 
 def test_a_worker_dead_between_passes_is_a_worker_error_then_reset_starts_new_ones(setting):
-    ds = fl.Dataset(Rows, ItemSource(40)).map(tag_pid)
+    ds = fl.Dataset(Rows, ItemSource(42)).map(tag_pid)
     want = records(ds.batches(8, seed=5, workers=0))
     loader = ds.batches(8, seed=5, workers=2)
     assert records(loader) == want
-    victim = loader._pool.workers[1].proc
+    victim = loader._pool.workers[1].proc  # a dataset of its own: no other test's workers
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait(timeout=10)
     with pytest.raises(fl.WorkerError, match="SIGKILL"):
@@ -213,7 +218,7 @@ def test_a_worker_dead_between_passes_is_a_worker_error_then_reset_starts_new_on
 
 
 def test_a_worker_dead_in_an_idle_pool_is_replaced_for_the_next_loader(setting):
-    ds = fl.Dataset(Rows, ItemSource(40)).map(tag_pid)
+    ds = fl.Dataset(Rows, ItemSource(43)).map(tag_pid)
     first = ds.batches(8, workers=2)
     got = pids(first)
     victim = first._pool.workers[0].proc
@@ -221,6 +226,6 @@ def test_a_worker_dead_in_an_idle_pool_is_replaced_for_the_next_loader(setting):
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait(timeout=10)
     second = ds.batches(8, workers=2)
-    assert sorted(r for b in records(second) for r in b) == list(range(40))
+    assert sorted(r for b in records(second) for r in b) == list(range(43))
     assert victim.pid not in {w.proc.pid for w in second._pool.workers}
     assert len(got) == 2
