@@ -909,3 +909,35 @@ def test_batches_takes_the_batch_size_once(batches):
 def test_the_repr_says_what_the_dataset_is():
     assert repr(make("dict of numpy arrays")) == "Dataset(Digit, 12 items, in memory)"
     assert repr(make("__getitems__")) == "Dataset(Digit, 12 items, Batched)"
+
+
+# -- hostile indices and names (issue 15) -----------------------------------------------------
+
+
+@pytest.mark.parametrize("indices", [[1.5], np.array([1.0]), [True], ["1"]],
+                         ids=["float", "float array", "bool", "str"])
+def test_getitems_refuses_indices_that_are_not_integers(indices):
+    ds = fl.Dataset.from_arrays(x=np.arange(10.0).reshape(5, 2))
+    with pytest.raises(TypeError, match="integer"):
+        ds.getitems(indices)
+
+
+@pytest.mark.parametrize("index", [2**63, 2**64 - 1, 2**70, -(2**63) - 1])
+def test_getitems_of_an_index_past_int64_is_a_bounds_error(index):
+    ds = fl.Dataset.from_arrays(x=np.arange(10.0).reshape(5, 2))
+    with pytest.raises(fl.BoundsError, match=str(index)):
+        ds.getitems([index])
+    with pytest.raises(fl.BoundsError):
+        ds.getitems(np.array([index], dtype=object))
+
+
+def test_getitems_takes_unsigned_and_empty_indices():
+    ds = fl.Dataset.from_arrays(x=np.arange(10.0).reshape(5, 2))
+    assert ds.getitems(np.array([4], dtype=np.uint64))["x"].tolist() == [[8.0, 9.0]]
+    assert ds.getitems([])["x"].shape == (0, 2)
+
+
+@pytest.mark.parametrize("name", ["", "a b", "1x", "x-y"])
+def test_a_field_name_that_is_not_an_identifier_is_refused(name):
+    with pytest.raises(fl.RecordError, match="identifier"):
+        fl.Dataset.from_arrays(**{name: np.zeros((3, 2))})

@@ -57,9 +57,10 @@ def _from_schema(schema: Mapping[str, Any], where: str,
         if not isinstance(f, Mapping):
             raise RecordError(f"{where}: expected a field (an object), found {f!r:.80}")
         fname = f["name"]
-        if not isinstance(fname, str) or fname.startswith("_") or hasattr(Record, fname):
-            raise RecordError(f"{where}: expected a field name that neither starts with _ nor "
-                              f"hides a Record attribute, found {fname!r:.80}")
+        if (not isinstance(fname, str) or not fname.isidentifier() or fname.startswith("_")
+                or hasattr(Record, fname)):
+            raise RecordError(f"{where}: expected a field name that is an identifier, neither "
+                              f"starts with _ nor hides a Record attribute, found {fname!r:.80}")
         at = f"{where}:{fname}"
         dims = f["dims"]
         if not isinstance(dims, (list, tuple)) or not all(map(_is_dim, dims)):
@@ -115,6 +116,9 @@ def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
     """
     namespace = _Namespace()
     for fname, (shape, dtype) in specs.items():
+        if not isinstance(fname, str) or not fname.isidentifier():
+            raise RecordError(f"record {name}: field name {fname!r:.80} is not an identifier "
+                              "(a field is a batch attribute)")
         namespace[fname] = _FieldSpec(tuple(shape), dtype, None, None, f"<{name}>")
     if doc:
         namespace["__doc__"] = doc

@@ -405,14 +405,15 @@ class Dataset:
         saves checking them.
         """
         if self._maps:
-            batch = self._base.getitems(indices, check_values=check_values, in_range=in_range)
-            batch = self._apply_maps(batch, np.asarray(indices, dtype=np.int64),
+            idx = _as_indices(indices, self.record.__name__)
+            batch = self._base.getitems(idx, check_values=check_values, in_range=in_range)
+            batch = self._apply_maps(batch, idx,
                                      positions, context, check_values)
             if out is not None:
                 for k, v in batch.items():
                     out[k][: len(v)] = v
             return batch
-        idx = np.asarray(indices, dtype=np.int64)
+        idx = _as_indices(indices, self.record.__name__)
         if self._seen is not None and self._read_if_changed():
             in_range = False  # the length may have changed since the order was made
         if not in_range:
@@ -577,3 +578,29 @@ class Dataset:
     def __repr__(self) -> str:
         kind = "in memory" if self.in_memory else type(self.source).__name__
         return f"Dataset({self.record.__name__}, {self._len:,} items, {kind})"
+
+
+def _as_indices(indices: Any, name: str) -> np.ndarray:
+    """Item indices as ``int64``: integers only (a float or a bool is refused, as
+    ``Order.lookup`` refuses them), and one past int64 is a ``BoundsError``."""
+    if isinstance(indices, np.ndarray) and indices.dtype == np.int64:
+        return indices
+    arr = np.asarray(indices)
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype == object and all(isinstance(v, (int, np.integer)) and not isinstance(
+            v, (bool, np.bool_)) for v in arr.reshape(-1).tolist()):
+        values = [int(v) for v in arr.reshape(-1).tolist()]
+        bad = next((v for v in values if not -(1 << 63) <= v < 1 << 63), None)
+        if bad is not None:
+            raise BoundsError(f"{name}: item {bad} is outside any dataset (indices fit int64)")
+        return np.array(values, dtype=np.int64).reshape(arr.shape)
+    if arr.dtype.kind == "u":
+        if int(arr.max()) >= 1 << 63:
+            raise BoundsError(f"{name}: item {int(arr.max())} is outside any dataset "
+                              "(indices fit int64)")
+        return arr.astype(np.int64)
+    if arr.dtype.kind != "i":
+        raise TypeError(f"{name}: item indices must be integers, got {arr.dtype} values "
+                        f"({arr.reshape(-1)[0]!r:.40})")
+    return arr.astype(np.int64, copy=False)
