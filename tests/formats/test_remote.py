@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import stat
 import subprocess
 import sys
 import textwrap
@@ -328,3 +329,174 @@ def test_a_manifest_on_s3_opens_its_shards_beside_it(s3, tmp_path, monkeypatch):
     fs.rm("data/m/part-1.flr")
     with pytest.raises(fl.FormatError, match=r"part-1\.flr"):
         open_manifest("s3://data/m/manifest.json")
+
+
+# -- pinned to the version opened; a cache that cannot be turned against its user ---------
+
+
+def flr_bytes(tmp_path, value: float, n: int = 3000) -> bytes:
+    path = tmp_path / f"rows-{value}.flr"
+    fl.recfile.write(path, Row, {"x": np.full((n, 12), value, np.float32),
+                                 "y": np.arange(n, dtype=np.int64)})
+    return path.read_bytes()
+
+
+def test_a_memory_object_replaced_while_open_is_a_format_error_naming_the_url(tmp_path):
+    import fsspec
+
+    old, new = flr_bytes(tmp_path, 1.0), flr_bytes(tmp_path, 2.0)
+    assert len(old) == len(new)
+    url = in_memory(tmp_path, old)
+    f = fl.recfile.open(fl.remote.open(url, block_size=SMALL))
+    assert f.getitems(np.array([0]))["x"].max() == 1.0
+    fsspec.filesystem("memory").pipe(url[len("memory:/"):], new)  # same size, same name
+    with pytest.raises(fl.FormatError, match="changed since it was opened") as info:
+        f.getitems(np.array([2999]))  # a block not fetched yet
+    assert info.value.path == url and url in str(info.value)
+    with pytest.raises(fl.FormatError, match="changed since it was opened"):
+        f.verify()
+    assert f.getitems(np.array([0]))["x"].max() == 1.0  # cached blocks: the version opened
+    f.close()
+
+
+def test_an_s3_object_replaced_while_open_is_a_format_error_naming_the_url(s3, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3.options())
+    fs.pipe("data/replaced.flr", flr_bytes(tmp_path, 1.0))
+    f = fl.recfile.open(remote(s3, "replaced.flr"))
+    assert f.getitems(np.array([0]))["x"].max() == 1.0
+    fs.pipe("data/replaced.flr", flr_bytes(tmp_path, 2.0))
+    with pytest.raises(fl.FormatError, match="changed since it was opened") as info:
+        f.getitems(np.array([2999]))
+    assert info.value.path == "s3://data/replaced.flr"
+    f.close()
+    with fl.recfile.open(remote(s3, "replaced.flr")) as g:  # reopened: the new version
+        assert g.getitems(np.array([0, 2999]))["x"].min() == 2.0
+
+
+def test_a_replaced_s3_object_is_not_served_stale_from_a_persistent_cache(s3, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3.options())
+    cache = str(tmp_path / "cache")
+    fs.pipe("data/cached.flr", flr_bytes(tmp_path, 1.0))
+    with fl.recfile.open(remote(s3, "cached.flr", cache_dir=cache)) as f:
+        f.verify()  # every block cached
+    fs.pipe("data/cached.flr", flr_bytes(tmp_path, 2.0))
+    with fl.recfile.open(remote(s3, "cached.flr", cache_dir=cache)) as f:
+        f.verify()
+        assert f.getitems(np.arange(3000))["x"].min() == 2.0
+
+
+class Unversioned:
+    """A memory file system that, like an HTTP server without ETag or Last-Modified,
+    reports no version of its objects."""
+
+    @staticmethod
+    def register() -> str:
+        import fsspec
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        class NoVersionFS(MemoryFileSystem):
+            protocol = "noversion"
+            store = MemoryFileSystem.store
+            pseudo_dirs = MemoryFileSystem.pseudo_dirs
+
+            @classmethod
+            def _strip_protocol(cls, path):
+                return MemoryFileSystem._strip_protocol(path.replace("noversion://",
+                                                                     "memory://", 1))
+
+            def info(self, path, **kwargs):
+                out = dict(super().info(path, **kwargs))
+                out.pop("created", None)
+                return out
+
+        fsspec.register_implementation("noversion", NoVersionFS, clobber=True)
+        return "noversion"
+
+
+def test_without_a_version_from_the_backend_the_cache_is_not_persisted(tmp_path):
+    import fsspec
+
+    Unversioned.register()
+    old, new = flr_bytes(tmp_path, 1.0), flr_bytes(tmp_path, 2.0)
+    url = in_memory(tmp_path, old).replace("memory://", "noversion://")
+    cache = tmp_path / "cache"
+    with fl.recfile.open(fl.remote.open(url, block_size=SMALL, cache_dir=str(cache))) as f:
+        f.verify()
+        assert f.getitems(np.array([5]))["x"].max() == 1.0
+    fsspec.filesystem("memory").pipe(url[len("noversion:/"):], new)
+    with fl.recfile.open(fl.remote.open(url, block_size=SMALL, cache_dir=str(cache))) as f:
+        assert f.getitems(np.arange(3000))["x"].min() == 2.0  # not the stale blocks
+        f.verify()
+    assert not cache.exists() or not any(cache.iterdir())  # nothing persisted
+
+
+def test_a_memory_object_replaced_between_handles_is_read_anew_from_a_persistent_cache(
+        tmp_path):
+    import fsspec
+
+    url = in_memory(tmp_path, flr_bytes(tmp_path, 1.0))
+    cache = str(tmp_path / "cache")
+    with fl.recfile.open(fl.remote.open(url, block_size=SMALL, cache_dir=cache)) as f:
+        f.verify()
+    fsspec.filesystem("memory").pipe(url[len("memory:/"):], flr_bytes(tmp_path, 2.0))
+    with fl.recfile.open(fl.remote.open(url, block_size=SMALL, cache_dir=cache)) as f:
+        f.verify()
+        assert f.getitems(np.arange(3000))["x"].min() == 2.0
+
+
+def _cache_files(url: str, cache) -> list:
+    """The names the cache files of ``url`` get (made by one open, then removed)."""
+    fl.remote.open(url, block_size=SMALL, cache_dir=str(cache)).close()
+    names = sorted(p.name for p in cache.iterdir())
+    for p in cache.iterdir():
+        p.unlink()
+    return names
+
+
+@pytest.mark.parametrize("planted", [".data", ".blocks", ".lock"])
+def test_a_symlink_planted_in_the_cache_directory_is_refused_not_followed(tmp_path, planted):
+    url = in_memory(tmp_path, NEVER_ZERO.tobytes())
+    cache = tmp_path / "cache"
+    names = _cache_files(url, cache)
+    precious = tmp_path / "precious.txt"
+    precious.write_bytes(b"the victim's file")
+    (name,) = [n for n in names if n.endswith(planted)]
+    os.symlink(precious, cache / name)
+    with pytest.raises(fl.FormatError, match="symbolic link") as info:
+        f = fl.remote.open(url, block_size=SMALL, cache_dir=str(cache))
+        f.pread(SMALL, 0)
+    assert info.value.path == str(cache / name)
+    assert precious.read_bytes() == b"the victim's file"
+
+
+def test_cache_files_are_created_for_this_user_alone(tmp_path):
+    url = in_memory(tmp_path, NEVER_ZERO.tobytes())
+    cache = tmp_path / "cache"
+    f = fl.remote.open(url, block_size=SMALL, cache_dir=str(cache))
+    assert f.pread(SMALL, 0) == NEVER_ZERO[:SMALL].tobytes()
+    modes = {p.name: stat.S_IMODE(os.stat(p).st_mode) for p in cache.iterdir()}
+    assert len(modes) == 3 and set(modes.values()) == {0o600}, modes
+    assert stat.S_IMODE(os.stat(cache).st_mode) == 0o700
+    f.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file of another user needs root")
+@pytest.mark.parametrize("what", ["directory", "file"])
+def test_a_cache_directory_or_file_of_another_user_is_refused(tmp_path, what):
+    url = in_memory(tmp_path, NEVER_ZERO.tobytes())
+    cache = tmp_path / "cache"
+    names = _cache_files(url, cache)
+    if what == "directory":
+        os.chown(cache, 12345, 12345)
+        target = cache
+    else:
+        target = cache / names[0]
+        target.write_bytes(b"")
+        os.chown(target, 12345, 12345)
+    with pytest.raises(fl.FormatError, match="uid 12345") as info:
+        fl.remote.open(url, block_size=SMALL, cache_dir=str(cache))
+    assert info.value.path == str(target)

@@ -147,7 +147,8 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
 
     On any exception the temporary is removed and ``path`` is left as it was. A writer
     killed outright leaves its (locked, hidden) temporary behind; the next write of
-    ``path`` removes it.
+    ``path`` removes it. A full disk (or quota, or file size limit) is an ``OSError``
+    naming ``path``, not the hidden temporary.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -283,6 +284,11 @@ class Handle(abc.ABC):
         if offset < 0 or nbytes < 0 or offset + nbytes > self._shared.size:
             raise FormatError(f"{what} needs bytes [{offset}, {offset + nbytes}) but the "
                               f"{self._what} has {self._shared.size}", self.path, offset)
+
+    def check_intact(self) -> None:
+        """Before reading through the memory map: a ``FormatError`` if the file is shorter
+        than when it was opened (truncated in place), where touching the pages past its
+        end would kill the process (SIGBUS). Cost: one ``fstat``."""
 
     def close(self) -> None:
         if not self._closed:
@@ -437,11 +443,6 @@ class OpenFile:
     def _release(self) -> None:
         """Drop this handle's views of the file (before its share is given up)."""
 
-    def check_intact(self) -> None:
-        """Before reading through the memory map: a ``FormatError`` if the file is shorter
-        than when it was opened (truncated in place), where touching the pages past its
-        end would kill the process (SIGBUS). Cost: one ``fstat``."""
-
     def close(self) -> None:
         """Give up this handle's share; the file closes with the last one."""
         self._release()
@@ -478,7 +479,7 @@ class SharedFlock:
 
     def __init__(self, key: tuple[int, str]) -> None:
         self.key = key
-        self.fd = os.open(key[1], os.O_RDWR | os.O_CREAT, 0o644)
+        self.fd = open_private(key[1])
         self.refs = 0
         self.readers = threading.Condition()  # its lock keeps new readers out
         self.reading = 0
@@ -486,7 +487,10 @@ class SharedFlock:
     @classmethod
     def acquire(cls, path: str) -> SharedFlock:
         """The process's lock on ``path`` (keyed by process id: a forked child opens its own)."""
-        key = (os.getpid(), os.path.realpath(path))
+        # the directory's real path, not the file's: a symlink planted in place of the
+        # lock file is refused by open_private, never resolved to its target
+        key = (os.getpid(), os.path.join(os.path.realpath(os.path.dirname(path)),
+                                         os.path.basename(path)))
         with _HELD_LOCK:
             lock = _HELD.get(key)
             if lock is None:

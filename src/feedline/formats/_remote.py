@@ -9,17 +9,30 @@ fetches the blocks its rows touch that are missing (grouped into runs of adjacen
 blocks, all requested at once: ``cat_ranges``, concurrent for s3fs), then copies the
 rows from the cache file's memory map, so a warm cache reads at local speed.
 
+The version opened
+    A handle is pinned to the object as it was when opened: its size and what the
+    backend reports of its version (ETag, version id, modification or creation time).
+    After every fetch, before the blocks enter the cache, the object is looked up
+    again; if it changed, the read is a ``FormatError`` naming the URL, so a batch never
+    mixes blocks of two versions. A backend that reports none of these (an HTTP server
+    without ETag or Last-Modified) can only be pinned by size: its cache is never
+    persisted (``cache_dir`` is not used, the blocks go to a private cache), so a
+    replaced object is not served stale to later handles.
+
 The cache
     Without ``cache_dir`` it is a private temporary file, deleted when the last handle
     closes. With ``cache_dir`` it persists, named by the URL, the object's size and its
-    ETag (or modification time), so a changed object never reuses stale blocks, and
+    version (above), so a changed object never reuses stale blocks, and
     several processes share it safely: blocks are written with ``pwrite`` before their
     presence entry, readers hold a shared ``flock`` while they copy (one lock per read,
     whatever their own ``cache_bytes``: another handle's may be smaller), and eviction
     takes the lock exclusively. ``cache_bytes`` bounds the blocks kept: past it, the
     oldest fetched blocks are dropped (their holes punched) until the cache is at 3/4 of
     it. A process holds one lock per cache, shared by its handles, so a handle evicts
-    only when none of the process's handles on that cache is reading.
+    only when none of the process's handles on that cache is reading. The directory must
+    belong to this user; its files are created 0600 with ``O_EXCL`` and reopened with
+    ``O_NOFOLLOW``, and must be regular files of this user, so a symlink or a file
+    planted by another user is refused (``FormatError``), never written through.
 
 Errors
     A missing object is a ``FileNotFoundError`` and a refused one a ``PermissionError``,
@@ -44,11 +57,21 @@ from typing import Any
 
 import numpy as np
 
-from ._io import Handle, SharedFlock
+from ..errors import FormatError
+from ._io import Handle, SharedFlock, open_private, private_directory
 
 _NOT_TRANSIENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _TRANSIENT_LIBS = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http",
                    "fsspec", "s3fs", "gcsfs")
+# What fsspec backends report of an object's version, in their own spellings: the
+# version is pinned by every one of them present.
+_VERSION_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation", "mtime",
+                 "LastModified", "last_modified", "updated", "created")
+
+
+def version_of(info: Mapping[str, Any]) -> str:
+    """The object's version as the backend reports it ("" if it reports none)."""
+    return "\0".join(f"{k}={info[k]}" for k in _VERSION_KEYS if info.get(k) not in (None, ""))
 
 
 def is_url(path: Any) -> bool:
@@ -108,10 +131,11 @@ class _Object:
                               f"such as s3fs): pip install 'feedline[remote]'") from e
         self.url, self.options = url, options
         self.fs, self.fs_path = fsspec.core.url_to_fs(url, **dict(options.storage_options))
-        info = self._retry(lambda: self.fs.info(self.fs_path), "its size")
+        info = self._info()
         if info.get("type", "file") != "file":
             raise IsADirectoryError(f"{url} is a {info.get('type')}, not a file")
         self.size = int(info["size"])
+        self.version = version_of(info)
         self.block = options.block_size
         self.blocks = -(-self.size // self.block)
         self.shares = 1
@@ -123,19 +147,21 @@ class _Object:
 
     # -- the cache files ---------------------------------------------------------------
     def _open_cache(self, info: Mapping[str, Any]) -> None:
-        tag = str(info.get("ETag") or info.get("etag") or info.get("mtime")
-                  or info.get("LastModified") or "")
-        if self.options.cache_dir is None:
+        # only a version the backend vouches for keys a cache that outlives this handle
+        if self.options.cache_dir is None or not self.version:
             self._dir = tempfile.mkdtemp(prefix="feedline-cache-")
             self._private = True
         else:
-            self._dir = self.options.cache_dir
+            self._dir = private_directory(self.options.cache_dir)
             self._private = False
-            os.makedirs(self._dir, exist_ok=True)
-        key = hashlib.sha256(f"{self.url}\0{self.size}\0{tag}\0{self.block}".encode())
+        key = hashlib.sha256(f"{self.url}\0{self.size}\0{self.version}\0{self.block}".encode())
         base = os.path.join(self._dir, key.hexdigest()[:32])
-        self.data_fd = os.open(base + ".data", os.O_RDWR | os.O_CREAT, 0o644)
-        self.index_fd = os.open(base + ".blocks", os.O_RDWR | os.O_CREAT, 0o644)
+        self.data_fd = open_private(base + ".data")
+        try:
+            self.index_fd = open_private(base + ".blocks")
+        except BaseException:
+            os.close(self.data_fd)
+            raise
         self._lock = SharedFlock.acquire(base + ".lock")
         self.lock_fd = self._lock.fd
         index_bytes = 8 * max(1, self.blocks)
@@ -199,6 +225,29 @@ class _Object:
                     fcntl.flock(lock.fd, fcntl.LOCK_UN)
 
     # -- fetching ----------------------------------------------------------------------
+    def _info(self) -> Mapping[str, Any]:
+        """The object's listing, asked of the backend (not of fsspec's listings cache)."""
+        def ask() -> Mapping[str, Any]:
+            with contextlib.suppress(Exception):
+                self.fs.invalidate_cache(self.fs_path)
+            return self.fs.info(self.fs_path)
+
+        return self._retry(ask, "its size and version")
+
+    def _check_pinned(self, offset: int) -> None:
+        """A ``FormatError`` naming the URL if the object is not the version opened."""
+        try:
+            info = self._info()
+        except FileNotFoundError as e:
+            raise FormatError(f"the object was removed since it was opened (a read of the "
+                              f"{self.size}-byte object)", self.url, offset) from e
+        size, version = int(info.get("size", -1)), version_of(info)
+        if size != self.size or version != self.version:
+            raise FormatError(f"the object changed since it was opened: it was {self.size} "
+                              f"bytes, version {self.version or '(none reported)'}; it is now "
+                              f"{size} bytes, version {version or '(none reported)'} (reopen it "
+                              f"to read the new one)", self.url, offset)
+
     def _retry(self, fn, what: str):
         delay = self.options.backoff
         for attempt in range(self.options.retries + 1):
@@ -235,6 +284,9 @@ class _Object:
             ends = [min(self.size, (int(r[-1]) + 1) * self.block) for r in runs]
             parts = self._retry(lambda: self._cat(starts, ends),
                                 f"{len(runs)} range(s) from byte {starts[0]}")
+            # the bytes are of the version opened only if it is still the one there (a
+            # change during the fetch shows too): checked before they enter the cache
+            self._check_pinned(starts[0])
             tick = int(self.index.max()) + 1
             for run, start, part in zip(runs, starts, parts):
                 view = memoryview(part)
