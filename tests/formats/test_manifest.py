@@ -296,3 +296,83 @@ def test_the_module_docstring_examples_pass():
     import feedline.formats.manifest
 
     assert doctest.testmod(feedline.formats.manifest).failed == 0
+
+
+# -- shards that are not what their names say ------------------------------------------------
+
+
+def test_a_shard_symlinked_out_of_the_manifests_directory_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (secret,) = _flr_shards(outside, sizes=(4,), prefix="secret")
+    data = tmp_path / "data"
+    data.mkdir()
+    paths = _flr_shards(data, sizes=(3,))
+    os.symlink(secret, data / "link.flr")
+    with pytest.raises(fl.FormatError, match="leading to .*secret-0.flr") as info:
+        write_manifest(data / "manifest.json", [*paths, data / "link.flr"])
+    assert not (data / "manifest.json").exists()
+    # a manifest written by hand, naming the link
+    write_manifest(data / "manifest.json", paths)
+    link = describe(data / "link.flr", name="link.flr")
+    _edit(data / "manifest.json", lambda doc: doc["shards"].append(link.to_json()))
+    _refused(data / "manifest.json", "link.flr", "symlink out of the directory")
+    assert info.value.path == str(data / "manifest.json")
+
+
+def test_a_symlink_inside_the_manifests_directory_is_a_shard_like_any_other(tmp_path):
+    paths = _flr_shards(tmp_path, sizes=(3, 5))
+    (tmp_path / "sub").mkdir()
+    os.symlink(paths[1], tmp_path / "sub" / "b.flr")
+    info = write_manifest(tmp_path / "manifest.json", [paths[0], tmp_path / "sub" / "b.flr"])
+    with open_manifest(tmp_path / "manifest.json") as m:
+        assert len(m) == 8 and [s.name for s in info.shards] == ["p-0.flr", "sub/b.flr"]
+
+
+@pytest.mark.parametrize("how", ["symlink", "hard link"])
+def test_one_file_listed_under_two_names_is_refused(tmp_path, how):
+    paths = _flr_shards(tmp_path, sizes=(3, 5))
+    (tmp_path / "sub").mkdir()
+    (os.symlink if how == "symlink" else os.link)(paths[0], tmp_path / "sub" / "s.flr")
+    with pytest.raises(fl.FormatError, match=r"same file as shard 'p-0.flr'"):
+        write_manifest(tmp_path / "manifest.json", [*paths, tmp_path / "sub" / "s.flr"])
+    write_manifest(tmp_path / "manifest.json", paths)
+    twin = describe(tmp_path / "sub" / "s.flr", name="sub/s.flr")
+    _edit(tmp_path / "manifest.json", lambda doc: doc["shards"].append(twin.to_json()))
+    _refused(tmp_path / "manifest.json", "sub/s.flr", "p-0.flr", "inode")
+
+
+def test_a_shard_name_that_is_not_utf8_is_refused_when_writing_and_reading(tmp_path):
+    (good,) = _flr_shards(tmp_path, sizes=(3,))
+    bad = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9.flr")  # Latin-1 bytes
+    fl.recfile.write(bad, Point, {"xy": np.zeros((2, 2), np.float32), "i": np.arange(2)})
+    with pytest.raises(fl.FormatError, match="UTF-8 file name"):
+        write_manifest(tmp_path / "manifest.json", [good, bad])
+    assert not (tmp_path / "manifest.json").exists()
+    write_manifest(tmp_path / "manifest.json", [good])
+    entry = {**describe(bad).to_json()}
+    text = (tmp_path / "manifest.json").read_text()
+    doc = json.loads(text)
+    doc["shards"].append(entry)
+    (tmp_path / "manifest.json").write_text(json.dumps(doc))  # "caf\udce9.flr", escaped
+    _refused(tmp_path / "manifest.json", "UTF-8 file name")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_manifest_path_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path,
+                                                                                 kind):
+    import signal
+
+    path = tmp_path / "manifest.json"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+
+    def hang(signum, frame):
+        raise TimeoutError("open_manifest blocked")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)
+    try:
+        _refused(path, "regular file")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -110,7 +111,8 @@ def _fs(path: str) -> Any:
 
 
 def _open_binary(path: str) -> Any:
-    """A local path or a URL, opened for reading (the caller's ``with`` closes it)."""
+    """A local path or a URL, opened for reading (the caller's ``with`` closes it). A
+    local path must be a regular file (a FIFO or a directory is a ``FormatError``)."""
     if is_url(path):
         fs, p = _fs(path)
         return fs.open(p, "rb")
@@ -339,6 +341,11 @@ def _is_count(v: Any) -> bool:
 def _check_name(name: Any, fmt: str, where: str, fail: Any) -> str:
     if not isinstance(name, str) or not name:
         raise fail(f"{where}: expected a file name, found {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a file name's undecodable bytes (os.fsdecode's escapes)
+        raise fail(f"{where}: expected a UTF-8 file name, found {name!r}: name shards in "
+                   f"UTF-8 (a shard's name is its shuffle salt)") from None
     parts = name.split("/")
     if (name.startswith("/") or "\\" in name or "\0" in name or ":" in parts[0]
             or any(p in ("", ".", "..") for p in parts)):
@@ -405,20 +412,46 @@ def _parse(doc: Any, path: str) -> ManifestInfo:
     return ManifestInfo(path, fmt, tuple(shards), record)
 
 
+def _check_local(info: ManifestInfo, shard: Shard, file: str, real_dir: str,
+                 seen: dict[tuple[int, int], str]) -> os.stat_result:
+    """A local shard's ``stat``: a regular file whose real path (symlinks resolved) is
+    inside the manifest's real directory, and not a file already listed under another
+    name (the same device and inode)."""
+    try:
+        st = os.stat(file)
+    except FileNotFoundError as e:
+        raise info._fail(shard, f"expected the file {file}, found none") from e
+    real = os.path.realpath(file)
+    if os.path.commonpath([real, real_dir]) != real_dir:
+        raise info._fail(shard, f"expected a file inside the manifest's directory {real_dir}, "
+                         f"found {file} leading to {real} (a symlink out of the directory)")
+    if not stat.S_ISREG(st.st_mode):
+        raise info._fail(shard, f"expected a regular file at {file}, found "
+                         f"{file_kind(st.st_mode)}")
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        raise info._fail(shard, f"{file} is the same file as shard {seen[key]!r} (device "
+                         f"{st.st_dev}, inode {st.st_ino}): a file is listed once")
+    seen[key] = shard.name
+    return st
+
+
 def _check_files(info: ManifestInfo) -> None:
     remote = _fs(info.path) if is_url(info.path) else None
+    real_dir = os.path.realpath(info.directory) if remote is None else ""
+    seen: dict[tuple[int, int], str] = {}
     for shard in info.shards:
         file = info.shard_path(shard)
-        try:
-            if remote is not None:
-                stat = remote[0].info(remote[0]._strip_protocol(file))
-                size, is_file = int(stat["size"]), stat.get("type", "file") == "file"
-            else:
-                size, is_file = os.stat(file).st_size, os.path.isfile(file)
-        except FileNotFoundError as e:
-            raise info._fail(shard, f"expected the file {file}, found none") from e
-        if not is_file:
-            raise info._fail(shard, f"expected a file at {file}, found something else")
+        if remote is None:
+            size = _check_local(info, shard, file, real_dir, seen).st_size
+        else:
+            try:
+                listing = remote[0].info(remote[0]._strip_protocol(file))
+            except FileNotFoundError as e:
+                raise info._fail(shard, f"expected the file {file}, found none") from e
+            size = int(listing["size"])
+            if listing.get("type", "file") != "file":
+                raise info._fail(shard, f"expected a file at {file}, found something else")
         if size != shard.size:
             raise info._fail(shard, f"the manifest lists {shard.size} bytes, the file {file} "
                              f"has {size}")
