@@ -557,3 +557,26 @@ def test_the_module_examples_pass():
     import doctest
 
     assert doctest.testmod(fl.ndf).failed == 0
+
+
+@pytest.mark.parametrize(("x", "y"), [
+    ([[1.0, None]], None),  # was NaN
+    ([["1.5", "2"]], None),  # was parsed as numbers
+    (np.array([["a", "b"]]), None),
+    ([[1.0, 2.0]], [["3"]]),
+    ([[1.0, 2.0]], [[None]]),
+    (np.ones((1, 2), np.complex64), None),
+    (np.array([[1, b"2"]], dtype=object), None),
+], ids=repr)
+def test_save_refuses_values_that_are_not_numbers(tmp_path, x, y):
+    path = tmp_path / "bad.ndf"
+    with pytest.raises(fl.ShapeError, match="must hold numbers"):
+        fl.ndf.save(path, x, y)
+    assert not path.exists() and os.listdir(tmp_path) == []
+
+
+def test_save_takes_python_numbers_and_bools_of_any_kind(tmp_path):
+    path = tmp_path / "ok.ndf"
+    fl.ndf.save(path, np.array([[1, 2.5, True]], dtype=object), [[False]])
+    with fl.ndf.open(path) as f:
+        assert f.read_row(0)[0].tolist() == [1.0, 2.5, 1.0] and f.read_row(0)[1].tolist() == [0]

@@ -17,6 +17,7 @@ allocation), and reads rows from a memory map, one gather per batch.
 
 from __future__ import annotations
 
+import numbers
 import os
 import struct
 from collections.abc import Mapping
@@ -84,11 +85,11 @@ def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
                             "pass arrays as save(path, x, y)")
         _save_dataset(path, x)
         return
-    x = np.asarray(x, dtype=np.float64)
+    x = _numbers(x, "x")
     if x.ndim != 2:
         raise ShapeError(f"fl.ndf.save: x must be n x d, got shape {x.shape}")
     n, d = x.shape
-    y = np.zeros((n, 0)) if y is None else np.asarray(y, dtype=np.float64)
+    y = np.zeros((n, 0)) if y is None else _numbers(y, "y")
     if y.ndim == 1:  # one label a row
         y = y.reshape(n, -1) if n else y.reshape(0, 1)
     if y.ndim != 2 or y.shape[0] != n:
@@ -101,6 +102,23 @@ def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
         for a in range(0, n, rows_per_chunk):
             chunk = np.concatenate((x[a:a + rows_per_chunk], y[a:a + rows_per_chunk]), axis=1)
             f.write(chunk.astype("<f8", copy=False).tobytes())
+
+
+def _numbers(values: Any, name: str) -> np.ndarray:
+    """``values`` as float64, if they are numbers: bool, integer or float (``None`` would
+    become NaN and the string "1.5" the number 1.5 under ``np.asarray(..., float64)``)."""
+    a = np.asarray(values)
+    if a.dtype == object:  # mixed Python values: each must be a real number
+        bad = [v for v in a.flat if isinstance(v, (str, bytes))
+               or not isinstance(v, numbers.Real)][:1]
+        if bad:
+            bad = bad[0]
+            raise ShapeError(f"fl.ndf.save: {name} must hold numbers (bool, int or float), "
+                             f"found {bad!r} ({type(bad).__name__})")
+    elif a.dtype.kind not in "biuf":
+        raise ShapeError(f"fl.ndf.save: {name} must hold numbers (bool, int or float), found "
+                         f"dtype {a.dtype} ({a.dtype.kind!r} values, e.g. strings or complex)")
+    return a.astype(np.float64, copy=False)
 
 
 def _check_row(n: int, d: int, l: int) -> None:  # noqa: E741
