@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -150,3 +152,39 @@ def test_a_target_that_cannot_be_written_is_named_not_its_temporary(flr, tmp_pat
     assert main(["convert", str(flr), str(tmp_path / "x.flr")]) == 2
     assert capsys.readouterr().err == (f"feedline: cannot write {tmp_path / 'x.flr'}: "
                                        "Permission denied\n")
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_inspect_and_verify_refuse_what_is_not_a_regular_file_without_blocking(
+        tmp_path, capsys, command, kind):
+    import signal
+
+    path = tmp_path / "thing.flr"
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+
+    def hang(signum, frame):
+        raise TimeoutError(f"feedline {command} blocked")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, 5.0)
+    try:
+        assert main([command, str(path)]) == 2
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err
+    assert "FormatError" in err and str(path) in err
+    assert ("FIFO" if kind == "fifo" else "directory") in err and len(err.splitlines()) == 1
+
+
+def test_verify_of_an_nndataset_says_what_was_and_was_not_checked(tmp_path, capsys):
+    path = tmp_path / "t.nndataset"
+    fl.nndataset.write(path, fl.nndataset.Build({}, "c.txt", "", 1, train_docs=[[1, 2, 3]]))
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # a token flipped: the format cannot tell
+    path.write_bytes(bytes(data))
+    assert main(["verify", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "structure ok" in out and "the format carries no checksums" in out
+    assert "not checked: the tokens" in out

@@ -89,11 +89,12 @@ def _verify(path: str) -> int:
     if kind == "ndf":
         with ndf.open(path):
             pass
-        note = "header and length consistent (.ndf has no checksums)"
+        note = ("checked: the header and the file's length; not checked: the values (the "
+                "format carries no checksums)")
     elif kind == "flr":
         with recfile.open(path) as f:
             f.verify()
-        note = "every column's checksum matches"
+        note = "the header and every column's CRC-32 match"
     elif kind in ("nndataset", "nnvocab"):
         from ..formats import nndataset
 
@@ -102,7 +103,9 @@ def _verify(path: str) -> int:
                 for subset in ("train", "test"):
                     if subset == "train" or f.info.test_docs:
                         f.load_text(subset)
-        note = "structure, offsets and document blocks consistent"
+        note = ("structure ok (the vocabulary record); the format carries no checksums"
+                if kind == "nnvocab" else "structure ok (the root record, every document's offset and length); not "
+                "checked: the tokens and masks (the format carries no checksums)")
     else:
         print(f"{path}: not a file feedline reads ({kind})", file=sys.stderr)
         return 2
