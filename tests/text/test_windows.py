@@ -271,3 +271,31 @@ def test_a_pad_id_outside_int64_is_refused_when_built_not_when_read(corpus, path
         Windows(corpus, 4, pad_id=2**63)
     with Windows(corpus, 4, pad_id=2**63 - 1) as w:  # the largest that fits is kept
         assert w[len(w) - 1]["input_ids"][-1] == 2**63 - 1
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("cross_docs", [True, False])
+def test_a_token_id_of_2_63_or_more_is_refused_naming_its_document(tmp_path, path_kind,
+                                                                   where, cross_docs):
+    # the format allows any u64; a window is int64, where 2**63 + 5 read as negative
+    big = 2**63 + 5
+    doc = [1, 2, 3, 4, 5, 6, 7, 8]
+    doc[{"first": 0, "middle": 4, "last": 7}[where]] = big
+    path = write_corpus(tmp_path / "big.nndataset", [[9, 9, 9], doc])
+    w = Windows(path, 3, cross_docs=cross_docs)
+    with pytest.raises(fl.FormatError, match=r"train document 1 \(doc_id 2\) holds the "
+                                             rf"token id {big}") as info:
+        w.getitems(np.arange(len(w)))
+    at = {"first": 0, "middle": 4, "last": 7}[where]
+    with fl.nndataset.open(path) as ds:
+        assert ds.text_doc("train", 1).tokens[at] == big  # uint64 views hold it
+    assert info.value.path == str(path)
+    assert path.read_bytes()[info.value.offset:info.value.offset + 8] == big.to_bytes(8, "little")
+    w.close()
+
+
+def test_token_ids_up_to_2_63_minus_1_read_into_windows(tmp_path, path_kind):
+    path = write_corpus(tmp_path / "max.nndataset", [[2**63 - 1, 0, 2**63 - 1]])
+    with Windows(path, 2) as w:
+        assert w[0]["input_ids"].tolist() == [2**63 - 1, 0]
+        assert w[0]["targets"].tolist() == [0, 2**63 - 1]

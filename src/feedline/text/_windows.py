@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BoundsError
+from ..errors import BoundsError, FormatError
 from ..formats import nndataset
 from ..order import _kernels
 from ..records import Record, make_record
@@ -161,7 +161,29 @@ class Windows:
                 self._fill(local, a, b, batch)
         else:
             self._fill(u8, a, b, batch)
+        if rows:
+            self._check_ids(a, batch)
         return batch
+
+    def _check_ids(self, a: np.ndarray, batch: dict[str, np.ndarray]) -> None:
+        """Token ids are u64 in the file, int64 in a window: one of 2**63 or more would
+        read as negative. Each window's inputs after the first are its targets shifted,
+        so the targets and the first inputs hold every token read (padding is >= 0)."""
+        tgt, first = batch["targets"], batch["input_ids"][:, 0]
+        if int(tgt.min()) >= 0 and int(first.min()) >= 0:
+            return
+        if int(first.min()) < 0:
+            w = int(np.argmax(first < 0))
+            pos, value = int(a[w]), int(first[w])
+        else:
+            w, j = np.unravel_index(int(np.argmax(tgt < 0)), tgt.shape)
+            pos, value = int(a[w]) + int(j) + 1, int(tgt[w, j])
+        lay = self._layout
+        d = int(np.searchsorted(lay.cum, pos, "right")) - 1
+        offset = int(lay.tok_start[d]) + 8 * (pos - int(lay.cum[d]))
+        raise FormatError(f"{self.subset} document {d} (doc_id {d + 1}) holds the token id "
+                          f"{value + 2**64} at flow position {pos}: windows are int64 and hold "
+                          f"ids below 2**63 only", self.path, offset)
 
     def _fill(self, u8: np.ndarray, a: np.ndarray, b: np.ndarray,
               batch: dict[str, np.ndarray]) -> None:
