@@ -719,3 +719,17 @@ def test_converting_a_value_does_not_touch_the_item():
     out["img"][0] = 99
     assert img[0] == 0 and item["img"] is img
 
+
+
+def test_a_record_can_be_built_programmatically_with_type():
+    # Issue 14: type("Row", (fl.Record,), attrs, dims=...) raised AttributeError.
+    attrs = {"x": fl.field("D", "float32"), "y": fl.field((), "int64", domain=fl.Index("C")),
+             "__doc__": "A row built at run time."}
+    Row = type("Row", (fl.Record,), attrs, dims={"D": 3, "C": 4})
+    assert list(Row.fields) == ["x", "y"]
+    assert Row.fields["x"].shape == (3,)
+    assert Row.__doc__ == "A row built at run time."
+    checked = Row.check({"x": [1, 2, 3], "y": 2})
+    assert checked["x"].dtype == np.float32
+    with pytest.raises(fl.ShapeError):
+        Row.check({"x": [1, 2], "y": 2})

@@ -153,7 +153,8 @@ class _RecordMeta(type):
         return _Namespace()
 
     def __new__(mcs, name, bases, namespace, **kwargs):
-        if namespace.duplicates:
+        # type(name, (fl.Record,), attrs, dims=...) passes a plain dict: no duplicates.
+        if getattr(namespace, "duplicates", None):
             raise RecordError(f"record {name} declares field `{namespace.duplicates[0]}` twice")
         return super().__new__(mcs, name, bases, dict(namespace), **kwargs)
 
