@@ -131,15 +131,21 @@ def test_the_seeds_epoch_loop_starts_its_workers_once_and_stays_exact(setting, m
         assert sorted(r for b in stream for r in b) == list(range(40))
 
 
-def test_a_closed_loaders_workers_serve_the_next_loader_over_the_dataset(setting, mapped):
+def test_a_finished_loaders_workers_serve_the_next_loader_and_a_closed_ones_stop(setting,
+                                                                                mapped):
     ds = mapped
-    with ds.batches(8, seed=1, workers=2) as first:
-        got = pids(first)
-    with ds.batches(8, seed=2, workers=2) as second:
-        assert pids(second) == got
-        assert second._pool.slots  # a ring of its own: first's was unlinked
+    got = pids(ds.batches(8, seed=1, workers=2))
+    second = ds.batches(8, seed=2, workers=2)
+    assert pids(second) == got  # the first one's pass ended: its workers went on
+    procs = [w.proc for w in second._pool.workers]
+    segments = {s.name.lstrip("/") for s in second._pool.slots}
+    second.close()  # close frees everything, as it always did
+    assert all(p.poll() is not None for p in procs)
+    assert not segments & set(os.listdir("/dev/shm"))
+    third = pids(ds.batches(8, seed=3, workers=2))
+    assert third and not third & got
     # other settings are other workers
-    assert not pids(ds.batches(4, workers=2)) & got
+    assert not pids(ds.batches(4, workers=2)) & third
 
 
 def test_a_loader_in_the_middle_of_a_pass_keeps_its_workers(setting, mapped):

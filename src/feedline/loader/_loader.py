@@ -483,9 +483,9 @@ class Loader(Resumable, PoolMode, IntoArrays):
             self._steps = self._count_steps()
 
     def close(self) -> None:
-        """Free the loader's shared memory and release its share of its sources; later use
-        raises ValueError. Its workers are kept for the next loader over the same datasets
-        (they stop when the datasets are no longer used, or at exit)."""
+        """Stop the workers this loader holds and release its share of its sources; later
+        use raises ValueError. (A loader whose pass ended and that is dropped without
+        ``close`` leaves its workers to the next loader over the same datasets.)"""
         self._release_pool()
         with self._lock:
             if self._own_dataset and self._plain is not None and not self._closed:

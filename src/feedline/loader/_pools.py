@@ -11,12 +11,12 @@ starts its workers once, not once per epoch:
   would send them exactly what they hold: a source changed in place gets new workers,
   never stale examples.
 * A loader holds one pool at a time. The next loader with the same key takes it over
-  when its holder has nothing in flight (its pass ended, or it was reset), was closed or
-  was collected; batches a collected holder left in flight are waited out first, so
-  every loader starts on an empty pipeline and the stream is the same as with fresh
-  workers. Closing a loader unlinks its shared memory; the workers stay.
-* A pool stops (workers stopped, memory unlinked) when the last dataset that used it
-  is collected (a weakref finaliser), or at exit; a pool whose worker died
+  when its holder has nothing in flight (its pass ended, or it was reset) or was
+  collected; batches a collected holder left in flight are waited out first, so every
+  loader starts on an empty pipeline and the stream is the same as with fresh workers.
+* A pool stops (workers stopped, pipes closed, memory unlinked) when its holder is
+  closed (``close`` frees everything, as it always did), when the last dataset that
+  used it is collected (a weakref finaliser), or at exit; a pool whose worker died
   (``WorkerError``) stops at once and is never lent again.
 """
 
@@ -35,7 +35,8 @@ from ._batch import Batch
 from ._config import workers_are_set
 from ._workers import WorkerPool, examine
 
-# How long closing a loader waits for the batches it left in flight (then its pool stops).
+# How long a loader waits for the batches a dropped holder left in flight (then the pool
+# stops and the loader starts its own).
 _DRAIN_S = 2.0
 
 # Reentrant: a dataset's finaliser may run (garbage collection) while this thread holds it.
@@ -107,15 +108,12 @@ def _lend(spec: PoolSpec, me: weakref.ref) -> WorkerPool | None:
 
 
 def hand_back(pool: WorkerPool, loader: Any) -> None:
-    """``loader`` closes: its batches in flight are waited out (briefly) and its shared
-    memory unlinked; the workers stay for the next loader over the same datasets."""
+    """``loader`` closes: the pool it holds stops (workers, their pipes, the shared
+    memory), as ``close`` promises; a pool another loader took over is not its own."""
     with pool.use_lock:
         if pool.holder is None or pool.holder() is not loader:
             return
         pool.holder = None
-        if pool.broken is None and pool.drain(_DRAIN_S):
-            pool.free_slots()
-            return
     discard(pool)
 
 
@@ -238,6 +236,8 @@ class PoolMode:
                                       "continues with new workers)")
                 return pool
             pool.use_lock.release()
+        if self._pool_spec is None:
+            raise ValueError("the loader is closed")
         self._pool = pool = acquire(self._pool_spec, self)
         return pool
 
@@ -302,15 +302,15 @@ class PoolMode:
             if pool is not None:
                 with pool.use_lock:
                     if (pool.holder is not None and pool.holder() is self
-                            and pool.broken is None and not pool.drain()):
-                        pass  # a worker died while draining: broken now
+                            and pool.broken is None):
+                        pool.drain()  # a worker that dies meanwhile leaves it broken
                 if pool.broken is not None:
                     discard(pool)
                     self._pool = None
             self._inflight.clear()
 
     def _release_pool(self) -> None:
-        """On close: hand the pool back (its workers stay for the next loader)."""
+        """On close: stop the pool this loader holds."""
         with self._next_lock:
             pool, self._pool = self._pool, None
             self._pool_spec, self._pool_decided = None, True

@@ -2,8 +2,8 @@
 
 Started as ``python -m feedline.loader._worker_main FD`` (a fresh interpreter, never the
 program's ``__main__``). It receives its datasets (pickled: files reopen by path), then
-the names of the slots of the loader holding its pool (again whenever another loader
-takes the pool over) and tasks, and writes each batch's fields into a shared-memory slot.
+the names of its pool's shared-memory slots and tasks (from whichever loader holds the
+pool), and writes each batch's fields into a slot.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def serve(conn: Connection) -> None:
             msg = conn.recv()
             if msg[0] == "stop":
                 return
-            if msg[0] == "slots":  # the ring of the loader that now holds the pool
+            if msg[0] == "slots":  # the pool's ring of shared memory
                 _open_slots(slots, msg[1])
                 continue
             _, batch_no, slot, ords, recs, rows, start, seeds, context = msg
@@ -81,7 +81,7 @@ def _open_slots(slots: list[SharedMemory], names: list[str]) -> None:
     try:
         slots.extend(SharedMemory(name=n) for n in names)
     except FileNotFoundError:
-        # the loader closed before this worker got here: no task uses this ring
+        # the pool closed before this worker got here: no task will use this ring
         for s in slots:
             s.close()
         slots.clear()

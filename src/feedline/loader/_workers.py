@@ -7,10 +7,10 @@ shared by fork) and gathers batches into a ring of shared-memory slots, ``prefet
 per worker; the loader copies each batch out of its slot and hands batches out in
 order, so the stream is the same whatever the number of workers. A worker's
 exception reaches the caller with the worker's traceback text; a worker that dies
-is a ``WorkerError`` within a second, and its pool is never used again. A pool outlives
-the loader that started it (``_pools`` lends it to the next loop over the same
-datasets); its workers stop and its shared memory is unlinked when it closes, at the
-latest when the process exits.
+is a ``WorkerError`` within a second, and its pool is never used again. A pool may
+outlive the loader that started it (``_pools`` lends it to the next loop over the same
+datasets); its workers stop and its shared memory is unlinked when it closes: when its
+loader is closed, its datasets are collected, or the process exits.
 """
 
 from __future__ import annotations
@@ -128,9 +128,9 @@ class WorkerPool:
         self.layout = layout
         self.slot_bytes = max(off, 64)
         self.n_slots = workers * prefetch
-        # The ring of slots belongs to the loader holding the pool: made when it takes the
-        # pool (``ensure_slots``), unlinked when it closes (``free_slots``). One list,
-        # changed in place, so the finaliser unlinks whatever ring there is.
+        # The ring of slots, made once the workers are ready (``ensure_slots`` tells them
+        # its names). One list, changed in place, so the finaliser unlinks whatever ring
+        # there is.
         self.slots: list[SharedMemory] = []
         self.free: deque[int] = deque()
         self.workers: list[_Worker] = []
@@ -170,11 +170,6 @@ class WorkerPool:
                 raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
                                  "before it could be given its memory") from e
 
-    def free_slots(self) -> None:
-        """Unlink the ring (nothing may be in flight): the workers stay."""
-        _unlink(self.slots)
-        self.slots.clear()
-        self.free.clear()
 
     def _dead(self, message: str) -> WorkerError:
         """A worker died: the pool is broken for good; the error to raise."""
