@@ -21,7 +21,8 @@ instead.
 ``state_dict`` and ``load_state_dict`` have the form torchdata's ``StatefulDataLoader`` calls on a
 dataset (in each worker), so its checkpoints resume exactly. ``shard="auto"`` is the
 default: under ``torch.distributed`` (or torchrun's environment) each rank takes its
-share of the positions.
+share of the positions, and ``even=True`` is the default, so every rank takes the same
+number of steps (``even=False`` to turn it off).
 
 Needs PyTorch: ``pip install 'feedline[torch]'``.
 """
@@ -58,6 +59,10 @@ class IterableDataset(_TorchIterable):
     def __init__(self, source: Any, batch_size: int, **loader_options: Any) -> None:
         super().__init__()
         loader_options.setdefault("shard", "auto")
+        # Every rank takes the same number of steps (the short ranks' last batch padded
+        # with masked examples): a DDP job whose ranks differ by one batch hangs at the
+        # last collective. fl.jax has the same default.
+        loader_options.setdefault("even", True)
         loader_options.setdefault("output", "torch")
         self.source = source
         self.batch_size = batch_size
