@@ -188,3 +188,35 @@ def test_verify_of_an_nndataset_says_what_was_and_was_not_checked(tmp_path, caps
     out = capsys.readouterr().out
     assert "structure ok" in out and "the format carries no checksums" in out
     assert "not checked: the tokens" in out
+
+
+@pytest.mark.parametrize("target", ["flr", "ndf", "npy", "npz"])
+def test_convert_of_a_compressed_npz_streams_its_arrays(tmp_path, target):
+    import tracemalloc
+
+    src = tmp_path / "big.npz"
+    n = 8_000_000  # x: 256 MiB, y: 64 MiB, compressed to under 2 MiB; a chunk is 32 MiB
+    arrays = {"x": np.zeros((n, 4), np.float64)}
+    if target != "npy":
+        arrays["y"] = (np.arange(n) % 7).astype(np.float64)
+    np.savez_compressed(src, **arrays)
+    assert os.path.getsize(src) < 2 << 20
+    dst = tmp_path / f"out.{target}"
+    tracemalloc.start()
+    try:
+        assert main(["convert", str(src), str(dst)]) == 0
+        peak_mib = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert peak_mib < 200, f"{peak_mib:.0f} MiB: the arrays were read whole"  # 256+ whole
+    if target in ("npy", "npz"):
+        got = np.load(dst)
+        got = {"x": got} if target == "npy" else {k: got[k] for k in got.files}
+    elif target == "ndf":
+        with fl.ndf.open(dst) as f:
+            got = {"x": np.asarray(f._rows[:, :4]), "y": np.asarray(f._rows[:, 4])}
+    else:
+        with fl.recfile.open(dst) as f:
+            got = {k: np.array(v) for k, v in f.columns.items()}
+    assert set(got) == set(arrays)
+    assert all(np.array_equal(got[k].reshape(arrays[k].shape), arrays[k]) for k in arrays)

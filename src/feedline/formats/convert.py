@@ -2,14 +2,16 @@
 
 ``convert(src, dst)`` moves rows between ``.ndf``, ``.flr``, numpy ``.npy`` / ``.npz`` and
 (with the ``hf`` extra) a HuggingFace dataset saved with ``save_to_disk``. Memory stays
-O(chunk): rows are read from memory maps and written through streaming writers; the
-exception is a ``.npz`` source, whose arrays are read whole (a zip member cannot be
-memory-mapped).
+O(chunk) whatever the sizes: rows are read from memory maps (a ``.npz``'s arrays, zip
+members that cannot be memory-mapped, are decompressed as they are read, a chunk at a
+time) and written through streaming writers (``.npy`` and ``.npz`` targets too). The
+exception is a Fortran-ordered array in a ``.npz``, which is read whole.
 """
 
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -87,8 +89,9 @@ def _source(path: str) -> tuple[type[Record], dict[str, Any], int, Any]:
             raise ValueError(f"{path}: a .npy to convert needs a row axis")
         cols = {"x": arr}
     elif kind == "npz":
-        with np.load(path) as z:
-            cols = {k: z[k] for k in z.files}
+        with zipfile.ZipFile(path) as z:
+            members = [m for m in z.namelist() if m.endswith(".npy")]
+        cols = {m[:-4]: _NpzColumn(path, m) for m in members}
     elif kind == "hf":
         try:
             import datasets
@@ -107,6 +110,77 @@ def _source(path: str) -> tuple[type[Record], dict[str, Any], int, Any]:
         raise ValueError(f"{path}: arrays of different lengths {sorted(lengths)}")
     rec = make_record("Arrays", {k: (v.shape[1:], v.dtype) for k, v in cols.items()})
     return rec, cols, lengths.pop(), None
+
+
+class _NpzColumn:
+    """One array of a ``.npz``, read in order a slice at a time: its zip member is
+    decompressed as it is read, so memory stays at one slice (``np.load`` reads a
+    member whole). A slice behind the last one read reopens the member."""
+
+    def __init__(self, path: str, member: str) -> None:
+        self.path, self.member = path, member
+        self._zip = self._file = None
+        self._pos = 0
+        self._open()
+        self.shape, self.dtype = self._shape, self._dtype
+
+    def _open(self) -> None:
+        self.close()
+        self._zip = zipfile.ZipFile(self.path)
+        self._file = self._zip.open(self.member)
+        fmt = np.lib.format
+        version = fmt.read_magic(self._file)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(self._file)
+        else:
+            shape, fortran, dtype = fmt.read_array_header_2_0(self._file)
+        if dtype.hasobject:
+            raise ValueError(f"{self.path}: array {self.member[:-4]!r} holds Python objects "
+                             f"(pickles); feedline converts arrays of numbers only")
+        if not shape:
+            raise ValueError(f"{self.path}: array {self.member[:-4]!r} needs a row axis")
+        self._shape, self._dtype, self._fortran = tuple(shape), dtype, fortran
+        self._pos = 0
+        self._whole = None
+
+    def close(self) -> None:
+        for h in (self._file, self._zip):
+            if h is not None:
+                h.close()
+        self._zip = self._file = None
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, s: slice) -> np.ndarray:
+        start, stop, _ = s.indices(self.shape[0])
+        stop = max(start, stop)
+        if self._fortran:  # rows are not contiguous: read whole, once
+            if self._whole is None:
+                with np.load(self.path) as z:
+                    self._whole = z[self.member[:-4]]
+            return self._whole[start:stop]
+        row = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        if start < self._pos:
+            self._open()
+        while self._pos < start:  # skip forward (a convert reads in order: rarely)
+            step = min(start - self._pos, max(1, (8 << 20) // max(row, 1)))
+            self._read(step * row)
+            self._pos += step
+        data = self._read((stop - start) * row)
+        self._pos = stop
+        return np.frombuffer(data, dtype=self.dtype).reshape(stop - start, *self.shape[1:])
+
+    def _read(self, nbytes: int) -> bytes:
+        data = self._file.read(nbytes)
+        if len(data) != nbytes:
+            raise ValueError(f"{self.path}: array {self.member[:-4]!r} ends before its "
+                             f"{self.shape[0]} rows (a truncated .npz?)")
+        return data
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        arr = self[:]
+        return arr if dtype is None else arr.astype(dtype, copy=False)
 
 
 class _HFColumns(dict):
@@ -151,25 +225,48 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
         if target == "ndf":
             if "x" not in columns or set(columns) - {"x", "y"}:
                 raise ValueError(f"an .ndf holds columns x and y; {src} has {sorted(columns)}")
-            x = columns["x"]
-            y = columns.get("y")
-            x = _rows(x) if not hasattr(x, "ds") else np.asarray(x[:n])
-            ndf.save(dst, x, None if y is None else _rows(y))
-            if progress:
-                progress(n, n)
+            width = {k: int(np.prod(c.shape[1:], dtype=np.int64)) for k, c in columns.items()}
+            blocks = ((_rows(c["x"]), _rows(c["y"]) if "y" in c else np.zeros((len(c["x"]), 0)))
+                      for c in _chunks(columns, n, progress))
+            ndf.write_rows(dst, n, width["x"], width.get("y", 0), blocks)
             return n
-        arrays = {k: np.asarray(v[:n]) for k, v in columns.items()}
-        if target == "npy":
-            if len(arrays) != 1:
-                raise ValueError(f"a .npy holds one array; {src} has {sorted(arrays)}")
-            with atomic_write(dst) as f:
-                np.save(f, next(iter(arrays.values())))
-        else:
-            with atomic_write(dst) as f:
-                np.savez(f, **arrays)
-        if progress:
-            progress(n, n)
+        if target == "npy" and len(columns) != 1:
+            raise ValueError(f"a .npy holds one array; {src} has {sorted(columns)}")
+        with atomic_write(dst) as f:
+            if target == "npy":
+                (column,) = columns.values()
+                _write_npy(f, column, n, (next(iter(chunk.values()))
+                                          for chunk in _chunks(columns, n, progress)))
+            else:
+                _write_npz(f, columns, n, progress)
         return n
     finally:
         if handle is not None:
             handle.close()
+        for c in columns.values() if isinstance(columns, dict) else ():
+            if isinstance(c, _NpzColumn):
+                c.close()
+
+
+def _write_npy(f: Any, column: Any, n: int, chunks: Iterator[np.ndarray]) -> None:
+    """An ``.npy`` of ``n`` rows like ``column``'s, written chunk by chunk."""
+    dtype = np.dtype(column.dtype)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+              "shape": (n, *column.shape[1:])}
+    try:  # version 1.0 as np.save writes it, unless the header needs 2.0
+        np.lib.format.write_array_header_1_0(f, header)
+    except ValueError:
+        np.lib.format.write_array_header_2_0(f, header)
+    for chunk in chunks:
+        f.write(np.ascontiguousarray(chunk, dtype=dtype).tobytes())
+
+
+def _write_npz(f: Any, columns: dict[str, Any], n: int, progress: Progress | None) -> None:
+    """An ``.npz`` (stored, as ``np.savez`` writes it), each member streamed."""
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, column in columns.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                one = {name: column}
+                _write_npy(member, column, n, (c[name] for c in _chunks(one, n, None)))
+        if progress:
+            progress(n, n)

@@ -95,13 +95,28 @@ def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
     if y.ndim != 2 or y.shape[0] != n:
         raise ShapeError(f"fl.ndf.save: y must be n x l with n = {n}, got shape {y.shape}")
     l = y.shape[1]  # noqa: E741
+    step = _rows_per_chunk(d, l)
+    write_rows(path, n, d, l, ((x[a:a + step], y[a:a + step]) for a in range(0, n, step)))
+
+
+def write_rows(path: str | os.PathLike[str], n: int, d: int, l: int,  # noqa: E741
+               blocks: Any) -> None:
+    """Write an ``.ndf`` of ``n`` rows atomically from ``blocks``: an iterable of
+    ``(x, y)`` chunks (rows x d and rows x l numbers, checked as ``save`` checks them),
+    written as they come (memory stays at one chunk)."""
     _check_row(n, d, l)
-    rows_per_chunk = _rows_per_chunk(d, l)
     with atomic_write(path) as f:
         f.write(_HEADER.pack(MAGIC, n, d, l))
-        for a in range(0, n, rows_per_chunk):
-            chunk = np.concatenate((x[a:a + rows_per_chunk], y[a:a + rows_per_chunk]), axis=1)
-            f.write(chunk.astype("<f8", copy=False).tobytes())
+        written = 0
+        for x, y in blocks:
+            x, y = _numbers(x, "x"), _numbers(y, "y")
+            if x.shape != (len(x), d) or y.shape != (len(x), l):
+                raise ShapeError(f"fl.ndf: a chunk of x {x.shape} and y {y.shape} is not rows "
+                                 f"of d = {d} and l = {l} values")
+            f.write(memoryview(np.concatenate((x, y), axis=1).astype("<f8", copy=False)))
+            written += len(x)
+        if written != n:
+            raise ShapeError(f"fl.ndf: {written} rows were given, the header says {n}")
 
 
 def _numbers(values: Any, name: str) -> np.ndarray:
