@@ -14,12 +14,15 @@ import threading
 
 from ._util import check_int
 
-# At most this many workers by default (ShapeScript's 4). The default is only used
-# where batches need Python per example (maps, item-by-item sources, batch transforms):
-# there two workers on a 2-core machine took a mapped dataset from 0.07 to 0.12 M
-# examples/s and a 50 us-per-item source from 0.02 to 0.04 M/s, while plain gathers
-# from memory or a memory map stay in process (4 M/s there, 1.3 M/s through workers):
-# benchmarks/workers.py.
+# At most this many workers by default (ShapeScript's 4). They start only where a batch
+# needs Python per example or per batch (maps, item-by-item sources, batch transforms);
+# measured by benchmarks/workers.py on a 2-core machine (2 workers, load average 0.8),
+# examples/s in process -> through the workers: Dataset.map 0.084 -> 0.129 M (1.5x), a
+# 50 us-per-item source 0.018 -> 0.032 M (1.8x), a batch transform with Python per row
+# 0.14 -> 0.18 M (1.3x). Plain gathers stay in process whatever the number: arrays in
+# memory 13.6 -> 3.4 M/s (0.25x), a memory-mapped .flr 17.1 -> 3.6 M/s (0.21x). A batch
+# transform of a few numpy calls over arrays in memory is the case the default loses
+# (3.4 -> 0.48 M/s): there workers=0 is the faster choice.
 _DEFAULT_MAX = 4
 
 _lock = threading.Lock()
