@@ -44,14 +44,14 @@ def test_batches_are_jax_arrays_equal_to_the_loaders():
             y = fl.field((), "int64")
         n = 37
         ds = fl.Dataset(Row, {"x": np.arange(2.0 * n).reshape(n, 2), "y": np.arange(n)})
-        want = [(b.x, b.y, b.mask) for b in fl.Loader(ds, 8, seed=3, shard=None)]
+        want = [(b.x, b.y, b.meta.mask) for b in fl.Loader(ds, 8, seed=3, shard=None)]
         got = list(fl.jax.batches(ds, 8, seed=3, shard=None, even=False))
         assert len(got) == len(want)
         for g, (x, y, m) in zip(got, want):
             assert isinstance(g["x"], jax.Array)
             np.testing.assert_array_equal(np.asarray(g["x"]), x)
             np.testing.assert_array_equal(np.asarray(g["y"]), y)
-            np.testing.assert_array_equal(np.asarray(g["mask"]), m)
+            np.testing.assert_array_equal(np.asarray(g.meta.mask), m)
         print("ok")
     """) == "ok"
 
@@ -71,7 +71,7 @@ def test_a_global_batch_is_sharded_over_the_mesh():
         assert len(jax.devices()) == 2
         assert all(len(g["y"].sharding.device_set) == 2 for g in got)
         assert [np.asarray(g["y"]).tolist() for g in got] == [w.tolist() for w in want]
-        print("ok", sum(int(np.asarray(g["mask"]).sum()) for g in got))
+        print("ok", sum(int(np.asarray(g.meta.mask).sum()) for g in got))
     """, devices=2) == "ok 20"
 
 
@@ -87,7 +87,7 @@ def test_a_two_dimensional_spec_shards_every_field_by_its_own_axes():
         for g, w in zip(got, want, strict=True):
             assert g["x"].sharding.spec == P("data", None) and g["y"].sharding.spec == P("data")
             np.testing.assert_array_equal(np.asarray(g["x"]), w.x)
-            np.testing.assert_array_equal(np.asarray(g["mask"]), w.mask)
+            np.testing.assert_array_equal(np.asarray(g.meta.mask), w.meta.mask)
         print("ok")
     """, devices=2) == "ok"
 
@@ -119,9 +119,9 @@ def test_shard_auto_reads_jax_process_index(monkeypatch):
     monkeypatch.setattr(_ranks, "jax_distributed", lambda: True)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     monkeypatch.setattr(jax, "process_count", lambda: 2)
-    mine = np.concatenate([b.y[b.mask] for b in fl.Loader(dataset(), 5, seed=2,
+    mine = np.concatenate([b.y[b.meta.mask] for b in fl.Loader(dataset(), 5, seed=2,
                                                            shard="auto", even=True)])
     monkeypatch.setattr(jax, "process_index", lambda: 0)
-    other = np.concatenate([b.y[b.mask] for b in fl.Loader(dataset(), 5, seed=2,
+    other = np.concatenate([b.y[b.meta.mask] for b in fl.Loader(dataset(), 5, seed=2,
                                                             shard="auto", even=True)])
     assert sorted(mine.tolist() + other.tolist()) == list(range(37))
