@@ -226,3 +226,56 @@ def test_under_jax_fields_and_metadata_never_share_keys():
         assert int(f(last)) == 4 + 6 + 1, int(f(last))  # row 0: tokens 4, 5, 6 masked 1, 0, 1
         print("ok")
     """) == "ok"
+
+
+# -- next_into --------------------------------------------------------------------------
+
+
+def test_next_into_fills_a_field_named_mask_as_a_field():
+    ds = padded(5)
+    out = {n: np.full((2, *f.shape), 9, dtype=f.dtype) for n, f in Padded.fields.items()}
+    loader = fl.Loader(ds, 2)
+    assert loader.next_into(out) == 2  # was refused: out["mask"] taken for the batch's mask
+    np.testing.assert_array_equal(out["mask"], ds.source["mask"][:2])
+    np.testing.assert_array_equal(out["size"], [100, 101])
+    np.testing.assert_array_equal(out["positions"], ds.source["positions"][:2])
+
+
+def test_next_into_fills_the_metadata_it_is_given():
+    ds = padded(5)
+    out = {n: np.zeros((4, *f.shape), dtype=f.dtype) for n, f in Padded.fields.items()}
+    meta = {"mask": np.ones(4, bool), "positions": np.zeros(4, np.int64),
+            "source_ordinals": np.zeros(4, np.int64), "record_indices": np.zeros(4, np.int64)}
+    loader = fl.Loader(ds, 4, pad=True)
+    want = list(fl.Loader(ds, 4, pad=True))
+    for w in want:
+        assert loader.next_into(out, meta=meta) == w.meta.size
+        for name, a in meta.items():
+            assert a.tolist() == getattr(w.meta, name).tolist(), name
+        np.testing.assert_array_equal(out["mask"], w.mask)
+    assert loader.next_into(out, meta=meta) == 0
+
+
+def test_next_into_refuses_metadata_it_does_not_know_or_cannot_write():
+    loader = fl.Loader(plain(), 2)
+    out = {"x": np.zeros((2, 2), np.float32), "y": np.zeros(2, np.int64)}
+    with pytest.raises(ValueError, match="not 'lengths'"):
+        loader.next_into(out, meta={"lengths": np.zeros(2, np.int64)})
+    with pytest.raises(ValueError, match="meta\\['mask'\\] must be a writable bool"):
+        loader.next_into(out, meta={"mask": np.zeros(2, np.int64)})
+    frozen = np.zeros(2, bool)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        loader.next_into(out, meta={"mask": frozen})
+    assert loader.next_into(out) == 2  # nothing was claimed by the refused calls
+    assert out["y"].tolist() == [0, 1]
+
+
+def test_next_into_still_takes_the_mask_in_out_for_a_record_without_one():
+    loader = fl.Loader(plain(3), 2, pad=True)
+    out = {"x": np.zeros((2, 2), np.float32), "y": np.zeros(2, np.int64),
+           "mask": np.zeros(2, bool)}
+    assert loader.next_into(out, meta={"mask": out["mask"]}) == 2
+    with pytest.warns(DeprecationWarning, match=r"meta=\{'mask'"):
+        assert loader.next_into(out) == 1
+    assert out["mask"].tolist() == [True, False]

@@ -2,24 +2,64 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
+
+# What ``next_into(out, meta=...)`` fills: the batch's metadata (``batch.meta``), by name.
+_META_DTYPES = {"mask": np.bool_, "positions": np.int64, "source_ordinals": np.int64,
+                "record_indices": np.int64}
+
+
+def _check_meta(meta: Mapping[str, np.ndarray], b: int) -> None:
+    for name, a in meta.items():
+        want = _META_DTYPES.get(name)
+        if want is None:
+            raise ValueError(f"next_into fills the metadata {', '.join(_META_DTYPES)}, not "
+                             f"{name!r}")
+        if (not isinstance(a, np.ndarray) or a.dtype != want or a.ndim != 1 or len(a) < b
+                or not a.flags.writeable):
+            raise ValueError(f"meta[{name!r}] must be a writable {np.dtype(want)} array of "
+                             f">= {b} rows")
+
+
+def _fill_meta(meta: Mapping[str, np.ndarray], size: int, rows: int, start: int,
+               ords: np.ndarray, recs: np.ndarray) -> None:
+    """``meta``'s arrays get the batch's metadata, as ``batch.meta`` has it."""
+    for name, a in meta.items():
+        if name == "mask":
+            a[:size] = True
+            a[size:rows] = False
+            continue
+        if name == "positions":
+            a[:size] = np.arange(start, start + size)
+        else:
+            a[:size] = ords if name == "source_ordinals" else recs
+        a[size:rows] = -1
 
 
 class IntoArrays:
     """``next_into`` for ``Loader`` (which provides the claim, the gathers and the pool)."""
 
-    def next_into(self, out: Mapping[str, np.ndarray]) -> int:
+    def next_into(self, out: Mapping[str, np.ndarray], *,
+                  meta: Mapping[str, np.ndarray] | None = None) -> int:
         """Gather the next batch into caller-provided arrays; returns its row count.
 
         ``out`` maps each field to an array of the field's dtype with at least
-        ``batch_size`` rows (and, optionally, ``"mask"`` to a bool array that receives the
-        batch's mask). Rows past the count are left as they were. 0 marks the end of the
+        ``batch_size`` rows (a field named ``mask`` is a field like any other).
+        ``meta``, optionally, maps names of ``batch.meta`` to arrays of at least
+        ``batch_size`` rows that receive the batch's metadata: ``"mask"`` (bool),
+        ``"positions"``, ``"source_ordinals"``, ``"record_indices"`` (int64, -1 on
+        padding rows). Rows past the count are left as they were. 0 marks the end of the
         pass, and every call after it returns 0 until ``reset()`` or a new iteration
         starts the next pass (so threads looping until 0 read one pass together).
         With ``even=True`` every step, an all-padding one included, returns ``batch_size``
-        and ``out["mask"]`` is required: it tells the real rows.
+        and ``meta["mask"]`` is required: it tells the real rows.
+
+        ``out["mask"]``, for a record without a field ``mask``, is still taken as
+        ``meta["mask"]``, with a ``DeprecationWarning`` (it was the mask's place before
+        ``meta``).
         """
         b = self.batch_size
         for n, f in self.record.fields.items():
@@ -29,18 +69,21 @@ class IntoArrays:
                 got = None if a is None else (getattr(a, "shape", None), getattr(a, "dtype", None))
                 raise ValueError(f"next_into needs out[{n!r}]: a {f.dtype} array of shape "
                                  f"(>= {b}, *{f.shape}), got {got}")
-        mask = out.get("mask")
+        meta = dict(meta) if meta is not None else {}
+        if "mask" in out and "mask" not in self.record.fields and "mask" not in meta:
+            warnings.warn("next_into(out) with out['mask']: the mask is metadata, pass it as "
+                          "next_into(out, meta={'mask': ...})", DeprecationWarning,
+                          stacklevel=2)
+            meta["mask"] = out["mask"]
+        _check_meta(meta, b)
         padded = self.even and self.shard is not None
-        if mask is not None and (not isinstance(mask, np.ndarray) or mask.dtype != np.bool_
-                                 or mask.ndim != 1 or len(mask) < b):
-            raise ValueError(f"out['mask'] must be a bool array of >= {b} rows")
-        if padded and mask is None:
-            raise ValueError("with even=True, next_into needs out['mask'] (a bool array): "
+        if padded and "mask" not in meta:
+            raise ValueError("with even=True, next_into needs meta={'mask': a bool array}: "
                              "short ranks take steps of padding only")
         pool = self._use_pool()
         if pool is not None and not self._transform_in_workers:
             # the workers make the fields' batches ahead: the next is one of theirs
-            return self._next_into_from_pool(out, mask, padded)
+            return self._next_into_from_pool(out, meta, padded)
         if pool is not None and self._inflight:
             raise ValueError("next_into fills arrays with the records' fields, and this "
                              "loader's workers have made batches ahead through its "
@@ -71,22 +114,18 @@ class IntoArrays:
         if rows > size:
             for n in self.record.fields:
                 out[n][size:rows] = 0
-        if mask is not None:
-            mask[:rows] = False
-            mask[:size] = True
+        _fill_meta(meta, size, rows, start, ords, recs)
         return rows if padded else size
 
-    def _next_into_from_pool(self, out: Mapping[str, np.ndarray], mask: np.ndarray | None,
-                             padded: bool) -> int:
+    def _next_into_from_pool(self, out: Mapping[str, np.ndarray],
+                             meta: Mapping[str, np.ndarray], padded: bool) -> int:
         try:
             batch = self._next_from_pool(raw=True)
         except StopIteration:
             return 0
-        rows, size = len(batch), batch.size
+        rows, size = len(batch), batch._size
         for n in self.record.fields:
             a = batch[n]
             out[n][:rows] = a.cpu().numpy() if hasattr(a, "cpu") else a
-        if mask is not None:
-            mask[:rows] = False
-            mask[:size] = True
+        _fill_meta(meta, size, rows, batch._pos0, batch._ordinals, batch._records)
         return rows if padded else size
