@@ -87,7 +87,7 @@ def loader_vs_memmap(path: str, repeat: int) -> dict:
     def loader_epoch() -> int:
         rows = 0
         for batch in fl.Loader(f, BATCH, seed=1):
-            rows += batch.size
+            rows += batch.meta.size
         assert rows == n
         return rows
 

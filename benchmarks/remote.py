@@ -35,7 +35,7 @@ class Example(fl.Record, dims={"D": 64}):
 
 def epoch(source) -> tuple[float, int]:
     t0 = time.perf_counter()
-    rows = sum(b.size for b in fl.Loader(source, 512, seed=1))
+    rows = sum(b.meta.size for b in fl.Loader(source, 512, seed=1))
     return time.perf_counter() - t0, rows
 
 

@@ -41,8 +41,8 @@ def main() -> None:
                 first = next(it)
                 first_s = time.perf_counter() - t0
                 t = time.perf_counter()
-                rows = first.size + sum(b.size for b in it)
-                rates[workers] = (rows - first.size) / (time.perf_counter() - t)
+                rows = first.meta.size + sum(b.meta.size for b in it)
+                rates[workers] = (rows - first.meta.size) / (time.perf_counter() - t)
                 loader.close()
                 print(f"workers={workers}: {rates[workers]:,.0f} examples/s, first batch "
                       f"{first_s * 1e3:.0f} ms")

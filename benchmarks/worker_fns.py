@@ -22,7 +22,7 @@ def jitter(example, rng):
 def normalise(batch):
     """A batch transform: the features scaled to unit norm per row."""
     x = batch.x / np.linalg.norm(batch.x, axis=1, keepdims=True)
-    return {"x": x, "y": batch.y, "size": batch.size}
+    return {"x": x, "y": batch.y, "size": batch.meta.size}
 
 
 def augment_rows(batch):
@@ -31,7 +31,7 @@ def augment_rows(batch):
     for r in range(len(x)):
         k = int(batch.y[r]) % 8
         x[r] = np.roll(x[r], k) * (1.0 + 0.01 * k)
-    return {"x": x, "y": batch.y, "size": batch.size}
+    return {"x": x, "y": batch.y, "size": batch.meta.size}
 
 
 class NotCheap(fl.Dataset):

@@ -33,7 +33,7 @@ def rate(loader: fl.Loader, passes: int = 2) -> float:
     list(loader)  # warm-up: the workers start, the kernels load
     n, t = 0, time.perf_counter()
     for _ in range(passes):
-        n += sum(b.size if hasattr(b, "size") else b["size"] for b in loader)
+        n += sum(b.meta.size if isinstance(b, fl.Batch) else b["size"] for b in loader)
     return n / (time.perf_counter() - t)
 
 

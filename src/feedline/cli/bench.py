@@ -260,7 +260,7 @@ def bench_loader(n: int, repeat: int) -> dict:
     def feedline_epoch() -> int:
         rows = 0
         for batch in Loader(ds, b, seed=1):
-            rows += batch.size
+            rows += batch.meta.size
         return rows
 
     def feedline_into() -> int:

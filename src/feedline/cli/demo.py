@@ -154,13 +154,13 @@ def train(seq: Seq, test: tuple[np.ndarray, np.ndarray], stop_at: int | None = N
             if batches[0] is None:  # even=True: the ranks end on the same step
                 break
             first = first or time.perf_counter() - t0
-            model.step([model.grads(b.img, b.label, b.mask) for b in batches])
+            model.step([model.grads(b.img, b.label, b.meta.mask) for b in batches])
             h = hashlib.sha256()
             for b in batches:
                 h.update(b.img.tobytes())
                 h.update(b.label.tobytes())
             digests.append(h.hexdigest()[:16])
-            rows += sum(b.size for b in batches)
+            rows += sum(b.meta.size for b in batches)
             step += 1
             if step == stop_at:
                 return {"w": model.w, "b": model.b, "step": step, "digests": digests,
@@ -188,7 +188,7 @@ def windows_pass(path: str, seq_len: int = 256, batch: int = 32) -> dict[str, An
         first = first or time.perf_counter() - t0
         trained += int(b["loss_mask"].sum())
         tokens += b["input_ids"].size
-        np.add.at(read, b.record_indices, 1)
+        np.add.at(read, b.meta.record_indices, 1)
     seconds = time.perf_counter() - t0
     expected = windows.num_tokens - 1
     loader.close()
