@@ -75,7 +75,7 @@ def test_a_loader_over_the_manifest_is_exactly_once(converted):
         seen = []
         for rank in range(2):
             with fl.Loader(seq.shard(rank, 2), 37) as loader:
-                seen.extend(int(i) for b in loader for i in b.i[:b.size])
+                seen.extend(int(i) for b in loader for i in b.i[:b.meta.size])
         salts = [ds.salt for ds in m.datasets]
     assert sorted(seen) == sorted(list(range(1000)) * 2)
     assert salts == [fl.salt(f"web-0000{k}.flr") for k in range(4)]
@@ -169,7 +169,7 @@ def test_the_sharded_text_build_has_the_single_process_tokens(local_ray, tmp_pat
         np.testing.assert_array_equal(np.concatenate([p.loss_mask[:] for p in parts]), mask)
         seq = m.windows(32)
         with fl.Loader(seq.shuffle(1), 16) as loader:
-            trained = sum(int(b.loss_mask[:b.size].sum()) for b in loader)
+            trained = sum(int(b.loss_mask[:b.meta.size].sum()) for b in loader)
         # every target is trained once: each shard's flow but its first token
         assert trained == sum(int(p.loss_mask[1:].sum()) for p in parts)
 

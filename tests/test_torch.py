@@ -143,7 +143,7 @@ def real(batches) -> list[int]:
     """The examples of the batches, without the padding of even steps."""
     out = []
     for b in batches:
-        keep = np.asarray(b.mask.cpu() if hasattr(b.mask, "cpu") else b.mask, dtype=bool)
+        keep = b.meta.mask.cpu().numpy()  # a tensor, as the fields are
         out.extend(b.y.numpy()[keep].tolist())
     return out
 
@@ -228,7 +228,7 @@ def test_ranks_take_even_steps_by_default_so_ddp_never_hangs():
                                   batch_size=None))
         counts.append(len(batches))
         for b in batches:
-            keep = np.asarray(b.mask.cpu() if hasattr(b.mask, "cpu") else b.mask, dtype=bool)
+            keep = b.meta.mask.cpu().numpy()  # a tensor, as the fields are
             real.extend(b.x.numpy()[keep].reshape(-1).tolist())
     assert counts[0] == counts[1]
     seen = sorted(real)

@@ -47,8 +47,8 @@ def main() -> None:
             loader.load_state_dict(json.load(f))
     seen, total = [], 0
     for step, batch in enumerate(loader):
-        seen += batch.i[: batch.size].tolist()
-        rows = torch.tensor([batch.size])
+        seen += batch.i[: batch.meta.size].tolist()
+        rows = torch.tensor([batch.meta.size])
         dist.all_reduce(rows)
         total += int(rows)
         if mode.startswith("stop:") and step + 1 == int(mode[5:]):

@@ -423,7 +423,7 @@ def test_a_loader_keeps_reading_after_the_caller_closes_its_handle(tmp_path, ope
         f = fl.recfile.open(path)
     loader = fl.Loader(f, 16, seed=1)
     f.close()  # gives up the caller's share only: the loader holds its own
-    seen = np.concatenate([b.record_indices for b in loader])
+    seen = np.concatenate([b.meta.record_indices for b in loader])
     assert sorted(seen.tolist()) == list(range(100))
     loader.close()
 

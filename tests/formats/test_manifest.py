@@ -82,9 +82,9 @@ def test_a_manifest_opens_as_a_concat_of_named_datasets(flr_manifest):
         order = fl.Order(m.seq())
         assert [order[p].source_ordinal for p in (0, 2, 3, 7, 8, 11)] == [0, 0, 1, 1, 2, 2]
         with fl.Loader(m.seq(), 5) as loader:
-            ids = np.concatenate([b.i[:b.size] for b in loader])
+            ids = np.concatenate([b.i[:b.meta.size] for b in loader])
         with fl.Loader(m.seq().shuffle(3), 4) as loader:
-            shuffled = np.concatenate([b.i[:b.size] for b in loader])
+            shuffled = np.concatenate([b.i[:b.meta.size] for b in loader])
     np.testing.assert_array_equal(ids, np.arange(12))
     assert sorted(shuffled.tolist()) == list(range(12)) and shuffled.tolist() != list(range(12))
 

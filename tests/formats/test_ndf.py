@@ -337,7 +337,7 @@ def test_an_empty_file_has_no_rows_and_no_batches(tmp_path):
 
 
 def batches(loader) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    return [(b.x.copy(), b.y.copy(), b.record_indices.copy()) for b in loader]
+    return [(b.x.copy(), b.y.copy(), b.meta.record_indices.copy()) for b in loader]
 
 
 @pytest.mark.parametrize("seed, options", [(1, {}), (7, {"drop_last": True}), (None, {}),

@@ -833,7 +833,7 @@ def test_a_loader_over_an_flr_equals_one_over_the_same_arrays(tmp_path, seed, op
         want = list(fl.Loader(fl.Dataset.from_arrays(**cols), 64, seed=seed, **options))
         assert len(got) == len(typed) == len(want) > 0
         for g, t, w in zip(got, typed, want):
-            assert np.array_equal(g.record_indices, w.record_indices)
+            assert np.array_equal(g.meta.record_indices, w.meta.record_indices)
             for name in Image.fields:
                 assert np.array_equal(g[name], w[name]) and np.array_equal(t[name], w[name])
                 assert g[name].dtype == Image.fields[name].dtype

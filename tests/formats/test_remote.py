@@ -148,7 +148,7 @@ def test_the_cache_stays_within_its_bound(s3, tmp_path):
         for b in fl.Loader(f, 128, seed=2):
             # rows stay right while blocks are evicted and fetched again (y is the row)
             assert np.array_equal(b.x, local.getitems(b.y)["x"])
-            seen += b.size
+            seen += b.meta.size
             index = f._file._obj.index
             assert np.count_nonzero(index) * BLOCK <= limit + 4 * BLOCK
         data = next(p for p in tmp_path.iterdir() if p.suffix == ".data")

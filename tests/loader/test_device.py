@@ -21,13 +21,13 @@ def tensor_dataset(n: int = 30) -> TensorDataset:
 
 
 def as_lists(batches):
-    return [(b.x.tolist(), b.y.tolist(), b.mask.tolist()) for b in batches]
+    return [(b.x.tolist(), b.y.tolist(), b.meta.mask.tolist()) for b in batches]
 
 
 @pytest.mark.parametrize("pad", [False, True])
 def test_device_batches_equal_host_batches(pad):
     ds = fl.Dataset(R, tensor_dataset())
-    host = [(b.x.tolist(), b.y.tolist(), b.mask.tolist())
+    host = [(b.x.tolist(), b.y.tolist(), b.meta.mask.tolist())
             for b in fl.Loader(ds, 7, seed=3, pad=pad)]
     loader = fl.Loader(ds, 7, seed=3, pad=pad, device="cpu")
     got = list(loader)

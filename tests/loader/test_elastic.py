@@ -26,7 +26,7 @@ def mixed() -> fl.Seq:
 
 
 def rows(batch) -> list[int]:
-    return batch.i[: batch.size].tolist()
+    return batch.i[: batch.meta.size].tolist()
 
 
 def ranks(make, world: int) -> list[fl.Loader]:

@@ -50,16 +50,16 @@ def buffers(rows: int, fill: float = -7) -> dict[str, np.ndarray]:
 
 def records(loader) -> np.ndarray:
     """The record indices of one pass (the rest of the current pass)."""
-    got = [b.record_indices[: b.size] for b in loader]
+    got = [b.meta.record_indices[: b.meta.size] for b in loader]
     return np.concatenate(got) if got else np.zeros(0, dtype=np.int64)
 
 
 def check_values(batch, base: int = 0) -> None:
     """The batch's real rows hold the values of its record indices."""
-    i = batch.record_indices[: batch.size] + base
+    i = batch.meta.record_indices[: batch.meta.size] + base
     want_x = (i[:, None] * 10 + np.arange(3)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(batch.x)[: batch.size], want_x)
-    np.testing.assert_array_equal(np.asarray(batch.y)[: batch.size], i % 5)
+    np.testing.assert_array_equal(np.asarray(batch.x)[: batch.meta.size], want_x)
+    np.testing.assert_array_equal(np.asarray(batch.y)[: batch.meta.size], i % 5)
 
 
 # -- data.nu's semantics ----------------------------------------------------------------
@@ -75,7 +75,7 @@ def test_one_epoch_yields_every_example_of_the_shard_exactly_once(seed, shard):
     got = []
     for batch in loader:
         check_values(batch)
-        got.append(batch.record_indices)
+        got.append(batch.meta.record_indices)
     got = np.concatenate(got)
     assert sorted(got.tolist()) == list(range(lo, hi))
 
@@ -160,11 +160,11 @@ def test_a_for_loop_continues_where_the_last_one_stopped():
     loader = fl.Loader(ds, 4, seed=2)
     got = []
     for i, batch in enumerate(loader):
-        got.append(batch.record_indices)
+        got.append(batch.meta.record_indices)
         if i == 2:
             break
     assert loader.epoch == 0
-    got.extend(b.record_indices for b in loader)
+    got.extend(b.meta.record_indices for b in loader)
     np.testing.assert_array_equal(np.concatenate(got), want)
     assert loader.epoch == 0
     assert len(list(loader)) == len(loader)
@@ -174,7 +174,7 @@ def test_a_for_loop_continues_where_the_last_one_stopped():
 @pytest.mark.parametrize("n, b", [(10, 3), (9, 3), (1, 5), (64, 64), (65, 64), (1000, 7)])
 def test_batches_are_all_full_but_the_last(n, b):
     loader = fl.Loader(dataset(n), b, seed=1)
-    sizes = [batch.size for batch in loader]
+    sizes = [batch.meta.size for batch in loader]
     assert all(s == b for s in sizes[:-1])
     assert sizes[-1] == n - b * (len(sizes) - 1)
     assert 0 < sizes[-1] <= b
@@ -189,9 +189,9 @@ def test_drop_last_never_yields_the_remainder(n, b):
         want = records(full)[: n // b * b]
         got = []
         for batch in loader:
-            assert batch.size == len(batch) == b
-            assert batch.mask.all()
-            got.append(batch.record_indices)
+            assert batch.meta.size == len(batch) == b
+            assert batch.meta.mask.all()
+            got.append(batch.meta.record_indices)
         got = np.concatenate(got) if got else np.zeros(0, dtype=np.int64)
         np.testing.assert_array_equal(got, want)
 
@@ -279,7 +279,7 @@ def test_next_into_and_iteration_give_the_same_stream_across_passes():
         iter(into_loader)  # starts the next pass once the last one is over
         for batch in it_loader:
             k = into_loader.next_into(out)
-            assert k == batch.size
+            assert k == batch.meta.size
             np.testing.assert_array_equal(out["x"][:k], batch.x)
             np.testing.assert_array_equal(out["y"][:k], batch.y)
         assert into_loader.next_into(out) == 0
@@ -327,7 +327,7 @@ def test_streamed_and_in_memory_sources_give_the_same_order_and_values(seed, sha
     for _ in range(2):
         for a, b, c in zip(in_memory, streamed, tuples, strict=True):
             for other in (b, c):
-                np.testing.assert_array_equal(a.record_indices, other.record_indices)
+                np.testing.assert_array_equal(a.meta.record_indices, other.meta.record_indices)
                 np.testing.assert_array_equal(a.x, other.x)
                 np.testing.assert_array_equal(a.y, other.y)
                 assert a.x.dtype == other.x.dtype == np.float32
@@ -343,7 +343,7 @@ def test_a_dict_of_arrays_and_from_arrays_are_accepted_as_sources():
         np.testing.assert_array_equal(got.x, w.x)
         np.testing.assert_array_equal(got.y, w.y)
     ds = fl.Dataset.from_arrays(x=a["x"], y=a["y"])
-    assert [b.size for b in fl.Loader(ds, 6)] == [6, 6, 6, 2]
+    assert [b.meta.size for b in fl.Loader(ds, 6)] == [6, 6, 6, 2]
     batch = next(iter(ds.batches(6, seed=2)))
     np.testing.assert_array_equal(batch.x, next(iter(fl.Loader(a, 6, seed=2))).x)
 
@@ -354,17 +354,18 @@ def test_batch_metadata_follows_the_order():
     order_recs = records(fl.Loader(ds, 23, seed=8))
     start = 0
     for batch in loader:
-        assert len(batch) == batch.size
-        assert batch.mask.dtype == np.bool_ and batch.mask.all()
-        np.testing.assert_array_equal(batch.positions, np.arange(start, start + batch.size))
-        np.testing.assert_array_equal(batch.source_ordinals, np.zeros(batch.size))
-        np.testing.assert_array_equal(batch.record_indices,
-                                      order_recs[start:start + batch.size])
+        assert len(batch) == batch.meta.size
+        assert batch.meta.mask.dtype == np.bool_ and batch.meta.mask.all()
+        np.testing.assert_array_equal(batch.meta.positions,
+                                      np.arange(start, start + batch.meta.size))
+        np.testing.assert_array_equal(batch.meta.source_ordinals, np.zeros(batch.meta.size))
+        np.testing.assert_array_equal(batch.meta.record_indices,
+                                      order_recs[start:start + batch.meta.size])
         assert set(batch.keys()) == {"x", "y"}
         np.testing.assert_array_equal(batch["x"], batch.x)
         with pytest.raises(AttributeError):
             _ = batch.nope
-        start += batch.size
+        start += batch.meta.size
     assert start == 23
 
 
@@ -379,20 +380,20 @@ def test_pad_fills_the_last_batch_to_full_size_with_masked_zero_rows(seed, strea
     ds = fl.Dataset(R, [{"x": a["x"][i], "y": 3} for i in range(n)] if streamed else a)
     loader = fl.Loader(ds, b, seed=seed, pad=True)
     batches = list(loader)
-    assert [x.size for x in batches] == [4, 4, 2]
+    assert [x.meta.size for x in batches] == [4, 4, 2]
     assert all(len(x) == b for x in batches)
     for batch in batches[:-1]:
-        assert batch.mask.all()
+        assert batch.meta.mask.all()
     last = batches[-1]
-    assert last.mask.tolist() == [True, True, False, False]
+    assert last.meta.mask.tolist() == [True, True, False, False]
     assert last.x.shape == (4, 3) and last.y.shape == (4,)
     assert (last.x[2:] == 0).all() and (last.y[2:] == 0).all()
     assert (last.x[:2] != 0).all() and (last.y[:2] == 3).all()
-    assert last.record_indices[2:].tolist() == [-1, -1]
-    assert last.source_ordinals[2:].tolist() == [-1, -1]
-    assert last.positions.tolist() == [8, 9, -1, -1]
-    assert sorted(np.concatenate([x.record_indices[x.mask] for x in batches]).tolist()) == list(
-        range(n))
+    assert last.meta.record_indices[2:].tolist() == [-1, -1]
+    assert last.meta.source_ordinals[2:].tolist() == [-1, -1]
+    assert last.meta.positions.tolist() == [8, 9, -1, -1]
+    real = np.concatenate([x.meta.record_indices[x.meta.mask] for x in batches])
+    assert sorted(real.tolist()) == list(range(n))
     # next_into zeroes the padding rows.
     loader.reset()
     out = buffers(b, fill=5)
@@ -404,8 +405,8 @@ def test_pad_fills_the_last_batch_to_full_size_with_masked_zero_rows(seed, strea
 def test_pad_changes_nothing_when_the_batches_divide_the_items():
     loader = fl.Loader(dataset(12), 4, seed=1, pad=True)
     for batch in loader:
-        assert batch.size == len(batch) == 4 and batch.mask.all()
-        assert (batch.record_indices >= 0).all()
+        assert batch.meta.size == len(batch) == 4 and batch.meta.mask.all()
+        assert (batch.meta.record_indices >= 0).all()
 
 
 # -- mixes ------------------------------------------------------------------------------
@@ -427,10 +428,10 @@ def test_a_mix_of_two_datasets_follows_its_order_exactly(seed, batch_size):
     assert len(loader) == -(-80 // batch_size)
     start = 0
     for batch in loader:
-        s = slice(start, start + batch.size)
-        np.testing.assert_array_equal(batch.source_ordinals, ords[s])
-        np.testing.assert_array_equal(batch.record_indices, recs[s])
-        np.testing.assert_array_equal(batch.positions, np.arange(start, s.stop))
+        s = slice(start, start + batch.meta.size)
+        np.testing.assert_array_equal(batch.meta.source_ordinals, ords[s])
+        np.testing.assert_array_equal(batch.meta.record_indices, recs[s])
+        np.testing.assert_array_equal(batch.meta.positions, np.arange(start, s.stop))
         want_x = np.where((ords[s] == 0)[:, None], a.columns["x"][recs[s] % 23],
                           b.columns["x"][recs[s] % 17])
         want_y = np.where(ords[s] == 0, a.columns["y"][recs[s] % 23],
@@ -454,18 +455,18 @@ def test_a_mix_of_an_in_memory_and_a_streamed_dataset_gathers_from_each(pad):
     into = fl.Loader(seq, 7, seed=3, pad=pad)
     start = 0
     for batch in loader:
-        s = slice(start, start + batch.size)
-        np.testing.assert_array_equal(batch.source_ordinals[: batch.size], ords[s])
-        np.testing.assert_array_equal(batch.record_indices[: batch.size], recs[s])
+        s = slice(start, start + batch.meta.size)
+        np.testing.assert_array_equal(batch.meta.source_ordinals[: batch.meta.size], ords[s])
+        np.testing.assert_array_equal(batch.meta.record_indices[: batch.meta.size], recs[s])
         base = np.where(ords[s] == 0, 0, 1000)
         i = recs[s] + base
-        np.testing.assert_array_equal(batch.x[: batch.size],
+        np.testing.assert_array_equal(batch.x[: batch.meta.size],
                                       (i[:, None] * 10 + np.arange(3)).astype(np.float32))
-        np.testing.assert_array_equal(batch.y[: batch.size], i % 5)
-        assert len(batch) == (7 if pad else batch.size)
-        assert (batch.x[batch.size:] == 0).all()
+        np.testing.assert_array_equal(batch.y[: batch.meta.size], i % 5)
+        assert len(batch) == (7 if pad else batch.meta.size)
+        assert (batch.x[batch.meta.size:] == 0).all()
         k = into.next_into(out)
-        assert k == batch.size
+        assert k == batch.meta.size
         np.testing.assert_array_equal(out["x"][:k], batch.x[:k])
         np.testing.assert_array_equal(out["y"][:k], batch.y[:k])
         start = s.stop
@@ -477,10 +478,10 @@ def test_a_loader_over_an_order_follows_it_and_its_seed():
     order = fl.Order(mix_seq(a, b), seed=42)
     ords, recs = order.lookup(np.arange(len(order), dtype=np.int64))
     got = list(fl.Loader(order, 9))
-    np.testing.assert_array_equal(np.concatenate([x.source_ordinals for x in got]), ords)
-    np.testing.assert_array_equal(np.concatenate([x.record_indices for x in got]), recs)
+    np.testing.assert_array_equal(np.concatenate([x.meta.source_ordinals for x in got]), ords)
+    np.testing.assert_array_equal(np.concatenate([x.meta.record_indices for x in got]), recs)
     same = list(mix_seq(a, b).batches(9, seed=42))
-    np.testing.assert_array_equal(np.concatenate([x.record_indices for x in same]), recs)
+    np.testing.assert_array_equal(np.concatenate([x.meta.record_indices for x in same]), recs)
 
 
 def test_a_seed_reseeds_every_shuffle_of_a_seq():
@@ -499,9 +500,9 @@ def test_seq_shards_deal_the_positions_round_robin():
     ords, recs = order.lookup(np.arange(len(order), dtype=np.int64))
     for i in range(3):
         got = list(fl.Loader(seq, 4, shard=(i, 3)))
-        np.testing.assert_array_equal(np.concatenate([x.source_ordinals for x in got]),
+        np.testing.assert_array_equal(np.concatenate([x.meta.source_ordinals for x in got]),
                                       ords[i::3])
-        np.testing.assert_array_equal(np.concatenate([x.record_indices for x in got]),
+        np.testing.assert_array_equal(np.concatenate([x.meta.record_indices for x in got]),
                                       recs[i::3])
         want = list(seq.shard(i, 3).batches(4))
         for x, w in zip(got, want, strict=True):
@@ -514,8 +515,8 @@ def test_a_repeated_seq_reshuffles_every_pass_but_keeps_the_items():
     passes = []
     for _ in range(3):
         got = list(loader)
-        passes.append(list(zip(np.concatenate([x.source_ordinals for x in got]).tolist(),
-                               np.concatenate([x.record_indices for x in got]).tolist())))
+        passes.append(list(zip(np.concatenate([x.meta.source_ordinals for x in got]).tolist(),
+                               np.concatenate([x.meta.record_indices for x in got]).tolist())))
     assert Counter(passes[0]) == Counter(passes[1]) == Counter(passes[2])
     assert passes[0] != passes[1] != passes[2]
 
@@ -549,14 +550,14 @@ def test_shard_auto_with_even_gives_every_rank_the_same_steps_and_each_item_once
         assert len(batches) == steps
         for batch in batches:
             assert len(batch) == b
-            assert batch.mask.sum() == batch.size
-            assert (batch.record_indices[~batch.mask] == -1).all()
-            assert (batch.positions[~batch.mask] == -1).all()
-            assert (batch.x[~batch.mask] == 0).all() and (batch.y[~batch.mask] == 0).all()
+            assert batch.meta.mask.sum() == batch.meta.size
+            assert (batch.meta.record_indices[~batch.meta.mask] == -1).all()
+            assert (batch.meta.positions[~batch.meta.mask] == -1).all()
+            assert (batch.x[~batch.meta.mask] == 0).all() and (batch.y[~batch.meta.mask] == 0).all()
             check_values(batch)
-            seen.extend(batch.record_indices[batch.mask].tolist())
+            seen.extend(batch.meta.record_indices[batch.meta.mask].tolist())
         # Padding comes last.
-        mask = np.concatenate([x.mask for x in batches])
+        mask = np.concatenate([x.meta.mask for x in batches])
         assert not np.any(mask[1:] > mask[:-1])
     assert sorted(seen) == list(range(n))
 
@@ -567,7 +568,7 @@ def test_shard_auto_without_even_covers_each_item_once(monkeypatch, kind):
     source = ds if kind == "dataset" else ds.shuffle(4)
     seen = []
     for loader in rank_loaders(monkeypatch, source, 3, 4):
-        sizes = [x.size for x in loader]
+        sizes = [x.meta.size for x in loader]
         assert all(s == 4 for s in sizes[:-1])
         seen.extend(records(loader).tolist())
     # records() ran each rank's second pass.
@@ -596,7 +597,7 @@ def test_even_gives_short_ranks_an_all_padding_step_when_iterating(monkeypatch):
         batches = list(loader)
         assert len(batches) == len(loader) == 2
         assert [len(x) for x in batches] == [1, 1]
-    sizes = [[x.size for x in loader] for loader in loaders]
+    sizes = [[x.meta.size for x in loader] for loader in loaders]
     assert sorted(sizes) == [[1, 0], [1, 0], [1, 0], [1, 1]]
 
 
@@ -604,11 +605,11 @@ def test_even_ranks_looping_on_next_into_take_the_same_number_of_steps(monkeypat
     loaders = rank_loaders(monkeypatch, dataset(5), 4, 1, even=True)
     real = 0
     for loader in loaders:
-        out = {**buffers(1), "mask": np.zeros(1, bool)}
+        out, mask = buffers(1), np.zeros(1, bool)
         steps = 0
-        while loader.next_into(out):
+        while loader.next_into(out, meta={"mask": mask}):
             steps += 1
-            real += int(out["mask"].sum())
+            real += int(mask.sum())
         assert steps == len(loader) == 2
     assert real == 5
 
@@ -622,7 +623,7 @@ def test_next_into_with_even_needs_a_mask_buffer(monkeypatch):
 def test_drop_last_with_even_never_yields_a_partial_batch(monkeypatch):
     for loader in rank_loaders(monkeypatch, dataset(10), 3, 2, even=True, drop_last=True):
         for batch in loader:
-            assert batch.size == 2
+            assert batch.meta.size == 2
 
 
 # -- outputs ----------------------------------------------------------------------------
@@ -641,8 +642,8 @@ def test_torch_output_gives_tensors_with_the_field_dtypes():
             assert tuple(g.x.shape) == (4, 3) and tuple(g.y.shape) == (4,)
             np.testing.assert_array_equal(g.x.numpy(), w.x)
             np.testing.assert_array_equal(g.y.numpy(), w.y)
-            np.testing.assert_array_equal(g.mask, w.mask)
-            assert g.size == w.size
+            np.testing.assert_array_equal(g.meta.mask, w.meta.mask)
+            assert g.meta.size == w.meta.size
 
 
 def test_batch_transform_result_is_what_iteration_yields():
@@ -650,7 +651,7 @@ def test_batch_transform_result_is_what_iteration_yields():
 
     def transform(batch):
         seen.append(batch)
-        return (batch.x.sum(), batch.size)
+        return (batch.x.sum(), batch.meta.size)
 
     loader = fl.Loader(dataset(10), 4, seed=2, batch_transform=transform)
     got = list(loader)
@@ -677,7 +678,7 @@ def test_check_values_raises_domain_error_for_an_out_of_domain_label():
     a["y"][17] = 5  # Index(5) holds 0..4
     ds = fl.Dataset(R, a)
     # Off: no check.
-    assert sum(b.size for b in fl.Loader(ds, 4)) == 20
+    assert sum(b.meta.size for b in fl.Loader(ds, 4)) == 20
     # In memory: checked once as a whole, so the first batch already fails.
     loader = fl.Loader(ds, 4, check_values=True)
     with pytest.raises(fl.DomainError):
@@ -692,15 +693,15 @@ def test_check_values_on_a_streamed_source_fails_on_the_bad_batch():
     loader = fl.Loader(fl.Dataset(R, its), 4, check_values=True)
     it = iter(loader)
     for _ in range(4):
-        assert next(it).size == 4
+        assert next(it).meta.size == 4
     with pytest.raises(fl.DomainError):
         next(it)
-    assert sum(b.size for b in fl.Loader(fl.Dataset(R, its), 4)) == 20
+    assert sum(b.meta.size for b in fl.Loader(fl.Dataset(R, its), 4)) == 20
 
 
 def test_check_values_passes_valid_data():
-    assert sum(b.size for b in fl.Loader(dataset(20), 4, check_values=True, seed=1)) == 20
-    assert sum(b.size for b in fl.Loader(fl.Dataset(R, items(20)), 4, check_values=True)) == 20
+    assert sum(b.meta.size for b in fl.Loader(dataset(20), 4, check_values=True, seed=1)) == 20
+    assert sum(b.meta.size for b in fl.Loader(fl.Dataset(R, items(20)), 4, check_values=True)) == 20
 
 
 # -- arguments and lifetime -------------------------------------------------------------
@@ -769,7 +770,7 @@ def test_a_closed_loader_refuses_use():
     loader.close()  # closing twice is harmless
 
     with fl.Loader(dataset(10), 4) as loader:
-        assert sum(b.size for b in loader) == 10
+        assert sum(b.meta.size for b in loader) == 10
     with pytest.raises(ValueError):
         list(loader)
 
@@ -805,7 +806,7 @@ def test_last_rows_is_the_real_rows_of_the_batch_delivered_last_as_in_data_nu(ma
     assert loader.last_rows == 0  # the dl_next that returned 0 set it to 0
     sizes = []
     for batch in loader:  # the next pass, iterated
-        sizes.append((batch.size, loader.last_rows))
+        sizes.append((batch.meta.size, loader.last_rows))
     assert sizes == [(4, 4), (4, 4), (2, 2)] and loader.last_rows == 0
     loader.close()
 
@@ -817,9 +818,8 @@ def test_last_rows_counts_real_rows_not_padding_and_drop_last_ends_at_zero():
     assert [dropped.last_rows for _ in dropped] == [4, 4]
     assert dropped.last_rows == 0  # data.nu drops the remainder: dl_next returns 0
     even = fl.Loader(fl.Seq.source(dataset(5)), 2, shard=(1, 2), even=True)
-    out = {"x": np.zeros((2, 3), np.float32), "y": np.zeros(2, np.int64),
-           "mask": np.zeros(2, bool)}
+    out = {"x": np.zeros((2, 3), np.float32), "y": np.zeros(2, np.int64)}
     got = []
-    while even.next_into(out):
+    while even.next_into(out, meta={"mask": np.zeros(2, bool)}):
         got.append(even.last_rows)
     assert got == [2, 0]  # rank 1 has positions 1 and 3, then a step of padding only

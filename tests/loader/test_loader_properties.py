@@ -46,14 +46,15 @@ def one_pass(loader, b: int, tail: str) -> list[tuple[int, int]]:
     for k, batch in enumerate(batches):
         last = k == len(batches) - 1
         if not last or tail == "drop_last":
-            assert batch.size == b
-        assert 0 < batch.size <= b
-        assert len(batch) == (b if tail == "pad" else batch.size)
-        assert batch.mask.sum() == batch.size
-        recs = batch.record_indices[: batch.size]
-        ords = batch.source_ordinals[: batch.size]
+            assert batch.meta.size == b
+        assert 0 < batch.meta.size <= b
+        assert len(batch) == (b if tail == "pad" else batch.meta.size)
+        assert batch.meta.mask.sum() == batch.meta.size
+        recs = batch.meta.record_indices[: batch.meta.size]
+        ords = batch.meta.source_ordinals[: batch.meta.size]
         # Values come from the named item (y is the global item number).
-        np.testing.assert_array_equal(batch.x[: batch.size, 0], batch.y[: batch.size] * 10)
+        k = batch.meta.size
+        np.testing.assert_array_equal(batch.x[:k, 0], batch.y[:k] * 10)
         got.extend(zip(ords.tolist(), recs.tolist()))
     return got
 
@@ -124,10 +125,10 @@ def test_even_ranks_take_the_same_steps_and_cover_every_item_once(n, world, b, s
             assert len(batches) == len(loader) == steps
             for batch in batches:
                 assert len(batch) == b
-                pad = ~batch.mask
-                assert (batch.record_indices[pad] == -1).all()
+                pad = ~batch.meta.mask
+                assert (batch.meta.record_indices[pad] == -1).all()
                 assert (batch.y[pad] == 0).all()
-                union.update(batch.record_indices[batch.mask].tolist())
+                union.update(batch.meta.record_indices[batch.meta.mask].tolist())
     assert union == Counter(range(n))
 
 
@@ -143,8 +144,8 @@ def test_a_state_saved_anywhere_resumes_the_rest_of_two_passes(n, b, seed, tail,
     steps = len(loader)
     stream = []
     for _ in range(2):
-        stream.extend((x.source_ordinals.tolist(), x.record_indices.tolist(), x.y.tolist())
-                      for x in loader)
+        stream.extend((x.meta.source_ordinals.tolist(), x.meta.record_indices.tolist(),
+                       x.y.tolist()) for x in loader)
     assert len(stream) == 2 * steps
     k = data.draw(st.integers(0, 2 * steps), label="batches before the save")
     loader = make()
@@ -161,7 +162,7 @@ def test_a_state_saved_anywhere_resumes_the_rest_of_two_passes(n, b, seed, tail,
     fresh.load_state_dict(state)
     rest = []
     for _ in range(2 if k < steps else 1):
-        rest.extend((x.source_ordinals.tolist(), x.record_indices.tolist(), x.y.tolist())
+        rest.extend((x.meta.source_ordinals.tolist(), x.meta.record_indices.tolist(), x.y.tolist())
                     for x in fresh)
     assert rest == stream[k:]
 
@@ -177,7 +178,7 @@ def test_next_into_delivers_the_same_rows_as_iteration(n, b, seed, tail):
         iter(into_loader)  # starts the next pass once the last one is over
         for batch in it_loader:
             k = into_loader.next_into(out)
-            assert k == batch.size
+            assert k == batch.meta.size
             np.testing.assert_array_equal(out["y"][: len(batch)], batch.y)
             np.testing.assert_array_equal(out["x"][: len(batch)], batch.x)
         assert into_loader.next_into(out) == 0

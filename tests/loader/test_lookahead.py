@@ -17,7 +17,7 @@ N = 300_000  # about five blocks of 64k positions
 
 
 def records_of(loader) -> np.ndarray:
-    return np.concatenate([b.record_indices for b in loader])
+    return np.concatenate([b.meta.record_indices for b in loader])
 
 
 @pytest.fixture
@@ -100,10 +100,10 @@ def test_a_failure_making_a_block_ahead_reaches_the_caller_and_loses_no_batch(
     monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(flaky))
     loader = fl.Loader(ds, 1000, seed=3)
     per_block = -(-_loader._BLOCK // 1000)  # batches in a block
-    got = [next(loader).record_indices for _ in range(per_block)]
+    got = [next(loader).meta.record_indices for _ in range(per_block)]
     with pytest.raises(OSError, match="went away"):
         next(loader)
-    got += [b.record_indices for b in loader]  # made again, in the calling thread
+    got += [b.meta.record_indices for b in loader]  # made again, in the calling thread
     np.testing.assert_array_equal(np.concatenate(got), full)
 
 
@@ -114,11 +114,11 @@ def test_a_share_of_the_batches_uses_every_block_made_ahead(ds, share, monkeypat
     monkeypatch.setattr(_ahead.Ahead, "make",
                         staticmethod(lambda cursor, length: made.append(cursor.offset)
                                      or real(cursor, length)))
-    whole = [b.record_indices.tolist() for b in fl.Loader(ds, 1000, seed=6)]
+    whole = [b.meta.record_indices.tolist() for b in fl.Loader(ds, 1000, seed=6)]
     made.clear()
     loader = fl.Loader(ds, 1000, seed=6)
     loader.share_batches(*share)
-    got = [b.record_indices.tolist() for b in loader]
+    got = [b.meta.record_indices.tolist() for b in loader]
     assert got == whole[share[0]::share[1]]
     assert len(made) == len(set(made))  # no block made twice (a look-ahead that missed)
     blocks = -(-N // (-(-_loader._BLOCK // 1000) * 1000))

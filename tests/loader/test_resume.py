@@ -65,8 +65,8 @@ CONFIGS = {
 
 def snap(batch) -> tuple:
     """What identifies a delivered batch: its rows' origin and values."""
-    return (batch.size, len(batch), batch.source_ordinals.tolist(),
-            batch.record_indices.tolist(), batch.positions.tolist(), batch.x.tolist(),
+    return (batch.meta.size, len(batch), batch.meta.source_ordinals.tolist(),
+            batch.meta.record_indices.tolist(), batch.meta.positions.tolist(), batch.x.tolist(),
             batch.y.tolist())
 
 

@@ -51,10 +51,10 @@ def run_threads(work, count: int = THREADS) -> list:
 
 
 def check_batch(batch, base: int = 0) -> None:
-    i = batch.record_indices[: batch.size] + base
-    np.testing.assert_array_equal(batch.x[: batch.size],
+    i = batch.meta.record_indices[: batch.meta.size] + base
+    np.testing.assert_array_equal(batch.x[: batch.meta.size],
                                   (i[:, None] * 10 + np.arange(3)).astype(np.float32))
-    np.testing.assert_array_equal(batch.y[: batch.size], i % 5)
+    np.testing.assert_array_equal(batch.y[: batch.meta.size], i % 5)
 
 
 @pytest.mark.parametrize("seed", [None, 3])
@@ -71,8 +71,8 @@ def test_threads_sharing_a_loader_each_get_whole_batches_and_every_item_once(see
             except StopIteration:
                 return got
             check_batch(batch)
-            got.append((int(batch.positions[0]), batch.size,
-                        batch.record_indices.tolist()))
+            got.append((int(batch.meta.positions[0]), batch.meta.size,
+                        batch.meta.record_indices.tolist()))
 
     results = run_threads(work)
     batches = sorted(b for r in results for b in r)
@@ -84,7 +84,7 @@ def test_threads_sharing_a_loader_each_get_whole_batches_and_every_item_once(see
     assert sorted(recs) == list(range(N))
     # ...in the order a single thread sees.
     alone = fl.Loader(fl.Dataset(R, arrays(N)), BATCH, seed=seed)
-    assert recs == np.concatenate([b.record_indices for b in alone]).tolist()
+    assert recs == np.concatenate([b.meta.record_indices for b in alone]).tolist()
     # More than one thread took part (each ran ~360 batches).
     assert sum(1 for r in results if r) > 1
 
@@ -167,12 +167,12 @@ def test_threads_over_a_mix_each_get_every_position_once():
         got = []
         while (batch := next(loader, None)) is not None:
             for o, base in ((0, 0), (1, 100_000)):
-                sel = batch.source_ordinals[: batch.size] == o
-                i = batch.record_indices[: batch.size][sel] + base
-                np.testing.assert_array_equal(batch.y[: batch.size][sel], i % 5)
-            assert (batch.x[batch.size:] == 0).all()
-            got.extend(zip(batch.source_ordinals[batch.mask].tolist(),
-                           batch.record_indices[batch.mask].tolist()))
+                sel = batch.meta.source_ordinals[: batch.meta.size] == o
+                i = batch.meta.record_indices[: batch.meta.size][sel] + base
+                np.testing.assert_array_equal(batch.y[: batch.meta.size][sel], i % 5)
+            assert (batch.x[batch.meta.size:] == 0).all()
+            got.extend(zip(batch.meta.source_ordinals[batch.meta.mask].tolist(),
+                           batch.meta.record_indices[batch.meta.mask].tolist()))
         return got
 
     results = run_threads(work)
@@ -191,7 +191,7 @@ def test_threads_can_save_state_while_others_read():
         barrier.wait()
         n = 0
         while (batch := next(loader, None)) is not None:
-            n += batch.size
+            n += batch.meta.size
             states.append(loader.state_dict())
         return n
 
@@ -200,12 +200,12 @@ def test_threads_can_save_state_while_others_read():
     assert max(s["batches"] for s in states) == len(loader)
     # every state, saved while other threads were mid-batch, resumes exactly: the batches
     # it names as delivered, plus those a restored loader makes, are the pass, once each
-    want = [b.record_indices.tolist() for b in fl.Loader(fl.Dataset(R, arrays(2_000)),
+    want = [b.meta.record_indices.tolist() for b in fl.Loader(fl.Dataset(R, arrays(2_000)),
                                                           BATCH, seed=2)]
     for state in states[::7]:
         resumed = fl.Loader(fl.Dataset(R, arrays(2_000)), BATCH, seed=2)
         resumed.load_state_dict(state)
-        made = [b.record_indices.tolist() for b in resumed]
+        made = [b.meta.record_indices.tolist() for b in resumed]
         delivered = list(range(state["batches"])) + state["ahead"]
         assert sorted(map(tuple, made + [want[i] for i in delivered])) == sorted(
             map(tuple, want))
@@ -213,15 +213,15 @@ def test_threads_can_save_state_while_others_read():
 
 def test_a_batch_finished_out_of_order_is_not_lost_by_a_state_saved_meanwhile():
     ds = fl.Dataset(R, arrays(100))
-    want = [b.record_indices.tolist() for b in fl.Loader(ds, 10, seed=4)]
+    want = [b.meta.record_indices.tolist() for b in fl.Loader(ds, 10, seed=4)]
     loader = fl.Loader(ds, 10, seed=4)
     first = loader._claim()  # a thread claims batch 0 and is still gathering it...
     second = next(loader)  # ...while another thread delivers batch 1
-    assert second.record_indices.tolist() == want[1]
+    assert second.meta.record_indices.tolist() == want[1]
     state = loader.state_dict()
     assert state["batches"] == 0 and state["ahead"] == [1]  # batch 0 is not delivered
     resumed = fl.Loader(ds, 10, seed=4)
     resumed.load_state_dict(state)
-    assert [b.record_indices.tolist() for b in resumed] == [want[0], *want[2:]]
+    assert [b.meta.record_indices.tolist() for b in resumed] == [want[0], *want[2:]]
     loader._mark_delivered(first[0])  # the first thread delivers batch 0 at last
     assert loader.state_dict()["batches"] == 2 and loader.state_dict()["ahead"] == []

@@ -31,7 +31,7 @@ def pids(loader) -> set[int]:
 
 
 def records(loader) -> list[list[int]]:
-    return [b.record_indices.tolist() for b in loader]
+    return [b.meta.record_indices.tolist() for b in loader]
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_the_seeds_epoch_loop_starts_its_workers_once_and_stays_exact(setting, m
         seen, stream = set(), []
         for b in ds.shuffle(seed=epoch).batches(8):
             seen |= {int(y) for y in b.y}
-            stream.append(b.record_indices.tolist())
+            stream.append(b.meta.record_indices.tolist())
         by_epoch.append(seen)
         streams.append(stream)
     assert len(by_epoch[0]) == 2 and os.getpid() not in by_epoch[0]
@@ -155,8 +155,8 @@ def test_a_loader_in_the_middle_of_a_pass_keeps_its_workers(setting, mapped):
     it = iter(a)
     head = [next(it) for _ in range(2)]
     b = ds.batches(8, seed=3, workers=2, prefetch=2)
-    b_stream = [(x.record_indices.tolist(), {int(y) for y in x.y}) for x in b]
-    a_stream = [(x.record_indices.tolist(), {int(y) for y in x.y}) for x in [*head, *it]]
+    b_stream = [(x.meta.record_indices.tolist(), {int(y) for y in x.y}) for x in b]
+    a_stream = [(x.meta.record_indices.tolist(), {int(y) for y in x.y}) for x in [*head, *it]]
     a_pids = set().union(*(p for _, p in a_stream))
     b_pids = set().union(*(p for _, p in b_stream))
     assert not a_pids & b_pids  # b could not take a's workers: a had batches in flight
@@ -168,14 +168,14 @@ def test_a_resumed_loader_takes_over_the_workers_of_a_dropped_one_exactly(settin
     want = records(ds.batches(8, seed=4, workers=0))
     loader = ds.batches(8, seed=4, workers=2, prefetch=3)
     it = iter(loader)
-    head = [next(it).record_indices.tolist() for _ in range(3)]
+    head = [next(it).meta.record_indices.tolist() for _ in range(3)]
     state = loader.state_dict()
     before = {w.proc.pid for w in loader._pool.workers}
     del it, loader  # dropped with batches in flight: they are waited out, not delivered
     gc.collect()
     resumed = ds.batches(8, seed=4, workers=2, prefetch=3)
     resumed.load_state_dict(state)
-    rest = [(b.record_indices.tolist(), {int(y) for y in b.y}) for b in resumed]
+    rest = [(b.meta.record_indices.tolist(), {int(y) for y in b.y}) for b in resumed]
     assert head + [r for r, _ in rest] == want
     assert set().union(*(p for _, p in rest)) == before
 

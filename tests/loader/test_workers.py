@@ -47,7 +47,7 @@ def shm_segments() -> set[str]:
 
 
 def stream(loader) -> list[tuple]:
-    return [(b.record_indices.tolist(), b.x.tolist(), b.y.tolist(), b.mask.tolist())
+    return [(b.meta.record_indices.tolist(), b.x.tolist(), b.y.tolist(), b.meta.mask.tolist())
             for b in loader]
 
 
@@ -161,7 +161,7 @@ def test_a_dataset_that_refers_to_main_loads_in_process_with_a_warning(tmp_path)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             loader = fl.Loader(fl.Dataset(R, Local()), 8, workers=2)
-            rows = sum(b.size for b in loader)
+            rows = sum(b.meta.size for b in loader)
         print(rows, [str(w.message) for w in caught if w.category is RuntimeWarning])
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
@@ -231,7 +231,7 @@ def test_a_map_whose_output_does_not_fit_the_record_is_a_shape_error():
 
 def total_y(batch):
     """A batch transform: runs in the worker; its result comes back pickled."""
-    return {"pid": os.getpid(), "sum": int(batch.y.sum()), "size": batch.size}
+    return {"pid": os.getpid(), "sum": int(batch.y.sum()), "size": batch.meta.size}
 
 
 def test_a_batch_transform_runs_in_the_workers():
@@ -254,7 +254,7 @@ def test_a_batch_transform_on_arrays_in_memory_runs_in_the_workers_too():
 def noise_by_record(loader) -> dict[int, list]:
     """Each example's augmented features, by record (the noise is x minus the record's)."""
     return {int(r): np.round(x, 5).tolist()
-            for b in loader for r, x in zip(b.record_indices, b.x)}
+            for b in loader for r, x in zip(b.meta.record_indices, b.x)}
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -280,19 +280,19 @@ def test_ranks_draw_their_own_augmentation_the_whole_runs_draw(workers):
 
 def test_next_into_with_workers_takes_the_batches_in_order_and_resumes_exactly():
     ds = fl.Dataset(Rows, ItemSource(40))
-    want = [b.record_indices.tolist() for b in fl.Loader(ds, 4, seed=2, workers=0)]
+    want = [b.meta.record_indices.tolist() for b in fl.Loader(ds, 4, seed=2, workers=0)]
     out = {"x": np.zeros((4, 3), np.float32), "y": np.zeros(4, np.int64)}
     with fl.Loader(ds, 4, seed=2, workers=2, prefetch=3) as loader:
         it = iter(loader)
-        got = [next(it).record_indices.tolist()]
+        got = [next(it).meta.record_indices.tolist()]
         assert loader.next_into(out) == 4  # the workers had made this one ahead
         got.append(out["y"].tolist())
-        got.append(next(it).record_indices.tolist())
+        got.append(next(it).meta.record_indices.tolist())
         state = loader.state_dict()
         assert got == want[:3] and state["batches"] == 3
     resumed = fl.Loader(ds, 4, seed=2)
     resumed.load_state_dict(state)
-    assert [b.record_indices.tolist() for b in resumed] == want[3:]
+    assert [b.meta.record_indices.tolist() for b in resumed] == want[3:]
 
 
 def test_threads_that_start_a_loader_together_all_wait_for_its_workers(monkeypatch):
@@ -310,7 +310,7 @@ def test_threads_that_start_a_loader_together_all_wait_for_its_workers(monkeypat
         def work():
             barrier.wait()
             while (batch := next(loader, None)) is not None:
-                got.extend(batch.record_indices.tolist())
+                got.extend(batch.meta.record_indices.tolist())
 
         threads = [threading.Thread(target=work) for _ in range(3)]
         for t in threads:

@@ -868,7 +868,7 @@ def test_batches_is_a_loader_in_order():
     ds = make("dict of numpy arrays")
     loader = ds.batches(5)
     assert isinstance(loader, fl.Loader)
-    labels = [b.label[: b.size].tolist() for b in loader]
+    labels = [b.label[: b.meta.size].tolist() for b in loader]
     assert [x for b in labels for x in b] == LABELS.tolist()
     assert [len(x) for x in labels] == [5, 5, 2]
 

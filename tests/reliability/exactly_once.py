@@ -43,9 +43,9 @@ __all__ = ["Case", "cases", "check_case", "check_workers_case"]
 
 def snap(batch: Any, case: Case) -> tuple:
     """One batch as plain data, after checking that its rows are the records it names."""
-    size, rows = batch.size, len(batch)
-    ords, recs, pos = batch.source_ordinals, batch.record_indices, batch.positions
-    assert batch.mask.tolist() == [True] * size + [False] * (rows - size)
+    size, rows = batch.meta.size, len(batch)
+    ords, recs, pos = batch.meta.source_ordinals, batch.meta.record_indices, batch.meta.positions
+    assert batch.meta.mask.tolist() == [True] * size + [False] * (rows - size)
     assert (ords[size:] == -1).all() and (recs[size:] == -1).all() and (pos[size:] == -1).all()
     if size:
         assert pos[:size].tolist() == list(range(pos[0], pos[0] + size))

@@ -80,8 +80,9 @@ def run(epochs: int, web_rows: int = 600, code_rows: int = 200, batch_size: int 
             positions: list[int] = []
             got: Counter = Counter()
             for batch in loader:
-                positions.extend(batch.positions.tolist())
-                got.update(zip(batch.source_ordinals.tolist(), batch.record_indices.tolist()))
+                positions.extend(batch.meta.positions.tolist())
+                got.update(zip(batch.meta.source_ordinals.tolist(),
+                               batch.meta.record_indices.tolist()))
                 out.batches += 1
             assert positions == list(range(length)), "an epoch lost or repeated positions"
             assert got == want, "an epoch holds other records than the mix"

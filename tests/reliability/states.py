@@ -50,7 +50,8 @@ def loader(kind: str = "mix", workers: int = 0) -> fl.Loader:
 
 
 def snaps(batches: Any) -> list[tuple]:
-    return [(b.positions.tolist(), b.source_ordinals.tolist(), b.i.tolist()) for b in batches]
+    return [(b.meta.positions.tolist(), b.meta.source_ordinals.tolist(), b.i.tolist())
+            for b in batches]
 
 
 def rest(loader: fl.Loader) -> list[tuple]:

@@ -236,7 +236,7 @@ def test_a_loader_keeps_the_file_open_after_the_caller_closes_its_handle(corpus)
     w = Windows(corpus, 4)
     loader = fl.Loader(w, 2)
     w.close()
-    assert sum(b.size for b in loader) == 4
+    assert sum(b.meta.size for b in loader) == 4
 
 
 def test_bad_arguments_and_indices_are_clear_errors(corpus, tmp_path):
