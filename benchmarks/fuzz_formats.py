@@ -4,7 +4,10 @@ Every case takes a valid file, damages it (random byte flips, bit flips, truncat
 appended bytes, random header field values including huge ones; for .flr also preamble
 fields and header JSON values re-sealed with correct checksums, so the checks behind the
 CRCs are reached), writes it, then opens it (and, for .flr, verifies it and reads its
-first and last rows). Outcomes:
+first and last rows). A share of the cases (``--fs-share``, 5%) also mutates the file
+system around the file: the path is a FIFO or a directory, a symlink to the file, or the
+file is truncated or overwritten in place (same inode) while a reader has it open, then
+read through that reader. Outcomes:
 
     ok           the file opened (the damage was harmless, e.g. in column padding)
     FormatError  the reader refused it, as it should
@@ -241,7 +244,7 @@ def mutate_flr(rng: random.Random, base: bytes) -> tuple[str, bytes]:
     buf = bytearray(base)
     fields = list(FLR_PRE.unpack(base[:60]))
     kind = rng.choice(["flip", "flip", "truncate", "append", "preamble", "preamble", "header",
-                       "header", "header"])
+                       "header", "header", "ndims"])
     if kind == "flip":
         flip_bytes(rng, buf, 64 + fields[4])
     elif kind == "truncate":
@@ -253,6 +256,16 @@ def mutate_flr(rng: random.Random, base: bytes) -> tuple[str, bytes]:
             fields[i] = big_value(rng, 2 ** (8 * FLR_SIZES[i]) - 1)
         pre = FLR_PRE.pack(*fields)
         buf = bytearray(pre + struct.pack("<I", zlib.crc32(pre)) + base[64:])
+    elif kind == "ndims":  # a field of many dims (a column has one more: numpy allows 64)
+        doc = json.loads(base[64:64 + fields[4]])
+        spec = rng.choice(doc["record"]["fields"])
+        spec["dims"] = spec["shape"] = [1] * rng.choice([31, 32, 62, 63, 64, 65, 100])
+        header = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        start = max(8192, -(-(64 + len(header)) // 64) * 64)
+        for c in doc["columns"]:
+            c["offset"] += start - fields[6]
+        header = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        buf = bytearray(seal_flr(header, base[fields[6]:], fields, start))
     else:  # a JSON value changed, every checksum recomputed, the columns kept in place
         doc = json.loads(base[64:64 + fields[4]])
         start = 8192
@@ -314,21 +327,91 @@ def try_nndataset(path: str) -> None:
 
 FORMATS = {"ndf": (mutate_ndf, try_ndf), "flr": (mutate_flr, try_flr),
            "nndataset": (mutate_nndataset, try_nndataset)}
+OPENERS = {"ndf": fl.ndf.open, "flr": fl.recfile.open, "nndataset": fl.nndataset.open}
+
+
+def read_through(fmt: str, f) -> None:
+    """Read every part of an open file (``try_*`` without the open)."""
+    if fmt == "ndf":
+        if len(f):
+            f.rows([0, len(f) - 1])
+    elif fmt == "flr":
+        f.verify()
+        if len(f):
+            f.getitems([0, len(f) - 1])
+    else:
+        for subset in ("train", "test"):
+            if f.info.kind != "text" or (subset == "test" and not f.info.test_docs):
+                continue
+            c = f.load_text(subset)
+            np.asarray(c.token_flow), np.asarray(c.loss_mask)
+            if len(c.token_flow) > 1 and subset == "train":
+                with fl.text.Windows(f, 4) as w:
+                    w.getitems(np.arange(len(w)))
+
+
+FS_KINDS = ["fs:fifo", "fs:directory", "fs:symlink", "fs:truncate-open", "fs:replace-open"]
+
+
+def clear(path: str) -> None:
+    """Remove whatever a file-system case left at ``path`` (a FIFO, a directory, a link)."""
+    for p in (path, path + ".target"):
+        if os.path.islink(p) or os.path.exists(p):
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.rmdir(p)
+            else:
+                os.unlink(p)
+
+
+def fs_case(fmt: str, kind: str, rng: random.Random, data: bytes, other: bytes,
+            path: str) -> None:
+    """Set up the file system case ``kind`` at ``path`` and read it as a user would."""
+    clear(path)
+    if kind == "fs:fifo":
+        os.mkfifo(path)  # a reader that opens it for reading would wait for ever
+        FORMATS[fmt][1](path)
+    elif kind == "fs:directory":
+        os.mkdir(path)
+        FORMATS[fmt][1](path)
+    elif kind == "fs:symlink":
+        with open(path + ".target", "wb") as f:
+            f.write(data)
+        os.symlink(path + ".target", path)
+        FORMATS[fmt][1](path)
+    else:
+        with open(path, "wb") as f:
+            f.write(data)
+        with OPENERS[fmt](path) as handle:
+            if kind == "fs:truncate-open":  # in place: the pages past the end are gone
+                os.truncate(path, rng.randrange(len(data) + 1))
+            else:  # another file's bytes written over this one (same inode)
+                with open(path, "r+b") as f:
+                    f.write(other[:len(data)])
+            read_through(fmt, handle)
 
 
 def run_case(fmt: str, bases: list[bytes], case_seed: int, path: str,
-             timeout: float) -> tuple[str, str, BaseException | None]:
+             timeout: float, fs_share: float = 0.05) -> tuple[str, str, BaseException | None]:
     """(outcome, mutation kind, exception) of one case."""
     rng = random.Random(case_seed)
     mutate, attempt = FORMATS[fmt]
     kind, data = mutate(rng, rng.choice(bases))
-    with open(path, "wb") as f:
-        f.write(data)
+    fs_kind = rng.choice(FS_KINDS) if rng.random() < fs_share else None
+    if fs_kind is None:
+        clear(path)
+        with open(path, "wb") as f:
+            f.write(data)
+    else:  # most of these start from a valid file: the damage is the file system's
+        data = data if rng.random() < 0.3 else rng.choice(bases)
+        kind = fs_kind
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # as in the test suite: a warning is a failure
-            attempt(path)
+            if fs_kind is None:
+                attempt(path)
+            else:
+                fs_case(fmt, fs_kind, rng, data, rng.choice(bases), path)
     except fl.FormatError as e:
         if e.path != path or e.offset is None:
             return "other", kind, AssertionError(f"FormatError without path/offset: {e}")
@@ -350,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated: ndf, flr, nndataset")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds a case may take")
     parser.add_argument("--show", type=int, default=3, help="cases printed per kind of failure")
+    parser.add_argument("--fs-share", type=float, default=0.05,
+                        help="share of cases that also mutate the file system around the file")
     parser.add_argument("--replay", type=int, default=None,
                         help="rerun one case seed (of --formats) and print its traceback")
     args = parser.parse_args(argv)
@@ -365,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.replay is not None:
             for fmt in formats:
                 outcome, kind, exc = run_case(fmt, bases[fmt], args.replay, path + "." + fmt,
-                                              args.timeout)
+                                              args.timeout, args.fs_share)
                 print(f"{fmt} case {args.replay}: {kind} -> {outcome}")
                 if exc is not None:
                     traceback.print_exception(exc)
@@ -385,7 +470,8 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.cases):
                 case_seed = args.seed * 1_000_000_007 + i
                 t = time.perf_counter()
-                outcome, kind, exc = run_case(fmt, bases[fmt], case_seed, fpath, args.timeout)
+                outcome, kind, exc = run_case(fmt, bases[fmt], case_seed, fpath, args.timeout,
+                                              args.fs_share)
                 dt = time.perf_counter() - t
                 if dt > slowest[0]:
                     slowest = (dt, case_seed)

@@ -28,10 +28,12 @@ def fuzz_formats() -> ModuleType:
     return module
 
 
-def sample(fmt: str, cases: int, seed: int, directory: Path,
-           timeout: float = 5.0) -> tuple[Counter, list[tuple[int, str, BaseException]]]:
-    """Outcomes of ``cases`` fuzz cases of ``fmt`` (the run ``--seed seed`` of the script
-    would make), and the failures as (case seed, mutation, exception);
+def sample(fmt: str, cases: int, seed: int, directory: Path, timeout: float = 5.0,
+           fs_share: float = 0.05, by_kind: Counter | None = None
+           ) -> tuple[Counter, list[tuple[int, str, BaseException]]]:
+    """Outcomes of ``cases`` fuzz cases of ``fmt`` (the run ``--seed seed --fs-share
+    fs_share`` of the script would make), and the failures as (case seed, mutation,
+    exception); ``by_kind`` (if given) counts (mutation, outcome) pairs;
     ``python benchmarks/fuzz_formats.py --replay CASE_SEED --formats FMT`` reruns one."""
     fuzz = fuzz_formats()
     bases = fuzz.make_bases(str(directory))
@@ -42,8 +44,11 @@ def sample(fmt: str, cases: int, seed: int, directory: Path,
     try:
         for i in range(cases):
             case_seed = seed * 1_000_000_007 + i
-            outcome, kind, exc = fuzz.run_case(fmt, bases[fmt], case_seed, path, timeout)
+            outcome, kind, exc = fuzz.run_case(fmt, bases[fmt], case_seed, path, timeout,
+                                               fs_share)
             counts[outcome] += 1
+            if by_kind is not None:
+                by_kind[kind, outcome] += 1
             if outcome == "other":
                 failures.append((case_seed, kind, exc))
     finally:
