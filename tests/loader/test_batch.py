@@ -279,3 +279,11 @@ def test_next_into_still_takes_the_mask_in_out_for_a_record_without_one():
     with pytest.warns(DeprecationWarning, match=r"meta=\{'mask'"):
         assert loader.next_into(out) == 1
     assert out["mask"].tolist() == [True, False]
+
+
+def test_the_modules_docstring_examples_pass():
+    import doctest
+
+    import feedline.loader._batch
+
+    assert doctest.testmod(feedline.loader._batch).failed == 0
