@@ -75,7 +75,7 @@ def _rebuilt(batch: Batch, convert: Any) -> Batch:
     """``batch`` with ``convert`` applied to its fields now and to its metadata as read."""
     fields = {name: convert(a) for name, a in _arrays(batch).items()}
     meta = batch.meta.converted(lambda a: convert(_host(a)))
-    return Batch(fields, meta.size, len(batch), 0, None, None, meta=meta)
+    return Batch.with_meta(fields, meta.size, len(batch), 0, None, None, meta=meta)
 
 
 def to_jax(batch: Batch, device: Any = None) -> Batch:
@@ -116,7 +116,8 @@ def _unflatten(aux: tuple, children: tuple) -> Batch:
     size, mask, positions, ordinals, records, lengths = children[k:]
     meta = BatchMeta.of(size=size, mask=mask, positions=positions, source_ordinals=ordinals,
                         record_indices=records, lengths=lengths)
-    return Batch(dict(zip(names, children[:k])), size, rows, 0, None, None, meta=meta)
+    return Batch.with_meta(dict(zip(names, children[:k])), size, rows, 0, None, None,
+                           meta=meta)
 
 
 jax.tree_util.register_pytree_node(Batch, _flatten, _unflatten)

@@ -150,7 +150,7 @@ def test_the_constructor_takes_the_loaders_arguments_and_metadata_is_lazy():
     assert b.meta.positions.tolist() == [10, 11, -1]
     assert b.meta.record_indices.tolist() == [5, 9, -1]
     lengths = {"T": np.array([3, 1, 0])}
-    b = fl.Batch({"x": np.ones((3, 2))}, 2, 3, 10, ords, recs, lengths=lengths)
+    b = fl.Batch.with_meta({"x": np.ones((3, 2))}, 2, 3, 10, ords, recs, lengths=lengths)
     assert list(b.meta.lengths) == ["T"] and b.meta.lengths["T"].tolist() == [3, 1, 0]
 
 

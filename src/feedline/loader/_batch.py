@@ -44,7 +44,7 @@ class BatchMeta:
     ``record_indices`` (int64, -1 on padding rows) have one entry per row;
     ``lengths`` maps each variable-length dim to an int array per row (empty for a
     record of fixed shapes). Under ``output="torch"`` the arrays are tensors on the
-    fields' device; from ``fl.jax``, ``jax.Array``\\ s.
+    fields' device; from ``fl.jax``, ``jax.Array``s.
 
     Cost: nothing until read; then one small array per attribute read (cached), and,
     for tensors, one copy to the device.
@@ -238,33 +238,43 @@ class Batch:
                  "_rows", "_size")
 
     def __init__(self, fields: dict[str, Any], size: int, rows: int, pos0: int,
-                 ordinals: np.ndarray, records: np.ndarray, *,
-                 meta: BatchMeta | None = None,
-                 lengths: Mapping[str, Any] | None = None) -> None:
+                 ordinals: np.ndarray, records: np.ndarray) -> None:
         """``fields`` (name -> array of ``rows`` rows) become the batch's attributes;
         the first ``size`` rows are the real examples, at positions ``pos0, ...`` of the
-        order, from ``ordinals``/``records`` (``size`` entries each). ``meta`` replaces
-        the metadata made from those; ``lengths`` (dim -> int array per row) is
-        ``meta.lengths`` when no ``meta`` is given."""
+        order, from ``ordinals``/``records`` (``size`` entries each)."""
+        # Six stores and a None: keyword parameters here (meta=, lengths=) cost every
+        # batch ~35 ns of ~230 (benchmarks/batch_meta.py), so they are with_meta's.
         self.__dict__ = fields
         self._size = size
         self._rows = rows
         self._pos0 = pos0
         self._ordinals = ordinals
         self._records = records
-        # One slot for the metadata, or, until it is made, the lengths to make it with:
-        # each store here costs every batch ~18 ns (a plain batch takes ~230 ns).
-        self._meta = meta or lengths
+        self._meta = None
+
+    @classmethod
+    def with_meta(cls, fields: dict[str, Any], size: int, rows: int, pos0: int,
+                  ordinals: Any, records: Any, *, meta: BatchMeta | None = None,
+                  lengths: Mapping[str, Any] | None = None) -> Batch:
+        """As ``Batch(...)``, with the metadata given (``meta``: the others then only
+        say ``size`` and ``rows``), or made now with ``lengths`` (dim -> int array per
+        row) as ``meta.lengths``."""
+        batch = cls(fields, size, rows, pos0, ordinals, records)
+        if meta is not None:
+            batch._meta = meta
+        elif lengths:
+            batch._meta = BatchMeta(size, rows, pos0, ordinals, records, lengths,
+                                    _converter_like(fields))
+        return batch
 
     @property
     def meta(self) -> BatchMeta:
         """The batch's metadata (``BatchMeta``), made on first use and kept."""
         m = self._meta
-        if isinstance(m, BatchMeta):
-            return m
-        # (positional arguments: keywords cost a batch's metadata a quarter more)
-        m = self._meta = BatchMeta(self._size, self._rows, self._pos0, self._ordinals,
-                                   self._records, m, _converter_like(self.__dict__))
+        if m is None:
+            # (positional arguments: keywords cost a batch's metadata a quarter more)
+            m = self._meta = BatchMeta(self._size, self._rows, self._pos0, self._ordinals,
+                                       self._records, None, _converter_like(self.__dict__))
         return m
 
     def __getattr__(self, name: str) -> Any:  # only reached for a name that is not set
