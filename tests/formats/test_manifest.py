@@ -309,7 +309,7 @@ def test_a_shard_symlinked_out_of_the_manifests_directory_is_refused(tmp_path):
     data.mkdir()
     paths = _flr_shards(data, sizes=(3,))
     os.symlink(secret, data / "link.flr")
-    with pytest.raises(fl.FormatError, match="leading to .*secret-0.flr") as info:
+    with pytest.raises(fl.FormatError, match=r"leading to .*secret-0\.flr") as info:
         write_manifest(data / "manifest.json", [*paths, data / "link.flr"])
     assert not (data / "manifest.json").exists()
     # a manifest written by hand, naming the link

@@ -104,7 +104,8 @@ def _verify(path: str) -> int:
                     if subset == "train" or f.info.test_docs:
                         f.load_text(subset)
         note = ("structure ok (the vocabulary record); the format carries no checksums"
-                if kind == "nnvocab" else "structure ok (the root record, every document's offset and length); not "
+                if kind == "nnvocab" else
+                "structure ok (the root record, every document's offset and length); not "
                 "checked: the tokens and masks (the format carries no checksums)")
     else:
         print(f"{path}: not a file feedline reads ({kind})", file=sys.stderr)

@@ -385,6 +385,11 @@ class RemoteFile(Handle):
     def _twin(self) -> RemoteFile:
         return RemoteFile(self.path, self.options, self._shared)
 
+    def check_intact(self) -> None:
+        """Nothing to check before a read: the cache file is this process's own, sized
+        once, and the object's version is checked at every fetch (``_Object.ensure``)."""
+        self._check()
+
     def pread(self, size: int, offset: int, what: str = "data") -> bytes:
         """Exactly ``size`` bytes at ``offset``; a ``FormatError`` past the object's end."""
         self._check_range(offset, size, what)
