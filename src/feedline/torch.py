@@ -68,6 +68,7 @@ class IterableDataset(_TorchIterable):
         self.batch_size = batch_size
         self.options = loader_options
         self._loader: Loader | None = None
+        self._made_in: tuple[int, int | None] | None = None  # (pid, torch worker id)
         self._pending_state: dict | None = None
         self._epoch: int | None = None
         # Validate the configuration now, in the calling process.
@@ -75,9 +76,15 @@ class IterableDataset(_TorchIterable):
         self._passes = _Passes()
 
     def _make(self) -> Loader:
+        info = get_worker_info()
+        here = (os.getpid(), None if info is None else info.id)
+        if self._loader is not None and self._made_in != here:
+            # A loader built in another process (the parent's, copied by a fork into a
+            # torch worker): it is not this worker's share, and its workers are not ours.
+            self._loader = None
         if self._loader is None:
             loader = Loader(self.source, self.batch_size, **self.options)
-            info = get_worker_info()
+            self._made_in = here
             if info is not None and info.num_workers > 1:
                 loader.share_batches(info.id, info.num_workers)
             if self._pending_state is not None:
@@ -101,7 +108,7 @@ class IterableDataset(_TorchIterable):
         loader = self._make()
         if self._epoch is not None:  # applied once by each copy (a persistent worker's
             # copy never sees a later set_epoch: its passes follow on by themselves)
-            upcoming = loader.epoch + 1 if loader._ended else loader.epoch
+            upcoming = loader.epoch + 1 if loader._ledger.finished() else loader.epoch
             if upcoming != self._epoch:  # a fresh worker's copy, or a jump
                 loader.reset(epoch=self._epoch)
             self._epoch = None

@@ -68,8 +68,9 @@ def check_values(batch, base: int = 0) -> None:
 @pytest.mark.parametrize("seed", [None, 0, 7])
 @pytest.mark.parametrize("shard", [None, (0, 3), (2, 3)])
 def test_one_epoch_yields_every_example_of_the_shard_exactly_once(seed, shard):
+    # Contract 2: data.nu's contiguous slice is split=(i, n); shard=(i, n) deals positions.
     n = 101
-    loader = fl.Loader(dataset(n), 8, seed=seed, shard=shard)
+    loader = fl.Loader(dataset(n), 8, seed=seed, split=shard)
     lo, hi = (0, n) if shard is None else (shard[0] * n // shard[1],
                                            (shard[0] + 1) * n // shard[1])
     got = []
@@ -209,14 +210,15 @@ def test_the_number_of_batches_is_n_over_b_rounded_down_with_drop_last_else_up(n
 
 
 @pytest.mark.parametrize("n, count", [(10, 3), (100, 7), (5, 5), (3, 1), (1000, 4)])
-def test_shards_are_data_nu_contiguous_slices_that_partition_the_items(n, count):
+def test_splits_are_data_nu_contiguous_slices_that_partition_the_items(n, count):
+    # Contract 2: data.nu's contiguous slices are split=(i, n) (shard deals positions).
     ds = dataset(n)
     sizes, seen = [], []
     for i in range(count):
-        in_order = records(fl.Loader(ds, 4, shard=(i, count)))
+        in_order = records(fl.Loader(ds, 4, split=(i, count)))
         assert in_order.tolist() == list(range(i * n // count, (i + 1) * n // count))
         # The slice is taken before shuffling.
-        shuffled = records(fl.Loader(ds, 4, seed=11, shard=(i, count)))
+        shuffled = records(fl.Loader(ds, 4, seed=11, split=(i, count)))
         assert sorted(shuffled.tolist()) == in_order.tolist()
         sizes.append(len(in_order))
         seen.extend(shuffled.tolist())
@@ -224,13 +226,13 @@ def test_shards_are_data_nu_contiguous_slices_that_partition_the_items(n, count)
     assert sorted(seen) == list(range(n))
 
 
-def test_with_more_shards_than_items_some_shards_are_empty():
+def test_with_more_splits_than_items_some_splits_are_empty():
     n, count = 3, 8
     ds = dataset(n)
     empty = 0
     seen = []
     for i in range(count):
-        loader = fl.Loader(ds, 2, seed=5, shard=(i, count))
+        loader = fl.Loader(ds, 2, seed=5, split=(i, count))
         size = (i + 1) * n // count - i * n // count
         assert len(loader) == -(-size // 2)
         if size == 0:

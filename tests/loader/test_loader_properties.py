@@ -68,7 +68,8 @@ def test_every_pass_of_every_shard_yields_its_items_once_and_the_shards_cover_al
     for i in range(count):
         lo, hi = i * n // count, (i + 1) * n // count
         size = hi - lo
-        loader = fl.Loader(ds, b, seed=seed, shard=(i, count), **tail_options(tail))
+        # Contract 2: data.nu's contiguous slice is split (shard deals the positions).
+        loader = fl.Loader(ds, b, seed=seed, split=(i, count), **tail_options(tail))
         assert len(loader) == (size // b if tail == "drop_last" else -(-size // b))
         first = one_pass(loader, b, tail)
         second = one_pass(loader, b, tail)

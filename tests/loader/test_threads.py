@@ -215,7 +215,7 @@ def test_a_batch_finished_out_of_order_is_not_lost_by_a_state_saved_meanwhile():
     ds = fl.Dataset(R, arrays(100))
     want = [b.meta.record_indices.tolist() for b in fl.Loader(ds, 10, seed=4)]
     loader = fl.Loader(ds, 10, seed=4)
-    first = loader._claim()  # a thread claims batch 0 and is still gathering it...
+    first = loader.claim()  # a thread claims batch 0 and is still gathering it...
     second = next(loader)  # ...while another thread delivers batch 1
     assert second.meta.record_indices.tolist() == want[1]
     state = loader.state_dict()
@@ -223,5 +223,5 @@ def test_a_batch_finished_out_of_order_is_not_lost_by_a_state_saved_meanwhile():
     resumed = fl.Loader(ds, 10, seed=4)
     resumed.load_state_dict(state)
     assert [b.meta.record_indices.tolist() for b in resumed] == [want[0], *want[2:]]
-    loader._mark_delivered(first[0])  # the first thread delivers batch 0 at last
+    loader._ledger.deliver(first, first.size)  # the first thread delivers batch 0 at last
     assert loader.state_dict()["batches"] == 2 and loader.state_dict()["ahead"] == []

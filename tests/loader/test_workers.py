@@ -299,8 +299,8 @@ def test_threads_that_start_a_loader_together_all_wait_for_its_workers(monkeypat
     import threading
 
     in_process = []
-    real = fl.Loader._gather
-    monkeypatch.setattr(fl.Loader, "_gather",
+    real = fl.Loader.gather
+    monkeypatch.setattr(fl.Loader, "gather",
                         lambda self, *a, **k: in_process.append(1) or real(self, *a, **k))
     ds = fl.Dataset(Rows, ItemSource(400))
     with fl.Loader(ds, 8, seed=1, workers=2) as loader:

@@ -11,7 +11,7 @@ runs it and asserts:
 - every pass holds the multiset of records an independent count model predicts, where
   the model can tell (shuffle, concat, mix, repeat, whole cycles);
 - shards ``(i, k)`` for every ``i`` are disjoint and together are exactly the pass
-  (round-robin positions for an order, data.nu's contiguous slices for a plain dataset);
+  (round-robin positions of the shuffled order, for a plain dataset too: contract 2);
 - a chain of resumes (``state_dict`` after a number of batches, through JSON, into a
   fresh loader) gives the uninterrupted stream, also for a shard;
 - a checkpoint of all shards at one step, resumed by another number of ranks (elastic
@@ -101,7 +101,7 @@ def resumed_stream(case: Case, cuts: tuple[int, ...], total: int, *,
             if state is not None:
                 loader.load_state_dict(json.loads(json.dumps(state)))
             if workers:
-                assert loader._use_pool() is not None, "the workers were not used"
+                assert loader._workers_pool() is not None, "the workers were not used"
             want = None if cut is None else max(0, min(cut, total) - len(got))
             got += take(loader, want, case, total - len(got))
             state = loader.state_dict()
@@ -147,10 +147,7 @@ def check_counts(got: list[tuple[int, int]], case: Case) -> None:
 
 
 def shard_length(case: Case, i: int, k: int) -> int:
-    n = case.length
-    if case.plain is not None:
-        return (i + 1) * n // k - i * n // k
-    return max(0, -(-(n - i) // k))
+    return max(0, -(-(case.length - i) // k))
 
 
 def check_case(case: Case) -> dict[str, int]:
@@ -193,15 +190,12 @@ def check_case(case: Case) -> dict[str, int]:
         for e, p in enumerate(passes):
             check_pass(p, sizes_i, case, True)
             got = items(p)
-            if case.plain is None:  # round-robin: shard position j is position i + j*k
-                whole_items = items(whole[e])
-                assert all(got[j] == whole_items[i + j * k] for j in range(len(got))
-                           if i + j * k < len(whole_items)), "a shard is not its positions"
-                seen.update((e, i + j * k) for j in range(len(got)))
-            else:  # data.nu's contiguous slice, taken before the shuffle
-                lo, hi = i * case.length // k, (i + 1) * case.length // k
-                assert all(lo <= r < hi for _, r in got), "a record outside its shard"
-                seen.update((e, r) for _, r in got)
+            # round-robin: shard position j is position i + j*k (of a plain dataset's
+            # shuffled order too: contract 2, shard deals; split is data.nu's slice)
+            whole_items = items(whole[e])
+            assert all(got[j] == whole_items[i + j * k] for j in range(len(got))
+                       if i + j * k < len(whole_items)), "a shard is not its positions"
+            seen.update((e, i + j * k) for j in range(len(got)))
         if i == case.resume_shard:
             flat_i = [s for p in passes for s in p]
             assert resumed_stream(case, (case.shard_cut,), len(flat_i), shard=(i, k)) == flat_i, \
@@ -212,7 +206,7 @@ def check_case(case: Case) -> dict[str, int]:
     if case.tail != "drop_last":
         assert set(seen) == {(e, p) for e in range(case.passes) for p in range(case.length)}, \
             "the shards do not cover the pass"
-    if case.plain is None and case.tail != "drop_last":
+    if case.tail != "drop_last":
         check_elastic(case, items(whole[0]))
         stats["elastic resumes"] += 1
     stats["cases"] += 1
@@ -248,8 +242,8 @@ def check_workers_case(case: Case) -> dict[str, int]:
     with case.loader(shard) as loader:
         want = [s for p in run_passes(loader, case.passes, case) for s in p]
     with case.loader(shard, workers=case.workers) as loader:
-        assert loader._use_pool() is not None, "the workers were not used"
-        segments = {s.name.lstrip("/") for s in loader._pool.slots}
+        assert loader._workers_pool() is not None, "the workers were not used"
+        segments = {s.name.lstrip("/") for s in loader._workers_pool().slots}
         got = [s for p in run_passes(loader, case.passes, case) for s in p]
     assert got == want, "workers changed the stream"
     assert resumed_stream(case, case.cuts, len(want), shard=shard, workers=case.workers) == want, \

@@ -1,4 +1,5 @@
-"""Worker pools kept for the loops over a dataset, and how a loader uses one.
+"""Worker pools kept for the loops over a dataset (a loader uses one through
+``_plan.WorkerPlan``).
 
 ShapeScript: "The workers are started once per dataset parameter and kept for the loops
 over it." So the seed's idiom ``for epoch ...: for b in ds.shuffle(seed=epoch).batches(8)``
@@ -23,17 +24,12 @@ starts its workers once, not once per epoch:
 from __future__ import annotations
 
 import os
-import sys
 import threading
-import warnings
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import WorkerError
-from ._batch import Batch
-from ._config import workers_are_set
-from ._workers import WorkerPool, examine
+from ._workers import WorkerPool
 
 # How long a loader waits for the batches a dropped holder left in flight (then the pool
 # stops and the loader starts its own).
@@ -170,160 +166,3 @@ def _forked() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
-
-
-class PoolMode:
-    """How a ``Loader`` uses worker pools (the loader provides the attributes)."""
-
-    def _use_pool(self) -> WorkerPool | None:
-        """The worker pool this loader uses, taken (or started) on first use; None:
-        batches are made in process. Decided once, under a lock: threads that call
-        next() while the pool starts wait for it rather than gather in process."""
-        if self._pool_decided and (self._pool is not None or self._pool_spec is None):
-            return self._pool
-        with self._next_lock:
-            if not self._pool_decided:
-                self._pool_spec = self._plan_pool()
-                self._pool_decided = True
-            if self._pool_spec is not None and self._pool is None:
-                self._take_pool().use_lock.release()
-        return self._pool
-
-    def _plan_pool(self) -> PoolSpec | None:
-        if self.workers == 0:
-            return None
-        if all(ds.cheap_gathers for ds in self._datasets) and self.batch_transform is None:
-            # Arrays in memory and memory-mapped files gather faster here than batches
-            # travel between processes (benchmarks/workers.py; the figures are beside the
-            # default in _config.py), and sending arrays would copy them into every worker.
-            return None
-        # With the machine's default (workers=None, no loader_workers(n)) a dataset that
-        # cannot go to workers loads here quietly; asked for workers, it says why.
-        asked = not self._workers_default or workers_are_set()
-        digest, reason = examine(self._datasets)
-        if reason is not None:
-            if asked:
-                warnings.warn(f"the loader's datasets are loaded in the calling process, not "
-                              f"in {self.workers} workers: {reason}", RuntimeWarning,
-                              stacklevel=_caller_level())
-            return None
-        transform, transform_digest = self.batch_transform, None
-        if transform is not None:
-            transform_digest, reason = examine(transform)
-            if reason is not None:
-                # The transform stays here; the workers still make the batches.
-                if asked:
-                    warnings.warn(f"batch_transform runs in the calling process: {reason}",
-                                  RuntimeWarning, stacklevel=_caller_level())
-                transform = None
-        self._transform_in_workers = transform is not None
-        return PoolSpec(self._datasets, dict(self.record.fields), self.batch_size,
-                        self.workers, self.prefetch, self.check_values, transform,
-                        self.output, None if self.device is None else str(self.device),
-                        digest, transform_digest)
-
-    def _take_pool(self) -> WorkerPool:
-        """Under ``_next_lock``: the pool to submit to, held by this loader, with its
-        ``use_lock`` held (the caller releases it). Its own, unless another loader took it
-        over between passes; a broken one raises ``WorkerError`` until a reset."""
-        pool = self._pool
-        if pool is not None:
-            pool.use_lock.acquire()
-            if pool.holder is not None and pool.holder() is self:
-                if pool.broken is not None:
-                    pool.use_lock.release()
-                    raise WorkerError(f"{pool.broken} (reset() or load_state_dict() "
-                                      "continues with new workers)")
-                return pool
-            pool.use_lock.release()
-        if self._pool_spec is None:
-            raise ValueError("the loader is closed")
-        self._pool = pool = acquire(self._pool_spec, self)
-        return pool
-
-    def _on_pool(self, fn: Callable[[WorkerPool], Any]) -> Any:
-        """``fn(pool)`` with this loader's pool held; a death stops the pool for good."""
-        pool = self._take_pool()
-        try:
-            return fn(pool)
-        except WorkerError:
-            if pool.broken is not None:
-                discard(pool)
-            raise
-        finally:
-            pool.use_lock.release()
-
-    def _next_from_pool(self, raw: bool = False) -> Any:
-        """The next batch the workers made (``raw``: before a transform in this process)."""
-        with self._next_lock:
-            start, stop, ords, recs, fields = self._on_pool(self._submit_and_take)
-            if self._transform_in_workers:
-                self._last_rows = stop - start
-                return fields  # the transform's result, made in a worker
-            size = stop - start
-            rows = self._rows_for(size)
-            fields = {n: a[:rows] for n, a in fields.items()}
-            self._last_rows = size
-        if self.output == "torch":
-            fields = self._to_torch(fields)
-        batch = Batch(fields, size, rows, start, ords, recs)
-        if self.batch_transform is not None and not raw:
-            return self.batch_transform(batch)
-        return batch
-
-    def _submit_and_take(self, pool: WorkerPool) -> tuple:
-        while pool.can_submit():
-            claim = self._claim()
-            if claim is None:
-                break
-            start, stop, ords, recs = claim
-            pool.submit(start // self.batch_size, ords, recs, self._rows_for(stop - start),
-                        start, self._seeds(start, stop - start), self._context())
-            self._inflight.append(claim)
-        if not self._inflight:
-            with self._lock:
-                self._ended = True
-                self._last_rows = 0
-            raise StopIteration
-        start, stop, ords, recs = self._inflight.popleft()
-        try:
-            fields = pool.result(start // self.batch_size)
-        finally:
-            self._passed(start)
-        return start, stop, ords, recs, fields
-
-    def _drain(self) -> None:
-        """Discard batches the workers are making ahead (before a reset or a resume);
-        after a worker died, let the next batch start new workers."""
-        if self._pool is None:
-            return
-        with self._next_lock:
-            pool = self._pool
-            if pool is not None:
-                with pool.use_lock:
-                    if (pool.holder is not None and pool.holder() is self
-                            and pool.broken is None):
-                        pool.drain()  # a worker that dies meanwhile leaves it broken
-                if pool.broken is not None:
-                    discard(pool)
-                    self._pool = None
-            self._inflight.clear()
-
-    def _release_pool(self) -> None:
-        """On close: stop the pool this loader holds."""
-        with self._next_lock:
-            pool, self._pool = self._pool, None
-            self._pool_spec, self._pool_decided = None, True
-            self._inflight.clear()
-        if pool is not None:
-            hand_back(pool, self)
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside feedline's loader (a warning points
-    at the caller's line, whichever path of the loader asked)."""
-    here = os.path.dirname(__file__)
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
-        frame, level = frame.f_back, level + 1
-    return level

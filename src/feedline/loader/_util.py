@@ -23,12 +23,16 @@ def as_dataset(src: Any) -> Dataset:
         f"arrays, or a Seq / Order over datasets, not a {type(src).__name__}")
 
 
-def check_int(name: str, value: Any, minimum: int | None = None) -> int:
+def check_int(name: str, value: Any, minimum: int | None = None,
+              maximum: int | None = None) -> int:
+    """``value`` as an int in ``[minimum, maximum]``; the error names the option."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 

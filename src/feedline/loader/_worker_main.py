@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
@@ -103,6 +104,9 @@ def main() -> None:
     from multiprocessing import resource_tracker
 
     resource_tracker.register = lambda *args, **kwargs: None
+    # A Ctrl-C in a terminal signals the whole process group: it is the loader's to
+    # handle (its batch stays in flight and is waited for again), not the workers'.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = int(sys.argv[1])
     conn = Connection(fd)
     # EOF or a broken pipe: the loader went away, and there is nothing left to do.

@@ -114,6 +114,7 @@ class WorkerPool:
                  prefetch: int, check_values: bool, transform: Any = None,
                  output: str = "numpy", device: str | None = None) -> None:
         self.holder: weakref.ref | None = None
+        self.pid = os.getpid()  # the process that owns the workers and the memory
         self.use_lock = threading.Lock()
         self.broken: str | None = None
         self.users: set[int] = set()  # ids of the live datasets it serves (see _pools)
@@ -197,6 +198,7 @@ class WorkerPool:
 
     def submit(self, batch_no: int, ords: np.ndarray, recs: np.ndarray, rows: int, start: int,
                seeds: np.ndarray | None, context: int) -> None:
+        self._check_owner()
         slot = self.free.popleft()
         w = self.workers[self._next_worker % len(self.workers)]
         self._next_worker += 1
@@ -209,15 +211,38 @@ class WorkerPool:
                 w.proc.wait(1.0)
             raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
                              "before it could be given a batch") from e
+        except BaseException:  # an interrupt before the task left: the slot stays free
+            self.free.appendleft(slot)
+            raise
         w.busy += 1
         self.pending[batch_no] = (slot, w)
 
-    def result(self, batch_no: int) -> dict[str, np.ndarray]:
-        """Wait for batch ``batch_no``; its fields copied out of the slot (freed)."""
+    def _check_owner(self) -> None:
+        """Only the process that started the workers talks to them."""
+        if self.pid != os.getpid():
+            raise WorkerError(f"this loader's workers belong to process {self.pid}, not to "
+                              f"this forked process ({os.getpid()}): reset() or "
+                              "load_state_dict() here starts workers of its own")
+
+    def result(self, batch_no: int, timeout: float | None = None) -> dict[str, np.ndarray]:
+        """Wait for batch ``batch_no``; its fields copied out of the slot (freed).
+
+        An interrupt while it waits leaves the batch pending (a later call waits for it
+        again). After ``timeout`` seconds it raises ``WorkerError`` naming the batch and
+        the worker, and the pool is broken (the worker is stuck: it is not used again).
+        """
+        self._check_owner()
+        deadline = None if timeout is None else time.monotonic() + timeout
         while batch_no not in self.done:
-            self._receive()
-        kind, value = self.done.pop(batch_no)
-        slot, _ = self.pending.pop(batch_no)
+            if deadline is not None and time.monotonic() >= deadline:
+                _, w = self.pending[batch_no]
+                raise self._dead(f"batch {batch_no} took longer than the loader's timeout of "
+                                 f"{timeout:g} s in the loader worker pid {w.proc.pid} (a map "
+                                 "function that never returns?)")
+            self._receive(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        kind, value = self.done[batch_no]
+        slot, _ = self.pending[batch_no]
+        del self.done[batch_no], self.pending[batch_no]
         if kind == "error":
             self.free.append(slot)
             payload, text = value
@@ -241,12 +266,16 @@ class WorkerPool:
         self.free.append(slot)
         return out
 
-    def _receive(self) -> None:
+    def _receive(self, limit: float | None = None) -> None:
+        if self.closed:
+            raise WorkerError("the loader was closed while its batch was being made")
         conns = [w.conn for w in self.workers if w.busy]
         if not conns:
             raise WorkerError("the loader waits for a batch no worker is making")
-        ready = wait(conns, timeout=_POLL_S)
+        ready = wait(conns, timeout=_POLL_S if limit is None else min(_POLL_S, limit))
         if not ready:
+            if self.closed:
+                raise WorkerError("the loader was closed while its batch was being made")
             for w in self.workers:
                 if not w.alive():
                     raise self._dead(f"a loader worker (pid {w.proc.pid}) "
@@ -257,6 +286,9 @@ class WorkerPool:
             try:
                 msg = conn.recv()
             except (EOFError, OSError) as e:
+                if self.closed:  # close() from another thread stopped the workers
+                    raise WorkerError("the loader was closed while its batch was being "
+                                      "made") from e
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     w.proc.wait(timeout=5)
                 raise self._dead(f"a loader worker (pid {w.proc.pid}) "

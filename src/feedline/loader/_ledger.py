@@ -1,0 +1,134 @@
+"""The loader's ledger of batches: its only mutable state, every change under one lock.
+
+A pass is a run of batch numbers ``0 .. steps`` (of this loader's share: with a share
+``(w, k)`` of the batches, number ``i`` is the pass's batch ``i * k + w``). A caller
+*claims* a number, makes the batch and then either *delivers* it (it reached the caller,
+or its error did: the batch is passed over) or *releases* it (an interrupt, a
+``KeyboardInterrupt`` or ``SystemExit`` while it was made or waited for: the caller did
+not get it, so the next claim makes it again). Every claim carries the pass's
+*generation*: a reset or a new pass starts a new generation, and what a claim of an
+older one reports afterwards changes nothing.
+
+What a state records follows from this: the batches delivered without a gap
+(``delivered``) and those delivered past the gap (``ahead``); a restore makes exactly
+the others. The end of a pass is found and recorded under the same lock as the claim
+that found it, so a thread can never end the pass another thread just started.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claimed batch: its number in the share, its generation, and the positions
+    ``start .. stop`` of the pass's order with their sources and records."""
+
+    gen: int
+    index: int
+    start: int
+    stop: int
+    ords: object
+    recs: object
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+class Ledger:
+    """Which batches of the current pass were claimed, delivered or given back."""
+
+    def __init__(self, seed: int | None, steps: int) -> None:
+        self.lock = threading.Lock()
+        self.gen = 0
+        self.seed = seed
+        self.epoch = 0
+        self.base = 0  # positions of the pass consumed before the dealing (elastic resume)
+        self.steps = steps  # batches in the pass, all shares together
+        self.share = (0, 1)
+        self.next = 0  # the next number never claimed in this pass
+        self.delivered = 0  # numbers below this were delivered
+        self.ahead: set[int] = set()  # numbers delivered past ``delivered``
+        self.redo: list[int] = []  # numbers given back, to be made again (a heap)
+        self.ended = False  # nothing is left to claim (some claims may be out)
+        self.last_rows = 0
+        self.closed = False
+
+    # -- under the lock (the caller holds ``lock``) --------------------------------------
+    @property
+    def share_steps(self) -> int:
+        w, k = self.share
+        return max(0, -(-(self.steps - w) // k))
+
+    def take_number(self) -> int | None:
+        """The next number to make (a given-back one first), or None at the end of the
+        pass, which is then recorded as ended (in this same lock acquisition)."""
+        if self.closed:
+            raise ValueError("the loader is closed")
+        if self.redo:
+            return heapq.heappop(self.redo)
+        while self.next < self.delivered or self.next in self.ahead:
+            self.next += 1  # delivered before a restore
+        if self.next >= self.share_steps:
+            self.ended = True
+            self.last_rows = 0
+            return None
+        self.next += 1
+        return self.next - 1
+
+    def untake(self, index: int) -> None:
+        """Give back a number whose positions could not be looked up (nothing claimed)."""
+        heapq.heappush(self.redo, index)
+        self.ended = False
+
+    def new_generation(self) -> None:
+        self.gen += 1
+        self.next = 0
+        self.delivered = 0
+        self.ahead.clear()
+        self.redo.clear()
+        self.ended = False
+
+    # -- transitions (each takes the lock) -------------------------------------------------
+    def deliver(self, claim: Claim, rows: int | None) -> None:
+        """``claim`` reached the caller (``rows``: its real rows), or its error did
+        (``rows`` None: passed over). A claim of an older generation changes nothing."""
+        with self.lock:
+            if claim.gen != self.gen:
+                return
+            if rows is not None:
+                self.last_rows = rows
+            i = claim.index
+            if i == self.delivered:
+                self.delivered += 1
+                while self.delivered in self.ahead:
+                    self.ahead.remove(self.delivered)
+                    self.delivered += 1
+            elif i > self.delivered:
+                self.ahead.add(i)
+
+    def release(self, claim: Claim) -> None:
+        """``claim`` did not reach the caller (an interrupt): it is made again."""
+        with self.lock:
+            if claim.gen == self.gen and claim.index not in self.redo:
+                heapq.heappush(self.redo, claim.index)
+                self.ended = False
+
+    def start_pass_if_ended(self, steps: int) -> bool:
+        """After a finished pass, the next, of ``steps`` batches (True when one started)."""
+        with self.lock:
+            if not self.ended or self.redo:
+                return False
+            self.epoch += 1
+            self.base = 0
+            self.steps = steps
+            self.new_generation()
+            return True
+
+    def finished(self) -> bool:
+        """The pass ended and every claim of it was delivered."""
+        return self.ended and not self.redo and self.delivered >= self.next

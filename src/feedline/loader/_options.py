@@ -1,0 +1,147 @@
+"""A loader's options, as data: one frozen dataclass, checked once, one meaning each.
+
+=====================  ====================================================================
+option                 meaning (the same for every kind of source)
+=====================  ====================================================================
+``batch_size``         examples per batch (``n`` in ShapeScript's ``batches(n)``)
+``seed``               the seed of the order's shuffles: a plain source's records are
+                       shuffled with it (``None`` or ``<= 0``: in order, data.nu's rule);
+                       a ``Seq``'s shuffles are reseeded by it (the order seed)
+``shard``              ``(index, count)`` or ``"auto"``: the pass's positions dealt
+                       round-robin to ranks, after shuffling (``"auto"``: this process's
+                       rank in torch.distributed, torchrun or JAX)
+``split``              ``(index, count)``: data.nu's contiguous slice
+                       ``[index*n//count, (index+1)*n//count)`` of the positions, taken
+                       before shuffling (so a plain source is shuffled within its slice)
+``even``               with ``shard``: every rank takes the same number of steps (the
+                       short ranks' last batch padded with masked examples)
+``drop_last`` ``pad``  the last partial batch dropped, or padded to ``batch_size`` with
+                       masked rows (data.nu's words); without either it is kept short
+``workers``            worker processes for batches that need Python (``None``: the
+                       process-wide ``fl.loader_workers()``); plain gathers stay here
+``prefetch``           batches made ahead per worker, at most 64
+``device``             a torch device: batches (and in-memory datasets) go there
+``output``             ``"numpy"`` or ``"torch"`` (implied by ``device``)
+``check_values``       check every example's domains as it loads
+``batch_transform``    a function of each ``Batch``; its result is what iteration yields
+``timeout``            seconds a worker may take over one batch before a ``WorkerError``
+                       naming the batch and the worker (``None``: no limit)
+=====================  ====================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._config import default_workers
+from ._ranks import detect_rank
+from ._util import check_int
+
+# A state records the seed as a JSON integer: int64 for negative seeds, uint64 for the rest.
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
+# Slots of shared memory per worker: more only holds memory, the workers stay as busy.
+MAX_PREFETCH = 64
+
+
+def _pair(name: str, value: Any) -> tuple[int, int]:
+    if not (isinstance(value, tuple) and len(value) == 2):
+        raise ValueError(f"{name} is (index, count), got {value!r}")
+    index = check_int(f"{name} index", value[0], 0)
+    count = check_int(f"{name} count", value[1], 1)
+    if index >= count:
+        raise ValueError(f"{name} index must be < count, got {index} of {count}")
+    return index, count
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderOptions:
+    """A loader's options (``loader.options``), checked when it is built. ``shard`` is
+    resolved: ``"auto"`` becomes this process's ``(rank, ranks)``."""
+
+    batch_size: int
+    seed: int | None = None
+    shard: tuple[int, int] | None = None
+    auto_shard: bool = False
+    split: tuple[int, int] | None = None
+    even: bool = False
+    drop_last: bool = False
+    pad: bool = False
+    workers: int = 0
+    workers_default: bool = False
+    prefetch: int = 2
+    device: Any = None
+    output: Literal["numpy", "torch"] = "numpy"
+    check_values: bool = False
+    batch_transform: Callable[[Any], Any] | None = None
+    timeout: float | None = None
+
+    @classmethod
+    def make(cls, batch_size: int, *, seed: int | None = None,
+             shard: tuple[int, int] | Literal["auto"] | None = None,
+             split: tuple[int, int] | None = None, even: bool = False,
+             drop_last: bool = False, pad: bool = False, workers: int | None = None,
+             prefetch: int = 2, device: Any = None,
+             output: Literal["numpy", "torch"] = "numpy", check_values: bool = False,
+             batch_transform: Callable[[Any], Any] | None = None,
+             timeout: float | None = None) -> LoaderOptions:
+        """The options of ``Loader(source, batch_size, **options)``, checked; every error
+        names its option."""
+        batch_size = check_int("batch_size", batch_size, 1)
+        if seed is not None:
+            seed = check_int("seed", seed, SEED_MIN, SEED_MAX)
+        auto = False
+        if shard == "auto":
+            shard, auto = detect_rank(), True
+        elif shard is not None:
+            shard = _pair("shard", shard)
+        if split is not None:
+            split = _pair("split", split)
+            if shard is not None and not auto:
+                raise ValueError("shard and split exclude each other: shard deals the "
+                                 "positions to ranks, split slices them")
+            if auto:  # fl.torch's default shard="auto" gives way to a split
+                shard, auto = None, False
+        if drop_last and pad:
+            raise ValueError("drop_last and pad exclude each other: the last partial batch is "
+                             "either dropped or padded")
+        # None: fl.loader_workers(), else min(4, usable CPUs) (ShapeScript's default; the
+        # measurement behind it is beside _config._DEFAULT_MAX). Workers start only for
+        # datasets that need Python per batch (see _plan).
+        workers_default = workers is None
+        workers = default_workers() if workers is None else check_int("workers", workers, 0)
+        prefetch = check_int("prefetch", prefetch, 1, MAX_PREFETCH)
+        if output not in ("numpy", "torch"):
+            raise ValueError(f"output must be 'numpy' or 'torch', got {output!r}")
+        if device is not None:
+            output = "torch"
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError(f"batch_transform must be callable, got "
+                            f"{type(batch_transform).__name__}")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise TypeError(f"timeout must be a number of seconds, got "
+                                f"{type(timeout).__name__}")
+            if not (timeout > 0 and math.isfinite(timeout)):
+                raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
+            timeout = float(timeout)
+        return cls(batch_size=batch_size, seed=seed, shard=shard, auto_shard=auto,
+                   split=split, even=bool(even), drop_last=bool(drop_last), pad=bool(pad),
+                   workers=workers, workers_default=workers_default, prefetch=prefetch,
+                   device=device, output=output, check_values=bool(check_values),
+                   batch_transform=batch_transform, timeout=timeout)
+
+    @property
+    def padded(self) -> bool:
+        """Every batch has ``batch_size`` rows (``pad``, or even steps across ranks)."""
+        return self.pad or (self.even and self.shard is not None)
+
+    def stream(self) -> dict[str, Any]:
+        """The options that decide which examples a state's batches hold (they are
+        recorded in a state and must match when it loads; the rank and the number of
+        ranks may change, see ``_state``)."""
+        return {"batch_size": self.batch_size, "drop_last": self.drop_last, "pad": self.pad,
+                "even": self.even, "split": list(self.split) if self.split else None,
+                "sharded": self.shard is not None}

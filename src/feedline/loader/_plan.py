@@ -1,0 +1,380 @@
+"""How a loader makes its batches: one plan, chosen when the loader is built.
+
+=================  ========================================================================
+plan               when
+=================  ========================================================================
+``PlainPlan``      one dataset whose batch is nothing but a gather from arrays in memory or
+                   a memory map (no map, no check, no padding, numpy out): one claim and
+                   one ``take`` per field, in the calling thread
+``DevicePlan``     torch output, datasets in memory: the columns live on the device and a
+                   batch is one ``index_select`` per field there
+``WorkerPlan``     batches that need Python (maps, item-by-item sources, batch transforms)
+                   with ``workers > 0``: worker processes make them ahead, into shared
+                   memory (``_workers``), from pools kept for the loops over a dataset
+                   (``_pools``)
+``LocalPlan``      everything else: read, map, collate and deliver in the calling thread
+=================  ========================================================================
+
+Every plan claims from the loader's ledger and reports back to it (``Loader.deliver``):
+a batch is delivered when it reaches the caller, passed over when its error does, and
+made again when an interrupt (or a worker's death) keeps it from the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections import deque
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import WorkerError
+from . import _into
+from ._batch import Batch
+from ._config import workers_are_set
+from ._device import DeviceColumns
+from ._pools import PoolSpec, acquire, discard, hand_back
+from ._util import to_torch
+from ._workers import WorkerPool, examine
+
+
+class LocalPlan:
+    """Read, map, collate and deliver in the calling thread."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def next(self) -> Any:
+        loader = self.loader
+        claim = loader.claim()
+        if claim is None:
+            raise StopIteration
+        return loader.deliver(claim, loader.make)
+
+    def next_into(self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray],
+                  padded: bool) -> int:
+        loader = self.loader
+        claim = loader.claim()
+        if claim is None:
+            return 0
+        loader.deliver(claim, lambda c: self._fill(c, out))
+        return _into.finish(loader, claim, out, meta, padded)
+
+    def _fill(self, claim: Any, out: Mapping[str, np.ndarray]) -> None:
+        """Write the claim's rows into ``out``'s first rows."""
+        loader = self.loader
+        loader.gather(claim, claim.size, out={n: out[n] for n in loader.record.fields})
+
+    def new_pass(self) -> None:
+        pass
+
+    def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class PlainPlan(LocalPlan):
+    """The fastest sources' path: one claim and one take per field, nothing else. The
+    dataset's columns are read at each batch (``refresh`` may replace them)."""
+
+    def __init__(self, loader: Any, dataset: Any) -> None:
+        super().__init__(loader)
+        self.dataset = dataset
+
+    def _cols(self) -> dict[str, np.ndarray] | None:
+        ds = self.dataset
+        return ds._columns if ds._columns is not None else ds._mapped_columns
+
+    def next(self) -> Any:
+        loader = self.loader
+        claim = loader.claim()
+        if claim is None:
+            raise StopIteration
+        return loader.deliver(claim, self._take)
+
+    def _take(self, claim: Any) -> Batch:
+        cols = self._cols()
+        recs = claim.recs
+        if cols:
+            fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
+        else:
+            fields = self.loader.gather(claim, claim.size)
+        return Batch(fields, claim.size, claim.size, claim.start, claim.ords, recs)
+
+    def _fill(self, claim: Any, out: Mapping[str, np.ndarray]) -> None:
+        cols = self._cols()
+        if not cols:
+            return super()._fill(claim, out)
+        # the order's records are in range: "clip" spares numpy a buffered copy
+        for n, col in cols.items():
+            np.take(col, claim.recs, axis=0, out=out[n][:claim.size], mode="clip")
+        return None
+
+
+class DevicePlan(LocalPlan):
+    """The datasets' columns on the device; a batch is gathered there."""
+
+    def __init__(self, loader: Any) -> None:
+        super().__init__(loader)
+        self._device: DeviceColumns | None = None
+        self._lock = threading.Lock()
+
+    def columns(self) -> DeviceColumns:
+        if self._device is None:
+            with self._lock:
+                if self._device is None:
+                    loader = self.loader
+                    if loader.options.check_values:
+                        for ds in loader._datasets:
+                            ds.check_values()
+                    self._device = DeviceColumns(loader._datasets, dict(loader.record.fields),
+                                                 loader.options.device)
+        return self._device
+
+    def next(self) -> Any:
+        loader = self.loader
+        claim = loader.claim()
+        if claim is None:
+            raise StopIteration
+
+        def make(c: Any) -> Any:
+            rows = loader.rows_for(c.size)
+            fields = self.columns().gather(c.ords, c.recs, rows)
+            return loader.finish(Batch(fields, c.size, rows, c.start, c.ords, c.recs))
+
+        return loader.deliver(claim, make)
+
+
+class WorkerPlan:
+    """Worker processes make the batches ahead; a pool is taken (or started) on first
+    use. If the datasets cannot go to workers (a lambda, something of ``__main__``), the
+    batches are made here (``LocalPlan``), with a warning when workers were asked for."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.local = LocalPlan(loader)
+        self.spec: PoolSpec | None = None
+        self.decided = False
+        self.pool: WorkerPool | None = None
+        self.transform_in_workers = False
+        self.inflight: deque = deque()
+        self.lock = threading.Lock()  # one thread submits and waits at a time
+
+    # -- the pool -----------------------------------------------------------------------
+    def _decide(self) -> PoolSpec | None:
+        loader = self.loader
+        opts = loader.options
+        asked = not opts.workers_default or workers_are_set()
+        digest, reason = examine(loader._datasets)
+        if reason is not None:
+            if asked:
+                warnings.warn(f"the loader's datasets are loaded in the calling process, not "
+                              f"in {opts.workers} workers: {reason}", RuntimeWarning,
+                              stacklevel=_caller_level())
+            return None
+        transform, transform_digest = opts.batch_transform, None
+        if transform is not None:
+            transform_digest, reason = examine(transform)
+            if reason is not None:
+                # The transform stays here; the workers still make the batches.
+                if asked:
+                    warnings.warn(f"batch_transform runs in the calling process: {reason}",
+                                  RuntimeWarning, stacklevel=_caller_level())
+                transform = None
+        self.transform_in_workers = transform is not None
+        return PoolSpec(loader._datasets, dict(loader.record.fields), opts.batch_size,
+                        opts.workers, opts.prefetch, opts.check_values, transform,
+                        opts.output, None if opts.device is None else str(opts.device),
+                        digest, transform_digest)
+
+    def _spec(self) -> PoolSpec | None:
+        if not self.decided:
+            with self.lock:
+                if not self.decided:
+                    self.spec = self._decide()
+                    self.decided = True
+        return self.spec
+
+    def _take_pool(self) -> WorkerPool:
+        """Under ``lock``: the pool to submit to, held by this loader, its ``use_lock``
+        held (the caller releases it). Its own, unless another loader took it over between
+        passes, or this process is a fork of the one that started it; a broken one
+        raises ``WorkerError`` until a reset."""
+        pool = self.pool
+        if pool is not None:
+            pool.use_lock.acquire()
+            if pool.holder is not None and pool.holder() is self.loader:
+                if pool.broken is not None:
+                    pool.use_lock.release()
+                    raise WorkerError(f"{pool.broken} (reset() or load_state_dict() "
+                                      "continues with new workers)")
+                return pool
+            pool.use_lock.release()
+        if self.spec is None:
+            raise ValueError("the loader is closed")
+        self.pool = pool = acquire(self.spec, self.loader)
+        return pool
+
+    def started(self) -> WorkerPool | None:
+        """The pool this plan uses, taken (or started) now; None when batches are made in
+        this process (for tests and diagnostics)."""
+        if self._spec() is None:
+            return None
+        with self.lock:
+            self._take_pool().use_lock.release()
+        return self.pool
+
+    # -- batches --------------------------------------------------------------------------
+    def _batch_no(self, claim: Any) -> int:
+        return claim.start // self.loader.options.batch_size
+
+    def _take(self) -> tuple[Any, Any]:
+        """Under ``lock``: submit while slots are free, then the next batch in flight:
+        ``(claim, fields)``. An interrupt while it waits leaves the batch in flight (the
+        next call waits for it again); a worker's death or a timeout gives back every
+        batch in flight to the ledger (they are made again after a reset)."""
+        loader = self.loader
+        led = loader._ledger
+        pool = self._take_pool()
+        try:
+            while pool.can_submit():
+                claim = loader.claim()
+                if claim is None:
+                    break
+                try:
+                    pool.submit(self._batch_no(claim), claim.ords, claim.recs,
+                                loader.rows_for(claim.size), claim.start,
+                                loader.positions(claim), loader.context())
+                except BaseException:
+                    led.release(claim)
+                    raise
+                self.inflight.append(claim)
+            if not self.inflight:
+                raise StopIteration
+            claim = self.inflight[0]
+            try:
+                fields = pool.result(self._batch_no(claim), loader.options.timeout)
+            except WorkerError:
+                for c in self.inflight:
+                    led.release(c)
+                self.inflight.clear()
+                if pool.broken is not None:
+                    discard(pool)
+                raise
+            except Exception:  # the batch's own error (a map function's): passed over
+                self.inflight.popleft()
+                led.deliver(claim, None)
+                raise
+            self.inflight.popleft()
+            return claim, fields
+        finally:
+            pool.use_lock.release()
+
+    def next(self, raw: bool = False) -> Any:
+        if self._spec() is None:
+            return self.local.next()
+        loader = self.loader
+        with self.lock:
+            claim, fields = self._take()
+        if self.transform_in_workers and not raw:
+            loader._ledger.deliver(claim, claim.size)
+            return fields  # the transform's result, made in a worker
+        rows = loader.rows_for(claim.size)
+
+        def finish(c: Any) -> Any:
+            out = {n: a[:rows] for n, a in fields.items()}
+            if loader.options.output == "torch":
+                out = to_torch(out, loader.options.device)
+            batch = Batch(out, c.size, rows, c.start, c.ords, c.recs)
+            return batch if raw else loader.finish(batch)
+
+        return loader.deliver(claim, finish)
+
+    def next_into(self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray],
+                  padded: bool) -> int:
+        if self._spec() is None:
+            return self.local.next_into(out, meta, padded)
+        if self.transform_in_workers:
+            if self.inflight:
+                raise ValueError("next_into fills arrays with the records' fields, and this "
+                                 "loader's workers have made batches ahead through its "
+                                 "batch_transform: iterate it, or use next_into from the "
+                                 "start of a pass")
+            return self.local.next_into(out, meta, padded)
+        try:
+            batch = self.next(raw=True)
+        except StopIteration:
+            return 0
+        rows, size = len(batch), batch._size
+        for n in self.loader.record.fields:
+            a = batch[n]
+            out[n][:rows] = a.cpu().numpy() if hasattr(a, "cpu") else a
+        _into.fill_meta(meta, size, rows, batch._pos0, batch._ordinals, batch._records)
+        return rows if padded else size
+
+    def new_pass(self) -> None:
+        pass
+
+    def drain(self) -> None:
+        """Discard batches the workers are making ahead (before a reset or a resume);
+        after a worker died, let the next batch start new workers."""
+        if self.pool is None:
+            self.inflight.clear()
+            return
+        with self.lock:
+            pool = self.pool
+            if pool is not None:
+                with pool.use_lock:
+                    if (pool.holder is not None and pool.holder() is self.loader
+                            and pool.broken is None):
+                        pool.drain()  # a worker that dies meanwhile leaves it broken
+                if pool.broken is not None:
+                    discard(pool)
+                    self.pool = None
+            self.inflight.clear()
+
+    def close(self) -> None:
+        """Stop the pool this loader holds."""
+        with self.lock:
+            pool, self.pool = self.pool, None
+            self.spec, self.decided = None, True
+            self.inflight.clear()
+        if pool is not None:
+            hand_back(pool, self.loader)
+
+
+def choose_plan(loader: Any) -> Any:
+    """The plan of ``loader``, from its options and datasets."""
+    opts = loader.options
+    datasets = loader._datasets
+    cheap = all(ds.cheap_gathers for ds in datasets) and opts.batch_transform is None
+    if opts.workers > 0 and not cheap:
+        # Arrays in memory and memory-mapped files gather faster here than batches
+        # travel between processes (benchmarks/workers.py; the figures are beside the
+        # default in _config.py), and sending arrays would copy them into every worker.
+        return WorkerPlan(loader)
+    if (opts.output == "torch" and all(ds.in_memory and not ds.mapped for ds in datasets)
+            and DeviceColumns.fits(datasets, opts.device)):
+        return DevicePlan(loader)
+    ds = datasets[0] if len(datasets) == 1 else None
+    if (ds is not None and not ds.mapped and not opts.check_values and opts.output == "numpy"
+            and opts.batch_transform is None and not opts.padded
+            and (ds.columns is not None or ds._mapped_columns)):
+        return PlainPlan(loader, ds)
+    return LocalPlan(loader)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside feedline's loader (a warning points
+    at the caller's line, whichever path of the loader asked)."""
+    here = os.path.dirname(__file__)
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
+        frame, level = frame.f_back, level + 1
+    return level
