@@ -14,7 +14,7 @@ from .errors import (
     WorkerError,
 )
 from .formats import ndf, nndataset, recfile
-from .loader import Batch, Loader, loader_workers
+from .loader import Batch, BatchMeta, Loader, LoaderOptions, loader_workers
 from .order import (
     MAX_DEPTH,
     ORDERING_VERSION,
@@ -35,6 +35,7 @@ __all__ = [
     "MAX_DEPTH",
     "ORDERING_VERSION",
     "Batch",
+    "BatchMeta",
     "BoundsError",
     "Cursor",
     "Dataset",
@@ -45,6 +46,7 @@ __all__ = [
     "Index",
     "Item",
     "Loader",
+    "LoaderOptions",
     "Mask",
     "Order",
     "OrderError",
