@@ -299,3 +299,17 @@ def test_token_ids_up_to_2_63_minus_1_read_into_windows(tmp_path, path_kind):
     with Windows(path, 2) as w:
         assert w[0]["input_ids"].tolist() == [2**63 - 1, 0]
         assert w[0]["targets"].tolist() == [0, 2**63 - 1]
+
+
+def test_only_windows_that_read_a_big_token_id_are_refused(tmp_path, path_kind):
+    # ids are checked by blocks of the flow, read once; a block holding a big id is
+    # checked batch by batch, so only the windows that read it fail
+    flow = list(range(3 * _windows._ID_BLOCK))
+    flow[100] = 2**63
+    path = write_corpus(tmp_path / "one.nndataset", [flow[:5000], flow[5000:]])
+    with Windows(path, 64) as w:
+        assert w.getitems([50])["input_ids"][0, 0] == 50 * 64  # same block, no big id
+        with pytest.raises(fl.FormatError, match=r"train document 0 \(doc_id 1\)"):
+            w.getitems([1, 2])
+        w.getitems(np.arange(3, len(w)))  # every other window reads
+        assert w._id_clean == len(w._id_blocks) - 1

@@ -37,6 +37,10 @@ from ..order import _kernels
 from ..records import Record, make_record
 
 _FIELDS = ("input_ids", "targets", "loss_mask", "doc_ids", "position_ids")
+# Token ids are checked to fit int64 once per block of this many flow tokens (a block
+# read once, about 0.2 ms), not in every batch: after one pass a batch costs nothing.
+_ID_BLOCK = 1 << 16
+_UNCHECKED, _CLEAN, _BIG = 0, 1, 2
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -118,6 +122,9 @@ class Windows:
             per_doc = np.where(counts >= 2, -(-(counts - 1) // self.stride), 0)
             self._win_cum = np.concatenate(([0], np.cumsum(per_doc))).astype(np.int64)
             self._n = int(self._win_cum[-1])
+        # per block of the flow: unchecked, clean, or holding an id of 2**63 or more
+        self._id_blocks = np.zeros(-(-self.num_tokens // _ID_BLOCK), dtype=np.uint8)
+        self._id_clean = 0  # blocks found clean; all of them: nothing left to check
 
     # -- the source protocol -----------------------------------------------------------
     def __len__(self) -> int:
@@ -161,14 +168,40 @@ class Windows:
                 self._fill(local, a, b, batch)
         else:
             self._fill(u8, a, b, batch)
-        if rows:
-            self._check_ids(a, batch)
+        if rows and self._id_clean < len(self._id_blocks):
+            self._check_ids(a, b, batch, isinstance(u8, np.ndarray))
         return batch
 
-    def _check_ids(self, a: np.ndarray, batch: dict[str, np.ndarray]) -> None:
+    def _check_ids(self, a: np.ndarray, b: np.ndarray, batch: dict[str, np.ndarray],
+                   local: bool) -> None:
         """Token ids are u64 in the file, int64 in a window: one of 2**63 or more would
-        read as negative. Each window's inputs after the first are its targets shifted,
-        so the targets and the first inputs hold every token read (padding is >= 0)."""
+        read as negative. A local file is checked by blocks of the flow, each read once
+        (the windows' blocks all clean: nothing more to do); a remote one, or a block
+        holding such an id, by the batch itself."""
+        if local:
+            lo, hi = a // _ID_BLOCK, (b - 1) // _ID_BLOCK
+            span = int((hi - lo).max())
+            blocks = np.concatenate((lo, hi)) if span <= 1 else np.concatenate(
+                [np.arange(x, y + 1) for x, y in zip(lo.tolist(), hi.tolist())])
+            state = self._id_blocks[blocks]
+            if (state == _CLEAN).all():
+                return
+            for k in np.unique(blocks[state == _UNCHECKED]).tolist():
+                self._check_block(k)
+            if not (self._id_blocks[blocks] == _BIG).any():
+                return
+        self._check_batch(a, batch)
+
+    def _check_block(self, k: int) -> None:
+        flow = self._ds.load_text(self.subset).token_flow
+        tokens = flow[k * _ID_BLOCK:min(self.num_tokens, (k + 1) * _ID_BLOCK)]
+        big = len(tokens) and int(tokens.max()) >= 1 << 63
+        self._id_blocks[k] = _BIG if big else _CLEAN
+        self._id_clean += not big
+
+    def _check_batch(self, a: np.ndarray, batch: dict[str, np.ndarray]) -> None:
+        """Each window's inputs after the first are its targets shifted, so the targets
+        and the first inputs hold every token read (padding is >= 0)."""
         tgt, first = batch["targets"], batch["input_ids"][:, 0]
         if int(tgt.min()) >= 0 and int(first.min()) >= 0:
             return
