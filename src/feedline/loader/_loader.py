@@ -55,23 +55,6 @@ from ._util import as_dataset, to_torch
 _BLOCK = 1 << 16
 
 
-class _Pass:
-    """Iteration over a loader: ``iter(loader)``. It has no ``close``, so a generator
-    around it (``yield from loader``) that is dropped part-way never closes the loader;
-    ``Loader.close()`` does."""
-
-    __slots__ = ("_loader",)
-
-    def __init__(self, loader: Loader) -> None:
-        self._loader = loader
-
-    def __iter__(self) -> _Pass:
-        return self
-
-    def __next__(self) -> Any:
-        return self._loader._next()
-
-
 class Loader:
     """Batches of typed examples from a dataset, a ``Seq`` or an ``Order``.
 
@@ -95,6 +78,7 @@ class Loader:
                                   check_values=check_values, batch_transform=batch_transform,
                                   timeout=timeout)
         self.options = opts
+        self._b = opts.batch_size
         self._own_dataset = False
         if isinstance(source, Order):
             self._plain: Dataset | None = None
@@ -250,21 +234,20 @@ class Loader:
                 raise
 
     def _claim_positions(self, index: int) -> Claim:
+        """Under the ledger's lock: the positions of batch ``index`` of this share. The
+        block of the order they come from is the pass's (a new pass, a reset or a
+        restore drops it)."""
         led = self._ledger
         w, k = led.share
-        step = index * k + w
-        b = self.options.batch_size
-        start = step * b
+        b = self._b
+        start = (index * k + w) * b
         block = self._block  # (first position, ordinals, records, pass length, end)
-        order = self._pass_order()
-        if block is not None and block[3] != order.length:
-            block = None
-        stop = min(start + b, order.length)
+        stop = min(start + b, block[3] if block is not None else self._pass_order().length)
         if start >= stop:  # an all-padding step of a short rank (even=True)
             empty = np.zeros(0, dtype=np.int64)
             return Claim(led.gen, index, start, start, empty, empty)
         if block is None or not block[0] <= start or stop > block[4]:
-            block = self._fetch(order, start)
+            block = self._fetch(self._pass_order(), start)
         offset = block[0]
         return Claim(led.gen, index, start, stop, block[1][start - offset:stop - offset],
                      block[2][start - offset:stop - offset])
@@ -377,12 +360,11 @@ class Loader:
             self._block = None
             self._ahead = None
             self._plan.new_pass()
-        return _Pass(self)
+        # The plan is the iterator: it has no close(), so a generator around the loader
+        # (yield from loader) that is dropped part-way never closes the loader.
+        return self._plan
 
     def __next__(self) -> Any:
-        return self._next()
-
-    def _next(self) -> Any:
         return self._plan.next()
 
     def next_into(self, out: Mapping[str, np.ndarray], *,
@@ -471,7 +453,7 @@ class Loader:
         """Stop the workers this loader holds and release its share of its sources; later
         use raises ValueError. (A loader whose pass ended and that is dropped without
         ``close`` leaves its workers to the next loader over the same datasets.)"""
-        self._plan.close()
+        self._plan.shutdown()
         led = self._ledger
         with led.lock:
             if self._own_dataset and self._plain is not None and not led.closed:

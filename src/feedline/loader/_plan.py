@@ -15,6 +15,10 @@ plan               when
 ``LocalPlan``      everything else: read, map, collate and deliver in the calling thread
 =================  ========================================================================
 
+A plan is also what ``iter(loader)`` returns: an iterator with no ``close`` (so a
+generator around it that is dropped part-way never closes the loader), whose
+``__next__`` is its ``next``: nothing stands between a ``for`` loop and the plan.
+
 Every plan claims from the loader's ledger and reports back to it (``Loader.deliver``):
 a batch is delivered when it reaches the caller, passed over when its error does, and
 made again when an interrupt (or a worker's death) keeps it from the caller.
@@ -48,6 +52,12 @@ class LocalPlan:
     def __init__(self, loader: Any) -> None:
         self.loader = loader
 
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        return self.next()
+
     def next(self) -> Any:
         loader = self.loader
         claim = loader.claim()
@@ -75,7 +85,7 @@ class LocalPlan:
     def drain(self) -> None:
         pass
 
-    def close(self) -> None:
+    def shutdown(self) -> None:
         pass
 
 
@@ -92,20 +102,37 @@ class PlainPlan(LocalPlan):
         return ds._columns if ds._columns is not None else ds._mapped_columns
 
     def next(self) -> Any:
+        # The hottest path of all: the claim and the ledger's report are written out here
+        # (each call left out is a tenth of a microsecond, at tens of thousands a second).
         loader = self.loader
-        claim = loader.claim()
-        if claim is None:
-            raise StopIteration
-        return loader.deliver(claim, self._take)
+        led = loader._ledger
+        with led.lock:
+            index = led.take_number()
+            if index is None:
+                raise StopIteration
+            try:
+                claim = loader._claim_positions(index)
+            except BaseException:
+                led.untake(index)  # the order raised: nothing is claimed
+                raise
+        try:
+            cols = self._cols()
+            recs = claim.recs
+            if cols:
+                fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
+            else:
+                fields = loader.gather(claim, claim.size)
+        except Exception:
+            led.deliver(claim, None)
+            raise
+        except BaseException:
+            led.release(claim)
+            raise
+        size = claim.stop - claim.start
+        led.deliver(claim, size)
+        return Batch(fields, size, size, claim.start, claim.ords, recs)
 
-    def _take(self, claim: Any) -> Batch:
-        cols = self._cols()
-        recs = claim.recs
-        if cols:
-            fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
-        else:
-            fields = self.loader.gather(claim, claim.size)
-        return Batch(fields, claim.size, claim.size, claim.start, claim.ords, recs)
+    __next__ = next
 
     def _fill(self, claim: Any, out: Mapping[str, np.ndarray]) -> None:
         cols = self._cols()
@@ -165,6 +192,12 @@ class WorkerPlan:
         self.transform_in_workers = False
         self.inflight: deque = deque()
         self.lock = threading.Lock()  # one thread submits and waits at a time
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        return self.next()
 
     # -- the pool -----------------------------------------------------------------------
     def _decide(self) -> PoolSpec | None:
@@ -339,8 +372,8 @@ class WorkerPlan:
                     self.pool = None
             self.inflight.clear()
 
-    def close(self) -> None:
-        """Stop the pool this loader holds."""
+    def shutdown(self) -> None:
+        """Stop the pool this loader holds (the loader closes)."""
         with self.lock:
             pool, self.pool = self.pool, None
             self.spec, self.decided = None, True
