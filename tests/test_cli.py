@@ -17,6 +17,8 @@ def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_pat
     )
     assert "the resumed stream equals the uninterrupted one: True" in out.stdout
     assert "each exactly once" in out.stdout
+    assert "(2 of them, in one pass)" in out.stdout
+    assert "1,500 of 1,500 records delivered exactly once" in out.stdout
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
     assert summary["resumed_identical"] is True
     assert summary["accuracy"] > 0.7
