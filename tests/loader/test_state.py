@@ -1,0 +1,83 @@
+"""The state stage (``_state``): pure functions of a ledger's values, its options and the
+pass's geometry; the elastic rebase is a function of (state, ranks)."""
+
+from __future__ import annotations
+
+import pytest
+
+import feedline as fl
+from feedline.loader import _state
+from feedline.loader._ledger import Ledger
+
+
+def geometry(n: int, b: int, shard=None, even=False, drop_last=False) -> _state.Geometry:
+    def order_len(base: int) -> int:
+        rest = n - base
+        if shard is None:
+            return rest
+        i, k = shard
+        return max(0, -(-(rest - i) // k))
+
+    return _state.Geometry(b, drop_last, even, shard, n if shard else -1, order_len)
+
+
+@pytest.mark.parametrize(("n", "b", "drop_last", "want"), [
+    (10, 3, False, 4), (10, 3, True, 3), (9, 3, False, 3), (0, 3, False, 0),
+])
+def test_the_steps_of_a_pass_follow_the_batch_size_and_the_tail(n, b, drop_last, want):
+    assert geometry(n, b, drop_last=drop_last).steps() == want
+
+
+def test_even_ranks_take_the_steps_of_the_longest_and_drop_last_those_of_the_shortest():
+    # 1,025 rows, batches of 16, 2 ranks: 513 and 512 positions
+    assert geometry(1025, 16, (1, 2), even=True).steps() == 33
+    assert geometry(1025, 16, (1, 2)).steps() == 32
+    assert geometry(1025, 16, (1, 2), even=True, drop_last=True).steps() == 32
+    # rank 0 of another number of ranks: the one with the most positions
+    assert geometry(1025, 16, (1, 2)).steps(world=3) == 22
+
+
+def _state_of(n=100, b=10, seed=3, delivered=4, ahead=(), ended=False, shard=None):
+    led = Ledger(seed, geometry(n, b, shard).steps())
+    led.delivered, led.next, led.ahead, led.ended = delivered, delivered + len(ahead), \
+        set(ahead), ended
+    opts = {"batch_size": b, "drop_last": False, "pad": False, "even": False, "split": None,
+            "sharded": shard is not None}
+    return _state.to_dict(led, "f" * 64, opts, shard[1] if shard else None), opts
+
+
+def test_a_state_parses_back_to_the_ledger_it_came_from():
+    state, opts = _state_of(delivered=4, ahead=(6,))
+    got = _state.parse(state, "f" * 64, opts, geometry(100, 10), (0, 1))
+    assert (got.seed, got.epoch, got.base, got.steps, got.batches, got.ahead, got.ended) == \
+        (3, 0, 0, 10, 4, (6,), False)
+
+
+def test_a_refusal_names_every_option_that_differs():
+    state, opts = _state_of()
+    with pytest.raises(fl.StateError) as info:
+        _state.parse(state, "f" * 64, {**opts, "batch_size": 20, "pad": True},
+                     geometry(100, 20), (0, 1))
+    assert "batch_size 10 saved, 20 here" in str(info.value)
+    assert "pad false saved, true here" in str(info.value)
+
+
+def test_a_state_of_another_order_names_what_may_differ():
+    state, opts = _state_of()
+    with pytest.raises(fl.StateError, match="order, its sources"):
+        _state.parse(state, "e" * 64, opts, geometry(100, 10), (0, 1))
+
+
+def test_an_elastic_rebase_is_a_function_of_the_state_and_the_ranks():
+    # 2 ranks delivered 3 batches of 10 each: 60 positions of the pass are consumed
+    state, opts = _state_of(n=1000, b=10, delivered=3, shard=(0, 2))
+    for k in (1, 3, 4):
+        got = _state.parse(state, "f" * 64, opts, geometry(1000, 10, (0, k)), (0, 1))
+        assert (got.base, got.batches) == (60, 0)
+        assert got.steps == geometry(1000, 10, (0, k)).steps(60)
+
+
+def test_a_change_of_ranks_with_batches_out_of_order_is_refused():
+    state, opts = _state_of(n=1000, b=10, delivered=3, ahead=(5,), shard=(0, 2))
+    with pytest.raises(fl.StateError, match="out of order"):
+        _state.parse(state, "f" * 64, opts, geometry(1000, 10, (0, 3)), (0, 1))
