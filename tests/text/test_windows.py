@@ -301,12 +301,15 @@ def test_token_ids_up_to_2_63_minus_1_read_into_windows(tmp_path, path_kind):
         assert w[0]["targets"].tolist() == [0, 2**63 - 1]
 
 
-def test_only_windows_that_read_a_big_token_id_are_refused(tmp_path, path_kind):
+@pytest.mark.parametrize("masks", [False, True])
+def test_only_windows_that_read_a_big_token_id_are_refused(tmp_path, path_kind, masks):
     # ids are checked by blocks of the flow, read once; a block holding a big id is
     # checked batch by batch, so only the windows that read it fail
     flow = list(range(3 * _windows._ID_BLOCK))
     flow[100] = 2**63
-    path = write_corpus(tmp_path / "one.nndataset", [flow[:5000], flow[5000:]])
+    docs = [flow[:5000], flow[5000:]]
+    path = write_corpus(tmp_path / "one.nndataset", docs,
+                        [[1] * len(d) for d in docs] if masks else None)
     with Windows(path, 64) as w:
         assert w.getitems([50])["input_ids"][0, 0] == 50 * 64  # same block, no big id
         with pytest.raises(fl.FormatError, match=r"train document 0 \(doc_id 1\)"):

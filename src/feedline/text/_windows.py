@@ -37,8 +37,9 @@ from ..order import _kernels
 from ..records import Record, make_record
 
 _FIELDS = ("input_ids", "targets", "loss_mask", "doc_ids", "position_ids")
-# Token ids are checked to fit int64 once per block of this many flow tokens (a block
-# read once, about 0.2 ms), not in every batch: after one pass a batch costs nothing.
+# Token ids are checked to fit int64 once per block of this many flow tokens (the high
+# byte of each read in place, once), not in every batch: after one pass a batch costs
+# one comparison.
 _ID_BLOCK = 1 << 16
 _UNCHECKED, _CLEAN, _BIG = 0, 1, 2
 
@@ -193,9 +194,19 @@ class Windows:
         self._check_batch(a, batch)
 
     def _check_block(self, k: int) -> None:
-        flow = self._ds.load_text(self.subset).token_flow
-        tokens = flow[k * _ID_BLOCK:min(self.num_tokens, (k + 1) * _ID_BLOCK)]
-        big = len(tokens) and int(tokens.max()) >= 1 << 63
+        """Whether the documents holding flow block ``k`` have an id of 2**63 or more:
+        the high byte of each token (little-endian u64) read in place, no copy."""
+        lay, u8 = self._layout, self._ds._u8
+        lo, hi = k * _ID_BLOCK, min(self.num_tokens, (k + 1) * _ID_BLOCK)
+        d0 = int(np.searchsorted(lay.cum, lo, "right")) - 1
+        d1 = int(np.searchsorted(lay.cum, hi - 1, "right")) - 1
+        if not lay.has_mask:  # documents back to back: [count][tokens], all on 8 bytes
+            # (a count's high byte is 0: no file holds 2**56 tokens)
+            top = u8[int(lay.tok_start[d0]) + 7:int(lay.offsets[d1 + 1]):8]
+            big = bool(top.size) and int(top.max()) >= 0x80
+        else:  # a mask section between documents: each document's tokens on their own
+            big = any(int(u8[t + 7:t + 8 * n:8].max()) >= 0x80 for t, n in zip(
+                lay.tok_start[d0:d1 + 1].tolist(), lay.counts[d0:d1 + 1].tolist()) if n)
         self._id_blocks[k] = _BIG if big else _CLEAN
         self._id_clean += not big
 
