@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 _lock = threading.Lock()
-_state: dict[str, object] = {}
+_state: dict[str, Any] = {}
 _local = threading.local()
 
 
@@ -105,7 +106,7 @@ def warm_up() -> float:
     t = time.perf_counter()
     if get() is None:
         return 0.0
-    parts = [
+    parts: list[Seq | tuple[Seq, Schedule]] = [
         Seq.source(5000).shuffle(1),
         (Seq.source(3000).shuffle(2), Schedule.ramp(0.1, 0.3)),
         Seq.source(2000),

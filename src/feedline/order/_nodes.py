@@ -206,7 +206,7 @@ class Mix(Node):
     def __post_init__(self) -> None:
         # Parts that are a source or a shuffle of a source are located together, one
         # vectorised pass for all of them, instead of one pass per part.
-        flat = []
+        flat: list[tuple[int, Shuffle | None, Leaf]] = []
         for i, p in enumerate(self.parts):
             if isinstance(p, Leaf):
                 flat.append((i, None, p))
@@ -246,20 +246,24 @@ class Mix(Node):
 
     def _state_at(self, first: int, cache: dict) -> MixState:
         """The walk state at position ``first``: continued from the cache, or a seek."""
+        plan = self.plan
+        assert plan is not None  # compile always gives a mix its plan
         state = cache.get(id(self))
         if state is None or not (state.pos <= first <= state.pos + _WALK_GAP):
-            state = self.plan.seek(first)
+            state = plan.seek(first)
         elif state.pos < first:
-            self.plan.walk(state, first - state.pos)
+            plan.walk(state, first - state.pos)
         return state
 
     def _walk_range(self, first: int, count: int, cache: dict):
         """(part, j) of the ``count`` positions from ``first`` on."""
+        plan = self.plan
+        assert plan is not None  # compile always gives a mix its plan
         state = self._state_at(first, cache)
         parts, js = [], []
         done = 0
         while done < count:
-            p_, j_ = self.plan.walk(state, min(_WALK_BLOCK * 4, count - done))
+            p_, j_ = plan.walk(state, min(_WALK_BLOCK * 4, count - done))
             parts.append(p_)
             js.append(j_)
             done += len(p_)

@@ -92,7 +92,7 @@ class Schedule:
         return cls.trapezoid(0.0, 0.0, at, at)
 
     @classmethod
-    def fade(cls, fade: float, off: float) -> Schedule:  # type: ignore[override]
+    def fade(cls, fade: float, off: float) -> Schedule:
         """Constant rate until ``fade``, then falling linearly to zero at ``off``."""
         return cls.trapezoid(0.0, 0.0, fade, off)
 
@@ -268,6 +268,15 @@ class ScheduleTable:
     """
 
     _COLS = ("x0", "x1", "r0", "r1", "share", "c", "inv_r0", "inv_2c")
+    # the columns of ``_COLS``, each a ``(parts, segments)`` view set in ``__init__``
+    x0: np.ndarray
+    x1: np.ndarray
+    r0: np.ndarray
+    r1: np.ndarray
+    share: np.ndarray
+    c: np.ndarray
+    inv_r0: np.ndarray
+    inv_2c: np.ndarray
 
     def __init__(self, schedules: list[Schedule]) -> None:
         uniform = np.array([s.is_uniform for s in schedules], dtype=bool)

@@ -277,6 +277,7 @@ class Seq:
                 return Seq.source(fn(self.args[0].obj))
             except Exception as e:  # the caller's resolver: any failure is reported
                 from ._compile import render_path
+                assert root is not None  # try_map_sources passes the root with wrap
                 raise OrderError(
                     OrderErrorKind.NOT_A_SOURCE,
                     f"source {ordinal} ({self.args[0]!r}) could not be mapped: {e}",
@@ -361,7 +362,7 @@ def _as_seq(x: object) -> Seq:
     if isinstance(x, Seq):
         return x
     if hasattr(x, "to_seq"):
-        return x.to_seq()  # type: ignore[no-any-return]
+        return x.to_seq()
     return Seq.source(x)
 
 
