@@ -21,7 +21,7 @@ import keyword
 import linecache
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar
@@ -149,7 +149,8 @@ class _Namespace(dict):
 
 class _RecordMeta(type):
     @classmethod
-    def __prepare__(mcs, name, bases, **kwargs):
+    def __prepare__(mcs, name: str, bases: tuple[type, ...], /,
+                    **kwargs: Any) -> MutableMapping[str, object]:
         return _Namespace()
 
     def __new__(mcs, name, bases, namespace, **kwargs):
@@ -168,6 +169,9 @@ class Record(metaclass=_RecordMeta):
 
     fields: ClassVar[Mapping[str, Field]] = MappingProxyType({})
     dims: ClassVar[Mapping[str, int]] = MappingProxyType({})
+    # set (never defaulted) on the classes built from data, in ``_schema``
+    _built_at_run_time: ClassVar[bool]
+    _where: ClassVar[str]
 
     def __init_subclass__(cls, dims: Mapping[str, int] | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copyreg
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -14,9 +14,10 @@ from ._domain import domain_from_dict
 from ._record import Record, _FieldSpec, _Namespace, _RecordMeta
 
 
-def _reduce_record(cls: type) -> Any:
+def _reduce_record(meta: _RecordMeta) -> Any:
     """Pickle a record class by reference when it is importable, else by its schema (for
     records built at run time: from arrays, from a file's header)."""
+    cls = cast("type[Record]", meta)
     if getattr(cls, "_built_at_run_time", False):
         # The fields' ``where`` travels beside the schema (a file format, which has none).
         wheres = {f.name: f.where for f in cls.fields.values()}
@@ -80,7 +81,8 @@ def _from_schema(schema: Mapping[str, Any], where: str,
     name = str(schema["name"])
     if not name.isidentifier():
         raise RecordError(f"{where}: record name {name!r} is not an identifier")
-    cls = _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {})))
+    cls = cast("type[Record]",
+               _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {}))))
     for fname, stored in stored_shapes.items():
         field_ = cls.fields[fname]
         if not _is_shape(stored, field_.shape):
@@ -96,7 +98,7 @@ def _is_dim(d: Any) -> bool:
     """A dim name or an int >= 0 (not a bool, not a float such as 2.7 or Infinity)."""
     if isinstance(d, str):
         return True
-    return isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0
+    return isinstance(d, (int, np.integer)) and not isinstance(d, bool) and bool(d >= 0)
 
 
 def _is_shape(stored: Any, shape: tuple[int, ...]) -> bool:
@@ -122,7 +124,7 @@ def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
         namespace[fname] = _FieldSpec(tuple(shape), dtype, None, None, f"<{name}>")
     if doc:
         namespace["__doc__"] = doc
-    cls = _RecordMeta(_identifier(name), (Record,), namespace)
+    cls = cast("type[Record]", _RecordMeta(_identifier(name), (Record,), namespace))
     cls._built_at_run_time = True
     cls._where = f"<{name}>"
     return cls
