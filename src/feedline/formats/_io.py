@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import FormatError
 
@@ -96,7 +97,7 @@ def remove_stale_scratch(path: str | os.PathLike[str]) -> list[str]:
     """Remove the scratch files that killed writers of ``path`` left; returns them."""
     path = os.fspath(path)
     directory, prefix = _scratch_prefix(path)
-    removed = []
+    removed: list[str] = []
     try:
         names = [n for n in os.listdir(directory) if n.startswith(prefix)
                  and n.endswith((".tmp", ".spool"))]
@@ -286,6 +287,16 @@ class Handle(abc.ABC):
                               f"{self._what} has {self._shared.size}", self.path, offset)
 
     @abc.abstractmethod
+    def pread(self, size: int, offset: int, what: str = "data") -> bytes:
+        """Exactly ``size`` bytes at ``offset``; a ``FormatError`` if the file is shorter."""
+
+    @abc.abstractmethod
+    def array(self, dtype: npt.DTypeLike, offset: int, count: int,
+              shape: tuple[int, ...] | None = None) -> Any:
+        """``count`` items of ``dtype`` at ``offset``: a numpy view, or an array read on
+        demand (a remote file's ``RemoteArray``)."""
+
+    @abc.abstractmethod
     def check_intact(self) -> None:
         """Before reading through the memory map: a ``FormatError`` if the file is shorter
         than when it was opened (truncated in place), where touching the pages past its
@@ -345,7 +356,7 @@ class SharedFile(Handle):
                               self.path, offset)
         return data
 
-    def array(self, dtype: np.dtype | str, offset: int, count: int,
+    def array(self, dtype: npt.DTypeLike, offset: int, count: int,
               shape: tuple[int, ...] | None = None) -> np.ndarray:
         """A read-only numpy view of ``count`` items of ``dtype`` at ``offset`` (no copy)."""
         dtype = np.dtype(dtype)
@@ -424,9 +435,9 @@ class OpenFile:
     """
 
     path: str
-    _file: SharedFile
+    _file: Handle
 
-    def __init__(self, path: Any, _file: SharedFile | None = None) -> None:
+    def __init__(self, path: Any, _file: Handle | None = None) -> None:
         self._file = _file if _file is not None else open_shared(path)
         self.path = self._file.path
         try:

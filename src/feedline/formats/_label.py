@@ -73,7 +73,7 @@ def _check_label(data: Any, size: int, path: Any) -> bytes:
     return magic
 
 
-def _parse_vocab_file(data: Any, size: int, path: Any) -> dict[str, Any]:
+def _parse_vocab_file(data: Any, size: int, path: Any) -> dict[str | bytes, Any]:
     fields, end = kvrec.decode_fields(data, LABEL_SIZE, LABEL_SIZE, path)
     if end != size:
         raise FormatError(f"the vocabulary record ends at byte {end}, the file has {size} "
@@ -81,7 +81,8 @@ def _parse_vocab_file(data: Any, size: int, path: Any) -> dict[str, Any]:
     return kvrec.to_dict(fields)
 
 
-def parse_nnvocab(data: bytes, path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+def parse_nnvocab(data: bytes,
+                  path: str | os.PathLike[str] | None = None) -> dict[str | bytes, Any]:
     """The vocabulary record of ``.nnvocab`` bytes (``path`` only names them in errors).
 
     Checks the label (``NNVC``, version 1), the record, and that it ends the data.

@@ -271,8 +271,9 @@ def _write_to(f: Any, build: Build, label: bool) -> None:
                 buf.clear()
                 _write_all(f, tokens)
             else:
-                buf += memoryview(tokens).cast("B")
+                buf += memoryview(tokens).cast("B")  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
             if has_mask:
+                assert masks is not None  # checked: one mask per document
                 buf += _mask_bytes(masks[i], len(tokens), f"{subset}_masks[{i}]").tobytes()
             if len(buf) >= _FLUSH:
                 _write_all(f, buf)

@@ -56,6 +56,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import FormatError
 from ._io import Handle, SharedFlock, open_private, private_directory
@@ -182,8 +183,8 @@ class _Object:
         # per block: 0 = absent, else the fetch tick (a global counter) for eviction
         self.index = np.frombuffer(self._index_map, dtype=np.uint64)
         self._data_map = mmap.mmap(self.data_fd, self.size) if self.size else None
-        self.data = (np.frombuffer(self._data_map, dtype=np.uint8) if self.size
-                     else np.zeros(0, np.uint8))
+        self.data = (np.frombuffer(self._data_map, dtype=np.uint8)
+                     if self._data_map is not None else np.zeros(0, np.uint8))
         self._base = base
 
     @contextlib.contextmanager
@@ -316,6 +317,7 @@ class _Object:
             order = held[np.argsort(self.index[held], kind="stable")]
             drop = order[: max(0, len(held) - max(1, limit * 3 // 4))]
             self.index[drop] = 0
+            assert self._data_map is not None  # blocks were fetched: the object is not empty
             for b in drop.tolist():
                 a = b * self.block
                 with contextlib.suppress(OSError):  # a file system without holes
@@ -346,7 +348,7 @@ class _Object:
             last = self.shares == 0
         if not last:
             return
-        self.index = self.data = None
+        self.index = self.data = None  # type: ignore[assignment]  # closed: _local checks
         for m in (self._index_map, self._data_map):
             if m is not None:
                 with contextlib.suppress(BufferError):
@@ -398,7 +400,7 @@ class RemoteFile(Handle):
             obj.ensure(obj.blocks_of(np.array([offset], dtype=np.int64), size))
             return bytes(obj.data[offset:offset + size])
 
-    def array(self, dtype: np.dtype | str, offset: int, count: int,
+    def array(self, dtype: npt.DTypeLike, offset: int, count: int,
               shape: tuple[int, ...] | None = None) -> RemoteArray:
         """``count`` items of ``dtype`` at ``offset``, read on demand (a ``RemoteArray``)."""
         dtype = np.dtype(dtype)
@@ -475,7 +477,8 @@ class RemoteArray:
         rows = np.clip(flat, 0, n - 1) if mode == "clip" else np.where(flat < 0, flat + n, flat)
         with self._obj.reading():
             self._fetch_rows(rows)
-            return np.take(self._local(), idx, axis=0, out=out, mode=mode)
+            # numpy's overloads cannot take an ``out`` that may be None, nor a str mode
+            return np.take(self._local(), idx, axis=0, out=out, mode=mode)  # type: ignore[call-overload]
 
     def __getitem__(self, key: Any) -> Any:
         first, rest = (key[0], key[1:]) if isinstance(key, tuple) and key else (key, ())
@@ -502,7 +505,8 @@ class RemoteArray:
                     raise IndexError(f"index out of range for {n} rows")
                 self._fetch_rows(idx.reshape(-1))
                 first = idx
-            return np.array(self._local()[(first, *rest)])
+            key = (first, *rest)  # (mypy reads ``a[(x, *y)]`` as 3.11's ``a[x, *y]``)
+            return np.array(self._local()[key])
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -81,8 +81,8 @@ def _source(path: str) -> tuple[type[Record], dict[str, Any], int, Any]:
         rows = f._rows
         return f.record, {"x": rows[:, : f.d], "y": rows[:, f.d:]}, len(f), f
     if kind == "flr":
-        f = recfile.open(path)
-        return f.record, f.columns, len(f), f
+        rf = recfile.open(path)
+        return rf.record, rf.columns, len(rf), rf
     if kind == "npy":
         arr = np.load(path, mmap_mode="r")
         if arr.ndim == 0:
@@ -119,7 +119,9 @@ class _NpzColumn:
 
     def __init__(self, path: str, member: str) -> None:
         self.path, self.member = path, member
-        self._zip = self._file = None
+        self._zip: zipfile.ZipFile | None = None
+        self._file: IO[bytes] | None = None
+        self._whole: np.ndarray | None = None
         self._pos = 0
         self._open()
         self.shape, self.dtype = self._shape, self._dtype
@@ -172,6 +174,7 @@ class _NpzColumn:
         return np.frombuffer(data, dtype=self.dtype).reshape(stop - start, *self.shape[1:])
 
     def _read(self, nbytes: int) -> bytes:
+        assert self._file is not None  # open from __init__ on
         data = self._file.read(nbytes)
         if len(data) != nbytes:
             raise ValueError(f"{self.path}: array {self.member[:-4]!r} ends before its "

@@ -445,9 +445,9 @@ def decode_fields(buf: Any, offset: int = 0, base: int | None = None,
     return _decode(r, offset, 0)
 
 
-def to_dict(fields: list[Field]) -> dict[str, Any]:
+def to_dict(fields: list[Field]) -> dict[str | bytes, Any]:
     """The dict of ``fields``: the first field of each key wins; Records become dicts."""
-    out: dict[str, Any] = {}
+    out: dict[str | bytes, Any] = {}
     for f in fields:
         if f.key not in out:
             out[f.key] = to_dict(f.value) if f.type == RECORD else f.value
@@ -455,7 +455,7 @@ def to_dict(fields: list[Field]) -> dict[str, Any]:
 
 
 def decode(buf: Any, offset: int = 0, base: int | None = None,
-           path: Any = None) -> tuple[dict[str, Any], int]:
+           path: Any = None) -> tuple[dict[str | bytes, Any], int]:
     """The record at ``buf[offset:]`` as a dict, and the buffer position past its end.
 
     Arguments as in :func:`decode_fields`. Of duplicate keys the first is kept;

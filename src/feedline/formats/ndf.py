@@ -113,7 +113,7 @@ def write_rows(path: str | os.PathLike[str], n: int, d: int, l: int,  # noqa: E7
             if x.shape != (len(x), d) or y.shape != (len(x), l):
                 raise ShapeError(f"fl.ndf: a chunk of x {x.shape} and y {y.shape} is not rows "
                                  f"of d = {d} and l = {l} values")
-            f.write(memoryview(np.concatenate((x, y), axis=1).astype("<f8", copy=False)))
+            f.write(memoryview(np.concatenate((x, y), axis=1).astype("<f8", copy=False)))  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+
             written += len(x)
         if written != n:
             raise ShapeError(f"fl.ndf: {written} rows were given, the header says {n}")
@@ -127,9 +127,9 @@ def _numbers(values: Any, name: str) -> np.ndarray:
         bad = [v for v in a.flat if isinstance(v, (str, bytes))
                or not isinstance(v, numbers.Real)][:1]
         if bad:
-            bad = bad[0]
+            first = bad[0]
             raise ShapeError(f"fl.ndf.save: {name} must hold numbers (bool, int or float), "
-                             f"found {bad!r} ({type(bad).__name__})")
+                             f"found {first!r} ({type(first).__name__})")
     elif a.dtype.kind not in "biuf":
         raise ShapeError(f"fl.ndf.save: {name} must hold numbers (bool, int or float), found "
                          f"dtype {a.dtype} ({a.dtype.kind!r} values, e.g. strings or complex)")

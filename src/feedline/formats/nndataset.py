@@ -45,7 +45,7 @@ import numpy as np
 from ..errors import BoundsError, FormatError
 from . import kvrec
 from ._corpus import LazyColumn, TextCorpus, TextDoc, _Subset
-from ._io import OpenFile, SharedFile, open_shared
+from ._io import Handle, OpenFile, open_shared
 from ._label import DATASET_MAGIC as MAGIC
 from ._label import (
     LABEL_SIZE,
@@ -203,13 +203,13 @@ def _decode_root(u8: Any, size: int, path: str) -> tuple[list[kvrec.Field], int]
             n = min(size, 4 * n)
 
 
-def _parse(file: SharedFile, u8: np.ndarray) -> tuple[Info, dict[str, _Layout]]:
+def _parse(file: Handle, u8: Any) -> tuple[Info, dict[str, _Layout]]:
     path, size = file.path, file.size
     magic = _check_label(file.pread(min(size, LABEL_SIZE), 0, "the file label"), size, path)
     if magic == VOCAB_MAGIC:
         # the record must end the file, so all of it is read: from a remote object, at once
-        vocab = _parse_vocab_file(u8 if isinstance(u8, np.ndarray) else u8[:], size, path)
-        return Info("vocab", 0, 0, False, "all", None, None, None, None, None, None, vocab), {}
+        record = _parse_vocab_file(u8 if isinstance(u8, np.ndarray) else u8[:], size, path)
+        return Info("vocab", 0, 0, False, "all", None, None, None, None, None, None, record), {}
     fields, end = _decode_root(u8, size, path)
     companion = kvrec.lookup(fields, "companion", kvrec.RECORD)
     if companion is None:
@@ -222,6 +222,7 @@ def _parse(file: SharedFile, u8: np.ndarray) -> tuple[Info, dict[str, _Layout]]:
     scope = kvrec.lookup(gen, "loss_scope", kvrec.STR) if gen is not None else None
     loss_scope = "all" if scope is None else scope.value
     if loss_scope not in LOSS_SCOPES:
+        assert scope is not None  # the default, "all", is a scope
         raise FormatError(f"gen.loss_scope: expected 'all' or 'assistant', found "
                           f"{loss_scope!r}", path, scope.offset)
     kind = _lookup_value(fields, "kind", kvrec.UINT)
@@ -266,7 +267,7 @@ class Nndataset(OpenFile):
     up; pickling reopens by path. Usable as a context manager.
     """
 
-    def __init__(self, path: str | os.PathLike[str], _file: SharedFile | None = None,
+    def __init__(self, path: str | os.PathLike[str], _file: Handle | None = None,
                  _parsed: tuple[Info, dict[str, _Layout]] | None = None) -> None:
         self._file = _file if _file is not None else open_shared(path)
         self.path = self._file.path
@@ -280,7 +281,7 @@ class Nndataset(OpenFile):
             raise
 
     @property
-    def vocab(self) -> dict[str, Any]:
+    def vocab(self) -> dict[str | bytes, Any]:
         """The vocabulary record (``companion.vocab``), opaque to the dataset layer."""
         return self.info.vocab
 
@@ -324,9 +325,11 @@ class Nndataset(OpenFile):
             raise BoundsError(f"document {int(i)} is outside the {subset} subset's {n_docs}")
         i = int(i)
         n, t = int(lay.counts[i]), int(lay.tok_start[i])
-        tokens = self._u8[t:t + 8 * n].view("<u8")
+        u8 = self._u8
+        assert u8 is not None  # _layout refuses a closed dataset
+        tokens = u8[t:t + 8 * n].view("<u8")
         if lay.has_mask:
-            mask = self._u8[t + 8 * n:t + 9 * n] != 0
+            mask = u8[t + 8 * n:t + 9 * n] != 0
         else:
             mask = np.ones(n, dtype=bool)
         return TextDoc(i + 1, tokens, mask)

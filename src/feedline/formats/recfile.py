@@ -83,7 +83,7 @@ def _align(x: int) -> int:
 
 def _raw(a: np.ndarray) -> memoryview:
     """A C-contiguous array's bytes (also for arrays with a 0 in their shape)."""
-    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
 
 
 def _crc(buf: Any, crc: int = 0) -> int:
@@ -100,7 +100,7 @@ def _le(dtype: np.dtype) -> np.dtype:
 def _layout(record: type[Record], n: int, crcs: list[int]) -> tuple[bytes, list[dict], int]:
     """The header JSON and column table for ``n`` rows; returns (header, columns, end)."""
     fields = list(record.fields.values())
-    columns = [{"field": f.name, "kind": "fixed", "offset": 0,
+    columns: list[dict[str, Any]] = [{"field": f.name, "kind": "fixed", "offset": 0,
                 "length": n * _le(f.dtype).itemsize * math.prod(f.shape),
                 "crc32": crc} for f, crc in zip(fields, crcs)]
     # The header's size depends on the offsets it records: settle them by iteration.
@@ -327,7 +327,7 @@ class RecFile(OpenFile):
             if c.get("kind") != "fixed":
                 raise self._fail(f"column `{f.name}` is of kind {c.get('kind')!r}; this feedline "
                                  f"reads fixed-shape columns only", h_off)
-            off, length, crc = c.get("offset"), c.get("length"), c.get("crc32")
+            off, length, crc = c["offset"], c["length"], c["crc32"]  # all keys: checked above
             if not all(_is_int(v) and v >= 0 for v in (off, length, crc)):
                 raise self._fail(f"column `{f.name}` has a malformed offset, length or crc32",
                                  h_off)
@@ -430,7 +430,7 @@ class RecFile(OpenFile):
             got = 0
             for a in range(0, length, _SLICE):  # slices: a remote column is fetched in parts
                 self._check_open()
-                got = zlib.crc32(np.ascontiguousarray(column[a:a + _SLICE]), got)
+                got = zlib.crc32(np.ascontiguousarray(column[a:a + _SLICE]), got)  # type: ignore[arg-type]  # numpy: buffer typed for 3.12+
             if got != crc:
                 raise self._fail(f"column `{name}` checksum {got:#010x} does not match the "
                                  f"stored {crc:#010x}", off)
