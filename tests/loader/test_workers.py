@@ -103,6 +103,23 @@ def test_a_worker_exception_reaches_the_caller_with_its_traceback():
     assert "__getitem__" in notes
 
 
+def test_a_worker_exception_gets_its_note_where_exceptions_have_no_add_note():
+    # Python 3.10's exceptions have no add_note (calling it raised an AttributeError
+    # instead of the worker's exception); the note goes to __notes__ by hand there.
+    from feedline.loader._workers import _add_note
+
+    class Old(KeyError):
+        add_note = None
+
+    exc = Old("item 17")
+    exc.__notes__ = ["an earlier note"]
+    _add_note(exc, "raised in a loader worker:\ntraceback text")
+    assert exc.__notes__ == ["an earlier note", "raised in a loader worker:\ntraceback text"]
+    plain = KeyError("item 17")
+    _add_note(plain, "raised in a loader worker")
+    assert plain.__notes__ == ["raised in a loader worker"]
+
+
 def own_segments(loader) -> set[str]:
     """The loader's shared-memory segments (other processes may create their own)."""
     return {s.name.lstrip("/") for s in loader._pool.slots}

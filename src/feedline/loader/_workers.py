@@ -251,7 +251,7 @@ class WorkerPool:
                 with contextlib.suppress(Exception):
                     exc = pickle.loads(payload)
             if isinstance(exc, BaseException):
-                exc.add_note(f"raised in a loader worker:\n{text}")
+                _add_note(exc, f"raised in a loader worker:\n{text}")
                 raise exc
             raise WorkerError(f"a loader worker raised:\n{text}")
         if kind == "result":  # a batch transform's result, pickled by the worker
@@ -331,6 +331,17 @@ class WorkerPool:
         stop or unlink them from here."""
         self._finalizer.detach()
         self.broken = "the pool belongs to the parent process"
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``, also on Python 3.10, which has no ``add_note``: there the
+    note is appended to ``__notes__`` by hand (where the ``exceptiongroup`` backport's
+    traceback printing finds it)."""
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
 
 
 def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:
