@@ -58,8 +58,10 @@ class Manifest:
         self.datasets: tuple[Dataset, ...] = ()
         self._windows: list[Windows] = []
         if info.format == "flr":
+            record = info.record
+            assert record is not None  # an .flr manifest's record, checked when it was read
             try:
-                self.datasets = tuple(Dataset(info.record, h, name=s.name)
+                self.datasets = tuple(Dataset(record, h, name=s.name)
                                       for h, s in zip(self.handles, info.shards))
             except BaseException:
                 for h in self.handles:

@@ -60,6 +60,9 @@ class BatchMeta:
     # object.__setattr__ cost 1.1 us, this one a third of that).
     __slots__ = ("_base", "_convert", "_lengths", "_mask", "_positions", "_record_indices",
                  "_size", "_source_ordinals")
+    # (rows, pos0, ordinals, records); the metadata converted; None when given (``of``)
+    _base: tuple[int, int, np.ndarray, np.ndarray] | BatchMeta | None
+    _lengths: Mapping[str, Any]
 
     def __init__(self, size: int, rows: int, pos0: int, ordinals: np.ndarray,
                  records: np.ndarray, lengths: Mapping[str, Any] | None = None,
@@ -122,6 +125,7 @@ class BatchMeta:
         if isinstance(base, BatchMeta):
             value = getattr(base, name)
         else:
+            assert base is not None  # metadata made by ``of`` has every value set
             rows, pos0, ordinals, records = base
             size = self._size
             if name == "mask":
@@ -250,7 +254,7 @@ class Batch:
         self._pos0 = pos0
         self._ordinals = ordinals
         self._records = records
-        self._meta = None
+        self._meta: BatchMeta | None = None
 
     @classmethod
     def with_meta(cls, fields: dict[str, Any], size: int, rows: int, pos0: int,

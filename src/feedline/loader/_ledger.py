@@ -28,7 +28,7 @@ class Claim(NamedTuple):
     a frozen dataclass cost half a microsecond a batch to make.)"""
 
     gen: int
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, which no one calls
     start: int
     stop: int
     ords: Any

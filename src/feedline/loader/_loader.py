@@ -34,7 +34,7 @@ Cost
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -80,6 +80,7 @@ class Loader:
         self.options = opts
         self._b = opts.batch_size
         self._own_dataset = False
+        base_seed: int | None
         if isinstance(source, Order):
             self._plain: Dataset | None = None
             seq, base_seed = source.seq, (source.seed if opts.seed is None else opts.seed)
@@ -133,13 +134,14 @@ class Loader:
                     f"the loader reads typed records: every source of its order must be a "
                     f"typed source (a fl.Dataset, a .flr file, text windows: anything with "
                     f"a .record), found {type(src).__name__}")
-        first = sources[0].record
-        for ds in sources[1:]:
+        datasets = cast("list[Dataset]", sources)  # each one checked just above
+        first = datasets[0].record
+        for ds in datasets[1:]:
             if ds.record is not first and not first.same_schema(ds.record):
                 raise RecordError(
                     f"one loader reads one record: its datasets' records differ:\n"
                     f"{first.describe()}\n{ds.record.describe()}")
-        return list(sources)
+        return list(datasets)
 
     def _split_seq(self) -> Seq:
         split = self.options.split

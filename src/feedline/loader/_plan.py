@@ -32,6 +32,7 @@ import threading
 import warnings
 from collections import deque
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -211,6 +212,7 @@ class WorkerPlan:
                               f"in {opts.workers} workers: {reason}", RuntimeWarning,
                               stacklevel=_caller_level())
             return None
+        assert digest is not None  # examine gives a digest or a reason
         transform, transform_digest = opts.batch_transform, None
         if transform is not None:
             transform_digest, reason = examine(transform)
@@ -407,7 +409,8 @@ def _caller_level() -> int:
     """The ``stacklevel`` of the first frame outside feedline's loader (a warning points
     at the caller's line, whichever path of the loader asked)."""
     here = os.path.dirname(__file__)
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
         frame, level = frame.f_back, level + 1
     return level

@@ -178,6 +178,7 @@ def parse(state: Any, print_: str, options: dict[str, Any], geo: Geometry,
     restart = False  # an ended pass saved by other ranks: the next pass starts afresh
     try:
         if dealt:
+            assert geo.shard is not None and world is not None  # dealt (and checked above)
             # what the saving ranks' pass allowed: rank 0 has the most positions
             saved = geo.steps(base, world)
             if batches > saved or (ended and batches != saved):

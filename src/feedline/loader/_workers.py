@@ -53,7 +53,7 @@ def examine(obj: Any) -> tuple[str | None, str | None]:
         data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     except Exception as e:
         return None, f"it cannot be pickled ({type(e).__name__}: {e})"
-    strings: list[str] = []
+    strings: list[Any] = []  # the string opcodes' arguments
     # A reference to __main__ names it in the bytes: scan the opcodes only then (the
     # scan is Python per opcode, the search is not).
     for op, arg, _ in pickletools.genops(io.BytesIO(data)) if b"__main__" in data else ():
@@ -284,7 +284,7 @@ class WorkerPool:
         for conn in ready:
             w = next(w for w in self.workers if w.conn is conn)
             try:
-                msg = conn.recv()
+                msg = w.conn.recv()
             except (EOFError, OSError) as e:
                 if self.closed:  # close() from another thread stopped the workers
                     raise WorkerError("the loader was closed while its batch was being "

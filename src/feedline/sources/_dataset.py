@@ -127,14 +127,14 @@ def _unflatten(arrays: dict[str, Any]) -> dict[str, Any]:
             raise RecordError(f"from_arrays: the flat form (n=...) needs {size}, the {what} "
                               f"per example of `{field_}`")
         flat = _column(arrays[field_], f"from_arrays: `{field_}`")
-        k = sizes[size]
+        per = sizes[size]
         if flat.ndim != 1:
             raise ShapeError(f"from_arrays: `{field_}` should be a flat vector of n*{size} = "
-                             f"{n}*{k} = {n * k} numbers, got shape {flat.shape}")
-        if flat.size != n * k:
-            raise ShapeError(f"from_arrays: `{field_}` should hold n*{size} = {n}*{k} = "
-                             f"{n * k} numbers, got {flat.size}")
-        arrays[field_] = flat.reshape(n, k)
+                             f"{n}*{per} = {n * per} numbers, got shape {flat.shape}")
+        if flat.size != n * per:
+            raise ShapeError(f"from_arrays: `{field_}` should hold n*{size} = {n}*{per} = "
+                             f"{n * per} numbers, got {flat.size}")
+        arrays[field_] = flat.reshape(n, per)
     return arrays
 
 
@@ -424,6 +424,7 @@ class Dataset:
             if check_values and in_memory:
                 self.check_values()
                 columns = self._cols
+                assert columns is not None  # in memory: a re-read keeps the columns
             if out is not None:
                 for k, col in columns.items():
                     # mode="clip": with the bounds checked above, numpy need not buffer `out`.
@@ -464,6 +465,7 @@ class Dataset:
                           columns: Mapping | None = None) -> dict[str, np.ndarray]:
         rec = self.record
         if columns is None:
+            assert items is not None  # the items, or else their columns, are given
             fields = list(rec.fields)
             per_field: dict[str, list] = {f: [] for f in fields}
             for item, i in zip(items, idx):
@@ -530,7 +532,8 @@ class Dataset:
             example = {k: batch[k][r] for k in names}
             for fn, seed, takes_rng in self._maps:
                 if takes_rng:
-                    bits.state = _example_state(seed, int(context), int(pos[r]))
+                    # numpy types the state as its TypedDict; this is that dict
+                    bits.state = _example_state(seed, int(context), int(pos[r]))  # type: ignore[assignment]
                     example = fn(example, rng)
                 else:
                     example = fn(example)
