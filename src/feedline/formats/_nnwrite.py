@@ -79,7 +79,8 @@ class Build:
     sequences are held, not copied (a generator is turned into a tuple).
     """
 
-    vocab: Mapping[str | bytes, Any]
+    # str keys, or bytes ones as read back (Mapping's key type is invariant: both listed)
+    vocab: Mapping[str, Any] | Mapping[str | bytes, Any]
     source_path: str | bytes
     source_sha256: str | bytes
     source_docs: int

@@ -30,9 +30,9 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -113,8 +113,9 @@ def _blocks(flow: np.ndarray, counts: np.ndarray, mask: np.ndarray | None
     if mask is not None and len(flow) >= _SLICES_FROM * len(counts):
         res = np.empty(int(starts[-1]), dtype=np.uint8)
         res[starts[:-1, None] + np.arange(8)] = counts.astype("<u8").view(np.uint8).reshape(-1, 8)
-        dst, marks = memoryview(res), memoryview(mask.view(np.uint8))
-        src = memoryview(flow.astype("<u8", copy=False).view(np.uint8))
+        # (numpy types its arrays' buffer protocol for Python 3.12+ only)
+        dst, marks = memoryview(res), memoryview(mask.view(np.uint8))  # type: ignore[arg-type]
+        src = memoryview(flow.astype("<u8", copy=False).view(np.uint8))  # type: ignore[arg-type]
         for a, t, c in zip((starts[:-1] + 8).tolist(), (np.cumsum(counts) - counts).tolist(),
                            counts.tolist()):
             dst[a:a + 8 * c] = src[8 * t:8 * (t + c)]
@@ -183,7 +184,7 @@ def _chunk(tokenizer: Tokenizer, docs: list[bytes], first: int, nbytes: int,
 
 
 def _in_order(fn: Callable[..., _Chunk], tasks: Iterator[tuple], workers: int
-              ) -> Iterator[_Chunk]:
+              ) -> Generator[_Chunk, None, None]:
     """``fn(*task)`` for each task, in order, on ``workers`` threads (2 tasks queued per
     thread), or in the calling thread when ``workers`` is 0."""
     if workers == 0:
@@ -355,7 +356,7 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
 
     digest = hashlib.sha256()  # of the text tokenized, checked against the scan's
 
-    def tasks() -> Iterator[tuple]:
+    def tasks() -> Generator[tuple, None, None]:
         first = 0
         for docs, nbytes in _doc_blocks(corpus, chunk_bytes, digest):
             yield tokenizer, docs, first, nbytes, test, markers
@@ -383,6 +384,10 @@ def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
     file (test, appended at the end), then the root record; atomically. ``digest`` has
     hashed the text the chunks came from once they are all read: a corpus whose bytes
     differ from the scan's (``meta.source_sha256``) is refused before the commit."""
+    # build made ``meta``: the corpus path (os.fspath's), the scan's hex digest, an int time
+    source = cast("str", meta.source_path)
+    sha, created = meta.source_sha256, meta.created
+    assert isinstance(sha, str) and created is not None
     counts: dict[bool, list[np.ndarray]] = {False: [], True: []}
     tokens = loss_tokens = read = 0
     t0 = time.perf_counter()
@@ -390,7 +395,7 @@ def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
     with atomic_write(out_path) as f, tempfile.TemporaryFile(dir=target) as spill:
         f.seek(head_size(meta, meta.source_docs - n_test, n_test))
         for c in chunks:
-            blocks = memoryview(c.blocks)
+            blocks = memoryview(c.blocks)  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
             for to_test, a, b in c.runs:
                 (spill if to_test else f).write(blocks[a:b])
             counts[False].append(c.train_counts)
@@ -406,14 +411,14 @@ def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
             raise FormatError(f"the corpus changed while it was read: {meta.source_docs} "
                               f"documents in {n_bytes} bytes when counted, "
                               f"{len(train) + len(test)} in {read} when tokenized",
-                              meta.source_path)
-        if digest.hexdigest() != meta.source_sha256:
+                              source)
+        if digest.hexdigest() != sha:
             raise FormatError(f"the corpus changed while it was read: SHA-256 "
-                              f"{meta.source_sha256[:16]}... when counted, "
+                              f"{sha[:16]}... when counted, "
                               f"{digest.hexdigest()[:16]}... when tokenized (same size "
-                              "and document count)", meta.source_path)
+                              "and document count)", source)
         _append_file(spill, f)
         size = f.tell()
         f.seek(0)
-        f.write(encode_head(meta, train, test, meta.created))
+        f.write(encode_head(meta, train, test, created))
     return train, test, tokens, loss_tokens, size

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -71,7 +71,7 @@ def _split(flow: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
 def _all_bytes(docs: Sequence[str | bytes]) -> Sequence[bytes]:
     """``docs`` with every ``str`` encoded as UTF-8 (no copy when all are bytes)."""
     if all(type(d) is bytes for d in docs):
-        return docs
+        return cast("Sequence[bytes]", docs)
     out = []
     for i, d in enumerate(docs):
         if not isinstance(d, (str, bytes)):

@@ -197,6 +197,7 @@ class Windows:
         """Whether the documents holding flow block ``k`` have an id of 2**63 or more:
         the high byte of each token (little-endian u64) read in place, no copy."""
         lay, u8 = self._layout, self._ds._u8
+        assert u8 is not None  # getitems refused a closed dataset
         lo, hi = k * _ID_BLOCK, min(self.num_tokens, (k + 1) * _ID_BLOCK)
         d0 = int(np.searchsorted(lay.cum, lo, "right")) - 1
         d1 = int(np.searchsorted(lay.cum, hi - 1, "right")) - 1
@@ -220,8 +221,8 @@ class Windows:
             w = int(np.argmax(first < 0))
             pos, value = int(a[w]), int(first[w])
         else:
-            w, j = np.unravel_index(int(np.argmax(tgt < 0)), tgt.shape)
-            pos, value = int(a[w]) + int(j) + 1, int(tgt[w, j])
+            row, j = np.unravel_index(int(np.argmax(tgt < 0)), tgt.shape)
+            pos, value = int(a[row]) + int(j) + 1, int(tgt[row, j])
         lay = self._layout
         d = int(np.searchsorted(lay.cum, pos, "right")) - 1
         offset = int(lay.tok_start[d]) + 8 * (pos - int(lay.cum[d]))
