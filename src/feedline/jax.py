@@ -88,10 +88,9 @@ def _sharding_for(sharding: jax.sharding.Sharding, ndim: int) -> jax.sharding.Sh
     """``sharding`` for an array of ``ndim`` axes: a ``NamedSharding`` whose spec names
     more axes than the array has (the mask and scalar fields are 1-D) keeps its first
     ``ndim`` entries; the batch axis is always the first."""
-    spec = getattr(sharding, "spec", None)
-    if isinstance(sharding, jax.sharding.NamedSharding) and len(spec) > ndim:
+    if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > ndim:
         return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(
-            *spec[:ndim]))
+            *sharding.spec[:ndim]))
     return sharding
 
 

@@ -368,10 +368,10 @@ def build_text(corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     that part as its ``source_path`` (``<file>.bytes-<start>-<stop>``) and that part's
     SHA-256.
     """
-    files = [corpus] if isinstance(corpus, (str, os.PathLike)) else list(corpus)
-    if not files:
+    given = [corpus] if isinstance(corpus, (str, os.PathLike)) else list(corpus)
+    if not given:
         raise ValueError("build_text needs at least one corpus file")
-    files = [os.path.abspath(os.fspath(f)) for f in files]
+    files = [os.path.abspath(os.fspath(f)) for f in given]
     for f in files:
         if not os.path.isfile(f):
             raise FileNotFoundError(f"{f}: no such corpus file (expected a text file with one "
