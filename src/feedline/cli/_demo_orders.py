@@ -92,8 +92,10 @@ def orders_at_scale(out_dir: str) -> dict:
         t = time.perf_counter()
         item = order[p]
         dt = time.perf_counter() - t
+        source = order.sources[item.source_ordinal]
+        assert isinstance(source, NamedDataset)
         print(
-            f"   position {p:>13,} -> {order.sources[item.source_ordinal].name:<5} record "
+            f"   position {p:>13,} -> {source.name:<5} record "
             f"{item.record_index:>11,}   ({dt * 1e6:.0f} us)"
         )
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..order import Order, Schedule, Seq, _kernels
+from ..order._nodes import Mix, Shuffle
 
 BLOCK = 1 << 16
 
@@ -76,7 +77,9 @@ def bench_shuffle(n: int, repeat: int) -> dict:
     for p in seeks:
         order.get(int(p))
     seek_us = (time.perf_counter() - t0) / len(seeks) * 1e6
-    rk = [int(k) for k in order.root.keys(order.seed, order.epoch)]
+    root = order.root
+    assert isinstance(root, Shuffle)  # a shuffled source compiles to its shuffle
+    rk = [int(k) for k in root.keys(order.seed, order.epoch)]
     expected = order.lookup(pos[:1000])[1]
     assert (_naive_feistel(n, rk, pos[:1000]).astype(np.int64) == expected).all()
     naive = BLOCK / _best(lambda: _naive_feistel(n, rk, pos), repeat) / 1e6
@@ -142,7 +145,9 @@ def bench_mix(parts: int, part_len: int, scheduled_share: float, repeat: int) ->
     # Baseline: materialise a prefix of the mix by sorting every key (what a simple
     # implementation does), per element.
     small = Order(_mix_seq(parts, max(part_len // 1000, 50), scheduled_share))
-    plan = small.root.plan
+    root = small.root
+    assert isinstance(root, Mix) and root.plan is not None  # a mix of non-empty parts
+    plan = root.plan
     part = np.repeat(np.arange(plan.k), plan.n)
     j = np.concatenate([np.arange(x) for x in plan.n])
     t = _best(lambda: np.lexsort((j, part, plan.keys(part, j))), max(repeat // 2, 1))
@@ -243,7 +248,8 @@ def bench_loader(n: int, repeat: int) -> dict:
     x = rng.standard_normal((n, 64), dtype=np.float32)
     y = rng.integers(0, 10, n)
     b = 512
-    out = {"x": np.empty((b, 64), np.float32), "y": np.empty(b, np.int64)}
+    out: dict[str, np.ndarray] = {"x": np.empty((b, 64), np.float32),
+                                  "y": np.empty(b, np.int64)}
 
     def numpy_epoch() -> int:
         perm = np.random.default_rng(1).permutation(n)

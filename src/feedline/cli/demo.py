@@ -150,7 +150,7 @@ def train(seq: Seq, test: tuple[np.ndarray, np.ndarray], stop_at: int | None = N
     try:
         its = [iter(r) for r in ranks]  # one pass of the order: its three epochs
         while True:
-            batches = [next(it, None) for it in its]
+            batches: list[Any] = [next(it, None) for it in its]
             if batches[0] is None:  # even=True: the ranks end on the same step
                 break
             first = first or time.perf_counter() - t0

@@ -147,17 +147,18 @@ def plot_bench_run(results: dict, path: str, note: str = "") -> str:
         groups.append((f"batches gathered on the device\n({dv.get('device')})",
                        [("feedline Loader(device=...)", dv.get("feedline_mps"), "feedline"),
                         ("torch index_select + randperm", dv.get("index_select_mps"), "base")]))
-    groups = [(g, [b for b in bars if b[1]]) for g, bars in groups]
-    groups = [(g, bars) for g, bars in groups if bars]
-    if not groups:
+    drawn: list[tuple[str, list[tuple[str, float, str]]]] = [
+        (g, [(name, rate, kind) for name, rate, kind in bars if rate]) for g, bars in groups]
+    drawn = [(g, bars) for g, bars in drawn if bars]
+    if not drawn:
         raise PlotInputError("the benchmark results hold no throughput to draw")
     color = {"feedline": "#4C72B0", "base": "#8C8C8C", "other": "#DD8452"}
-    fig = Figure(figsize=(11, 1.2 + 0.36 * sum(len(b) + 1 for _, b in groups)),
+    fig = Figure(figsize=(11, 1.2 + 0.36 * sum(len(b) + 1 for _, b in drawn)),
                  layout="constrained")
     ax = fig.subplots()
     y, ticks = 0.0, []
-    rates = [b[1] for _, bars in groups for b in bars]
-    for label, bars in groups:
+    rates = [b[1] for _, bars in drawn for b in bars]
+    for label, bars in drawn:
         ticks.append((y + (len(bars) - 1) / 2, label))
         for name, rate, kind in bars:
             ax.barh(y, rate, height=0.8, color=color[kind])
