@@ -433,7 +433,7 @@ def test_sha256_hex_hashes_bytes_or_a_files_content(tmp_path):
 def test_sha256_hex_of_a_missing_file_or_a_non_bytes_value_says_what_it_expected(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.txt.*a str is a path"):
         nnd.sha256_hex(str(tmp_path / "nope.txt"))
-    with pytest.raises(IsADirectoryError, match="directory"):
+    with pytest.raises(FormatError, match="expected a regular file, found a directory"):
         nnd.sha256_hex(tmp_path)
     with pytest.raises(TypeError, match="bytes or a path, got int"):
         nnd.sha256_hex(12)
@@ -902,3 +902,10 @@ def test_mutated_and_truncated_files_open_or_raise_format_error(fuzz_dir, data):
         nnd.parse_nnvocab(bytes(raw))
     except FormatError as e:
         assert e.offset is not None
+
+
+def test_sha256_hex_of_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(FormatError, match="FIFO"):
+        nnd.sha256_hex(fifo)

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Literal
 import numpy as np
 
 from . import kvrec
-from ._io import atomic_write
+from ._io import atomic_write, open_regular
 from ._label import DATASET_MAGIC, LABEL_SIZE, VERSION, write_file_label
 
 KIND_TEXT, KIND_TABULAR = 0, 1  # the C++ DatasetKind; its writer stores 0 for text
@@ -51,13 +51,11 @@ def sha256_hex(data_or_path: Any) -> str:
     path = os.fspath(data_or_path)
     digest = hashlib.sha256()
     try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
+        fd = open_regular(path)  # a FIFO or a directory is refused, never waited on
     except FileNotFoundError as e:
         raise FileNotFoundError(f"{path}: no such file to hash (a str is a path; pass "
                                 "bytes to hash data)") from e
-    except IsADirectoryError as e:
-        raise IsADirectoryError(f"{path}: expected a file to hash, found a directory") from e
-    with f:
+    with os.fdopen(fd, "rb") as f:
         while block := f.read(_HASH_BLOCK):
             digest.update(block)
     return digest.hexdigest()
