@@ -88,8 +88,10 @@ def _status_kb(keys: tuple[str, ...]) -> int:
 
 def open_npy(wdir: str, workload: str) -> tuple[np.ndarray, np.ndarray]:
     feat, _, _, label = LAYOUTS[workload]
-    return (np.load(os.path.join(wdir, f"{feat}.npy"), mmap_mode="r"),
-            np.load(os.path.join(wdir, f"{label}.npy"), mmap_mode="r"))
+    return (
+        np.load(os.path.join(wdir, f"{feat}.npy"), mmap_mode="r"),
+        np.load(os.path.join(wdir, f"{label}.npy"), mmap_mode="r"),
+    )
 
 
 class _Lazy:
@@ -98,8 +100,9 @@ class _Lazy:
 
     def __init__(self, wdir: str, workload: str) -> None:
         self.wdir, self.workload = wdir, workload
-        self.n = int(np.load(os.path.join(wdir, f"{LAYOUTS[workload][3]}.npy"),
-                             mmap_mode="r").shape[0])
+        self.n = int(
+            np.load(os.path.join(wdir, f"{LAYOUTS[workload][3]}.npy"), mmap_mode="r").shape[0]
+        )
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
@@ -189,15 +192,21 @@ def import_streaming() -> tuple[Any, str]:
         tk = types.ModuleType("transformers.tokenization_utils_base")
         fe.BatchFeature = type("BatchFeature", (dict,), {})
         tk.BatchEncoding = type("BatchEncoding", (dict,), {})
-        sys.modules.update({"transformers": types.ModuleType("transformers"),
-                            "transformers.feature_extraction_utils": fe,
-                            "transformers.tokenization_utils_base": tk})
+        sys.modules.update(
+            {
+                "transformers": types.ModuleType("transformers"),
+                "transformers.feature_extraction_utils": fe,
+                "transformers.tokenization_utils_base": tk,
+            }
+        )
         stubbed = "; transformers' BatchFeature/BatchEncoding stubbed"
     try:
         import streaming.base as sb
     except Exception as e:
-        raise Skip(f"`import streaming.base` failed: {type(e).__name__}: {e} "
-                   f"(after `import streaming`: {first})") from e
+        raise Skip(
+            f"`import streaming.base` failed: {type(e).__name__}: {e} "
+            f"(after `import streaming`: {first})"
+        ) from e
     return sb, f"`import streaming` failed ({first}): imported streaming.base alone{stubbed}"
 
 
@@ -267,9 +276,12 @@ def prepare(system: str, wdir: str, workload: str, n: int) -> str:
         parts = 2
         spans = [(p * n // parts, (p + 1) * n // parts) for p in range(parts)]
         ctx = mp.get_context("fork")
-        procs = [ctx.Process(target=_mds_part,
-                             args=(wdir, workload, lo, hi, os.path.join(root, f"part{p}")))
-                 for p, (lo, hi) in enumerate(spans)]
+        procs = [
+            ctx.Process(
+                target=_mds_part, args=(wdir, workload, lo, hi, os.path.join(root, f"part{p}"))
+            )
+            for p, (lo, hi) in enumerate(spans)
+        ]
         for p in procs:
             p.start()
         for p in procs:
@@ -282,8 +294,13 @@ def prepare(system: str, wdir: str, workload: str, n: int) -> str:
         ld = _import("litdata")
         step = 50_000
         spans = [(s, min(s + step, n)) for s in range(0, n, step)]
-        ld.optimize(fn=functools.partial(_lit_items, wdir, workload), inputs=spans,
-                    output_dir=os.path.join(wdir, "lit"), chunk_bytes="64MB", num_workers=2)
+        ld.optimize(
+            fn=functools.partial(_lit_items, wdir, workload),
+            inputs=spans,
+            output_dir=os.path.join(wdir, "lit"),
+            chunk_bytes="64MB",
+            num_workers=2,
+        )
         return ""
     raise ValueError(f"nothing to prepare for {system}")
 
@@ -303,7 +320,7 @@ def sys_numpy(wdir: str, workload: str, n: int, b: int, workers: int) -> tuple[O
         perm = np.random.default_rng(SEED).permutation(n)
         ox, oy = np.empty((b, *shape), dtype), np.empty(b, np.int64)
         for s in range(0, n, b):
-            idx = perm[s:s + b]
+            idx = perm[s : s + b]
             k = len(idx)
             np.take(x, idx, axis=0, out=ox[:k], mode="clip")
             np.take(y, idx, axis=0, out=oy[:k], mode="clip")
@@ -319,8 +336,11 @@ def sys_feedline(wdir: str, workload: str, n: int, b: int, workers: int) -> tupl
     # The numba kernels load from the disk cache on first use (about 0.7 s here); like an
     # import, that happens before the clock starts. Without it the first epoch pays it.
     warm = _kernels.warm_up() if _kernels.enabled() else 0.0
-    note = (f"compiled kernels loaded before the clock ({warm:.2f} s)" if _kernels.enabled()
-            else "numpy path (numba not available)")
+    note = (
+        f"compiled kernels loaded before the clock ({warm:.2f} s)"
+        if _kernels.enabled()
+        else "numpy path (numba not available)"
+    )
 
     def run() -> Iterator[tuple[Any, Any]]:
         f = fl.recfile.open(os.path.join(wdir, "data.flr"))
@@ -370,7 +390,7 @@ def sys_hf(wdir: str, workload: str, n: int, b: int, workers: int) -> tuple[Open
         ds = datasets.load_from_disk(os.path.join(wdir, "hf")).with_format("numpy")
         perm = np.random.default_rng(SEED).permutation(n)
         for s in range(0, n, b):
-            batch = ds[perm[s:s + b].tolist()]
+            batch = ds[perm[s : s + b].tolist()]
             yield batch[feat], batch[label]
 
     return run, ""
@@ -382,18 +402,27 @@ def sys_grain_dl(wdir: str, workload: str, n: int, b: int, workers: int) -> tupl
 
     def run() -> Iterator[tuple[Any, Any]]:
         src = GrainSource(wdir, workload)
-        sampler = gp.IndexSampler(num_records=len(src), shard_options=gp.NoSharding(),
-                                  shuffle=True, num_epochs=1, seed=SEED)
-        loader = gp.DataLoader(data_source=src, sampler=sampler,
-                               operations=[gp.Batch(b, drop_remainder=False)],
-                               worker_count=workers,
-                               read_options=gp.ReadOptions(num_threads=0,
-                                                           prefetch_buffer_size=0))
+        sampler = gp.IndexSampler(
+            num_records=len(src),
+            shard_options=gp.NoSharding(),
+            shuffle=True,
+            num_epochs=1,
+            seed=SEED,
+        )
+        loader = gp.DataLoader(
+            data_source=src,
+            sampler=sampler,
+            operations=[gp.Batch(b, drop_remainder=False)],
+            worker_count=workers,
+            read_options=gp.ReadOptions(num_threads=0, prefetch_buffer_size=0),
+        )
         for batch in loader:
             yield batch[feat], batch[label]
 
-    return run, ("ReadOptions(num_threads=0, prefetch_buffer_size=0): grain's default 16 "
-                 "reader threads were 6-8x slower in a trial on this 2-core machine")
+    return run, (
+        "ReadOptions(num_threads=0, prefetch_buffer_size=0): grain's default 16 "
+        "reader threads were 6-8x slower in a trial on this 2-core machine"
+    )
 
 
 def sys_grain_map(wdir: str, workload: str, n: int, b: int, workers: int) -> tuple[Opener, str]:
@@ -403,8 +432,7 @@ def sys_grain_map(wdir: str, workload: str, n: int, b: int, workers: int) -> tup
     def run() -> Iterator[tuple[Any, Any]]:
         ds = gp.MapDataset.source(GrainSource(wdir, workload)).shuffle(seed=SEED).batch(b)
         if workers:
-            ds = ds.to_iter_dataset().mp_prefetch(
-                gp.MultiprocessingOptions(num_workers=workers))
+            ds = ds.to_iter_dataset().mp_prefetch(gp.MultiprocessingOptions(num_workers=workers))
         for batch in ds:
             yield batch[feat], batch[label]
 
@@ -417,13 +445,15 @@ def sys_streaming(wdir: str, workload: str, n: int, b: int, workers: int) -> tup
     feat, _, _, label = LAYOUTS[workload]
 
     def run() -> Iterator[tuple[Any, Any]]:
-        ds = sb.StreamingDataset(local=os.path.join(wdir, "mds"), shuffle=True,
-                                 shuffle_seed=SEED, batch_size=b)
+        ds = sb.StreamingDataset(
+            local=os.path.join(wdir, "mds"), shuffle=True, shuffle_seed=SEED, batch_size=b
+        )
         for batch in _torch_loader(ds, workers, batch_size=b):
             yield batch[feat], batch[label]
 
-    shuffle = ("its default shuffle (py1e) permutes samples within blocks of shards, not "
-               "the whole dataset")
+    shuffle = (
+        "its default shuffle (py1e) permutes samples within blocks of shards, not the whole dataset"
+    )
     return run, f"{shuffle}; {note}" if note else shuffle
 
 
@@ -440,8 +470,10 @@ def _litdata(item_decode: bool) -> Callable[..., tuple[Opener, str]]:
             for batch in ld.StreamingDataLoader(ds, batch_size=b, num_workers=workers):
                 yield batch[feat], batch[label]
 
-        return run, ("its shuffle permutes the chunks (64 MB) and, inside each, blocks of "
-                     "256 items, not the whole dataset")
+        return run, (
+            "its shuffle permutes the chunks (64 MB) and, inside each, blocks of "
+            "256 items, not the whole dataset"
+        )
 
     return make
 
@@ -473,8 +505,9 @@ def _settle() -> None:
 
 
 def measure(spec: dict) -> dict:
-    make, note = SYSTEMS[spec["system"]](spec["dir"], spec["workload"], spec["n"],
-                                          spec["batch"], spec["workers"])
+    make, note = SYSTEMS[spec["system"]](
+        spec["dir"], spec["workload"], spec["n"], spec["batch"], spec["workers"]
+    )
     cap = float(spec["cap_s"])
     _settle()
     base_kb = _status_kb(("RssAnon", "RssShmem"))

@@ -54,8 +54,14 @@ def main() -> None:
 
 
 def _all(meta) -> tuple:
-    return (meta.size, meta.mask, meta.positions, meta.source_ordinals, meta.record_indices,
-            meta.lengths)
+    return (
+        meta.size,
+        meta.mask,
+        meta.positions,
+        meta.source_ordinals,
+        meta.record_indices,
+        meta.lengths,
+    )
 
 
 if __name__ == "__main__":

@@ -85,24 +85,48 @@ import _compare_systems as cs  # noqa: E402
 import feedline as fl  # noqa: E402
 
 WORKLOADS = {
-    "A": {"n": 4_000_000, "batch": 512,
-          "title": "4,000,000 examples of 64 float32 + an int64 label, batches of 512"},
-    "B": {"n": 500_000, "batch": 256,
-          "title": "500,000 32x32x3 uint8 images + an int64 label, batches of 256"},
+    "A": {
+        "n": 4_000_000,
+        "batch": 512,
+        "title": "4,000,000 examples of 64 float32 + an int64 label, batches of 512",
+    },
+    "B": {
+        "n": 500_000,
+        "batch": 256,
+        "title": "500,000 32x32x3 uint8 images + an int64 label, batches of 256",
+    },
 }
 
 # (system, workers) in the order they run; numpy first, as the reference.
 RUNS = [
-    ("numpy", 0), ("feedline", 0), ("feedline", 2),
-    ("torch-batch", 0), ("torch-batch", 2), ("torch-item", 0), ("torch-item", 2),
-    ("hf", 0), ("grain-dl", 0), ("grain-dl", 2), ("grain-map", 0), ("grain-map", 2),
-    ("streaming", 0), ("streaming", 2), ("litdata", 0), ("litdata", 2),
-    ("litdata-item", 0), ("litdata-item", 2),
+    ("numpy", 0),
+    ("feedline", 0),
+    ("feedline", 2),
+    ("torch-batch", 0),
+    ("torch-batch", 2),
+    ("torch-item", 0),
+    ("torch-item", 2),
+    ("hf", 0),
+    ("grain-dl", 0),
+    ("grain-dl", 2),
+    ("grain-map", 0),
+    ("grain-map", 2),
+    ("streaming", 0),
+    ("streaming", 2),
+    ("litdata", 0),
+    ("litdata", 2),
+    ("litdata-item", 0),
+    ("litdata-item", 2),
 ]
 NEEDS_PREP = {"hf", "streaming", "litdata"}
 PREP_OF = {"litdata-item": "litdata"}  # systems that read another system's format
-STORES = {"feedline": ["data.flr"], "hf": ["hf"], "streaming": ["mds"], "litdata": ["lit"],
-          "litdata-item": ["lit"]}
+STORES = {
+    "feedline": ["data.flr"],
+    "hf": ["hf"],
+    "streaming": ["mds"],
+    "litdata": ["lit"],
+    "litdata-item": ["lit"],
+}
 LABELS = {
     "numpy": "numpy memmap gather (np.take, preallocated)",
     "feedline": "feedline Loader over .flr",
@@ -115,14 +139,20 @@ LABELS = {
     "litdata": "LitData StreamingDataLoader",
     "litdata-item": "LitData StreamingDataLoader, batch_decode=0",
 }
-ALIASES = {"grain": ["grain-dl", "grain-map"], "torch": ["torch-item", "torch-batch"],
-           "lit": ["litdata", "litdata-item"],
-           "mosaic": ["streaming"], "datasets": ["hf"]}
+ALIASES = {
+    "grain": ["grain-dl", "grain-map"],
+    "torch": ["torch-item", "torch-batch"],
+    "lit": ["litdata", "litdata-item"],
+    "mosaic": ["streaming"],
+    "datasets": ["hf"],
+}
 
 FAST_S = 5.0  # a full epoch faster than this is measured --repeat times
 
-BOOT = ("import sys; sys.path.insert(0, {here!r}); import _compare_systems as m; "
-        "m.child_main(sys.argv[1])")
+BOOT = (
+    "import sys; sys.path.insert(0, {here!r}); import _compare_systems as m; "
+    "m.child_main(sys.argv[1])"
+)
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,7 +166,7 @@ def _ppids() -> dict[int, int]:
             try:
                 with open(f"/proc/{d}/stat", "rb") as f:
                     s = f.read()
-                out[int(d)] = int(s[s.rfind(b")") + 2:].split()[1])
+                out[int(d)] = int(s[s.rfind(b")") + 2 :].split()[1])
             except (OSError, ValueError, IndexError):
                 pass
     return out
@@ -264,8 +294,14 @@ def run_child(spec: dict, timeout: float, sample: bool, tmp: str) -> Outcome:
     env.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     proc = subprocess.Popen(
         [sys.executable, "-c", BOOT.format(here=HERE), json.dumps(spec)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True, bufsize=1, errors="replace")
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+        bufsize=1,
+        errors="replace",
+    )
     out = Outcome(spec["system"], spec.get("workers", 0))
     sampler = TreeSampler(proc.pid)
     if sample:
@@ -306,8 +342,11 @@ def run_child(spec: dict, timeout: float, sample: bool, tmp: str) -> Outcome:
         out.peak_rss_kb = sampler.peak_rss_kb
     if out.result is None and out.skip is None:
         tail = [s for s in out.log if s.strip()][-1:] or [f"exit status {proc.returncode}"]
-        out.error = (f"timed out after {timeout:.0f} s" if proc.returncode in (-9, 137)
-                     else tail[0].strip()[:300])
+        out.error = (
+            f"timed out after {timeout:.0f} s"
+            if proc.returncode in (-9, 137)
+            else tail[0].strip()[:300]
+        )
     return out
 
 
@@ -331,9 +370,9 @@ def make_workload(wdir: str, name: str, n: int) -> int:
     for s in range(0, n, step):
         k = min(step, n - s)
         if dtype == "float32":
-            x[s:s + k] = rng.standard_normal((k, *shape), dtype=np.float32)
+            x[s : s + k] = rng.standard_normal((k, *shape), dtype=np.float32)
         else:
-            x[s:s + k] = rng.integers(0, 256, (k, *shape), dtype=np.uint8)
+            x[s : s + k] = rng.integers(0, 256, (k, *shape), dtype=np.uint8)
     np.save(os.path.join(wdir, f"{feat}.npy"), x)
     np.save(os.path.join(wdir, f"{label}.npy"), y)
     fl.recfile.write(os.path.join(wdir, "data.flr"), cs.RECORDS[name], {feat: x, label: y})
@@ -342,8 +381,11 @@ def make_workload(wdir: str, name: str, n: int) -> int:
 
 def warm(path: str) -> None:
     """Read every file under ``path`` once, so its pages are in the page cache."""
-    files = [path] if os.path.isfile(path) else [
-        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    files = (
+        [path]
+        if os.path.isfile(path)
+        else [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs]
+    )
     buf = bytearray(1 << 24)
     for p in files:
         with open(p, "rb", buffering=0) as f:
@@ -370,18 +412,25 @@ def _mb(kb: float | None) -> str:
 
 
 def table(outcomes: list[Outcome]) -> list[str]:
-    base = next((o.result["rate"] for o in outcomes
-                 if o.system == "numpy" and o.result and o.result.get("rate")), None)
-    lines = ["| system | workers | samples/s | vs numpy gather | first batch | "
-             "peak memory growth | main RSS growth (incl. file pages) | "
-             "measured over |",
-             "|---|---|---|---|---|---|---|---|"]
+    base = next(
+        (
+            o.result["rate"]
+            for o in outcomes
+            if o.system == "numpy" and o.result and o.result.get("rate")
+        ),
+        None,
+    )
+    lines = [
+        "| system | workers | samples/s | vs numpy gather | first batch | "
+        "peak memory growth | main RSS growth (incl. file pages) | "
+        "measured over |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for o in outcomes:
         name = LABELS[o.system]
         if o.skip or o.error:
             why = f"skipped: {o.skip}" if o.skip else f"failed: {o.error}"
-            lines.append(f"| {name} | {o.workers} | — | — | — | — | — | "
-                         f"{why.replace('|', '/')} |")
+            lines.append(f"| {name} | {o.workers} | — | — | — | — | — | {why.replace('|', '/')} |")
             continue
         r = o.result or {}
         rate = r.get("rate")
@@ -398,16 +447,20 @@ def table(outcomes: list[Outcome]) -> list[str]:
         if not r["complete"]:
             over = f"{r['seconds']:.1f} s ({r['rows']:,} samples)"
         elif len(o.rates) > 1:
-            over = (f"one epoch; median of {len(o.rates)} runs "
-                    f"({_rate(o.rates[0])} - {_rate(o.rates[-1])})")
+            over = (
+                f"one epoch; median of {len(o.rates)} runs "
+                f"({_rate(o.rates[0])} - {_rate(o.rates[-1])})"
+            )
             if len(o.paired) > 1 and o.system != "numpy":
                 p = sorted(o.paired)
                 over += f"; ratio within a round {p[0]:.2f} - {p[-1]:.2f}x"
         else:
             over = "one epoch"
-        lines.append(f"| {name} | {o.workers} | {_rate(rate)} | {ratio} | "
-                     f"{_secs(r['first_s'])} | {_mb(growth)} | "
-                     f"{_mb(rss)} | {over} |")
+        lines.append(
+            f"| {name} | {o.workers} | {_rate(rate)} | {ratio} | "
+            f"{_secs(r['first_s'])} | {_mb(growth)} | "
+            f"{_mb(rss)} | {over} |"
+        )
     return lines
 
 
@@ -438,8 +491,10 @@ def notes_for(name: str, outcomes: list[Outcome]) -> list[str]:
         if tuple(r["first_shape"][1:]) != shape:
             notes.append(f"{tag}: first batch shaped {r['first_shape']}")
         if r["complete"] and not (r["rows_ok"] and r["labels_ok"]):
-            notes.append(f"{tag}: CHECK FAILED: {r['rows']:,} rows, labels' sum "
-                         f"{'matches' if r['labels_ok'] else 'differs'}")
+            notes.append(
+                f"{tag}: CHECK FAILED: {r['rows']:,} rows, labels' sum "
+                f"{'matches' if r['labels_ok'] else 'differs'}"
+            )
     return [f"{', '.join(said[s])}: {s}" if s in said else s for s in notes]
 
 
@@ -452,8 +507,16 @@ def _size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-def run_workload(name: str, n: int, b: int, wdir: str, runs: list[tuple[str, int]],
-                 cap: float, repeat: int, tmp: str) -> tuple[list[Outcome], list[str]]:
+def run_workload(
+    name: str,
+    n: int,
+    b: int,
+    wdir: str,
+    runs: list[tuple[str, int]],
+    cap: float,
+    repeat: int,
+    tmp: str,
+) -> tuple[list[Outcome], list[str]]:
     """Write the workload, then each system's format and measure it; returns the outcomes
     and the notes on the formats (sizes on disk, how they were written)."""
     t0 = time.perf_counter()
@@ -462,22 +525,38 @@ def run_workload(name: str, n: int, b: int, wdir: str, runs: list[tuple[str, int
     npy = _size(os.path.join(wdir, f"{feat}.npy")) + _size(os.path.join(wdir, f"{label}.npy"))
     flr = _size(os.path.join(wdir, "data.flr"))
     sizes = [f".npy {npy / 1e9:.2f} GB", f".flr {flr / 1e9:.2f} GB"]
-    print(f"\n== {name}: {n:,} rows written (.npy and .flr) in "
-          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    print(
+        f"\n== {name}: {n:,} rows written (.npy and .flr) in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
     prepared: dict[str, Outcome] = {}
     tries: dict[tuple[str, int], list[Outcome]] = {}
     skipped: dict[tuple[str, int], Outcome] = {}
 
     def measure(system: str, workers: int) -> Outcome:
-        spec = {"mode": "measure", "system": system, "workers": workers, "dir": wdir,
-                "workload": name, "n": n, "batch": b, "cap_s": cap, "label_sum": label_sum}
+        spec = {
+            "mode": "measure",
+            "system": system,
+            "workers": workers,
+            "dir": wdir,
+            "workload": name,
+            "n": n,
+            "batch": b,
+            "cap_s": cap,
+            "label_sum": label_sum,
+        }
         for store in STORES.get(system, [f"{feat}.npy", f"{label}.npy"]):
             warm(os.path.join(wdir, store))
         o = run_child(spec, cap + 240, sample=True, tmp=tmp)
         r = o.result
-        msg = (f"skipped: {o.skip}" if o.skip else f"FAILED: {o.error}" if o.error
-               else f"{_rate(r['rate'])} samples/s, first batch {_secs(r['first_s'])}"
-               + ("" if r["complete"] else f" ({r['seconds']:.1f} s)"))
+        msg = (
+            f"skipped: {o.skip}"
+            if o.skip
+            else f"FAILED: {o.error}"
+            if o.error
+            else f"{_rate(r['rate'])} samples/s, first batch {_secs(r['first_s'])}"
+            + ("" if r["complete"] else f" ({r['seconds']:.1f} s)")
+        )
         print(f"   {system:<12} workers={workers}: {msg}", flush=True)
         if o.error:
             print("\n".join("     | " + s for s in o.log[-15:]), flush=True)
@@ -488,12 +567,21 @@ def run_workload(name: str, n: int, b: int, wdir: str, runs: list[tuple[str, int
         fmt = PREP_OF.get(system, system)
         if fmt in NEEDS_PREP and fmt not in prepared:
             t0 = time.perf_counter()
-            prep = run_child({"mode": "prep", "system": fmt, "dir": wdir, "workload": name,
-                              "n": n}, 900, sample=False, tmp=tmp)
+            prep = run_child(
+                {"mode": "prep", "system": fmt, "dir": wdir, "workload": name, "n": n},
+                900,
+                sample=False,
+                tmp=tmp,
+            )
             prepared[fmt] = prep
             secs = time.perf_counter() - t0
-            what = (f"skipped: {prep.skip}" if prep.skip else
-                    f"FAILED: {prep.error}" if prep.error else f"written in {secs:.1f} s")
+            what = (
+                f"skipped: {prep.skip}"
+                if prep.skip
+                else f"FAILED: {prep.error}"
+                if prep.error
+                else f"written in {secs:.1f} s"
+            )
             print(f"   {fmt} format {what}", flush=True)
             if prep.error:
                 print("\n".join("     | " + s for s in prep.log[-15:]), flush=True)
@@ -502,8 +590,9 @@ def run_workload(name: str, n: int, b: int, wdir: str, runs: list[tuple[str, int
                 sizes.append(f"{fmt} {_size(store) / 1e9:.2f} GB (written in {secs:.0f} s)")
         prep = prepared.get(fmt)
         if prep is not None and (prep.skip or prep.error):
-            skipped[(system, workers)] = Outcome(system, workers, skip=prep.skip,
-                                                 error=prep.error and f"writing: {prep.error}")
+            skipped[(system, workers)] = Outcome(
+                system, workers, skip=prep.skip, error=prep.error and f"writing: {prep.error}"
+            )
             continue
         measure(system, workers)
 
@@ -524,32 +613,50 @@ def run_workload(name: str, n: int, b: int, wdir: str, runs: list[tuple[str, int
             outcomes.append(skipped[key])
             continue
         got = tries[key]
-        good = sorted((t for t in got if t.result and t.result["rate"]),
-                      key=lambda t: t.result["rate"])
+        good = sorted(
+            (t for t in got if t.result and t.result["rate"]), key=lambda t: t.result["rate"]
+        )
         chosen = good[len(good) // 2] if good else got[-1]  # the median run
         chosen.rates = [t.result["rate"] for t in good]
         base = tries.get(("numpy", 0), [])
         if len(got) == len(base) > 1:
             rounds = list(zip(got, base))
-            chosen.paired = [t.result["rate"] / u.result["rate"] for t, u in rounds
-                             if t.result and t.result["rate"] and u.result and u.result["rate"]]
+            chosen.paired = [
+                t.result["rate"] / u.result["rate"]
+                for t, u in rounds
+                if t.result and t.result["rate"] and u.result and u.result["rate"]
+            ]
         outcomes.append(chosen)
     return outcomes, sizes
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="a smoke run: 1/20 of the data and a 3 s cap")
-    p.add_argument("--only", default="",
-                   help="comma-separated systems (numpy always runs): "
-                        + ", ".join(cs.SYSTEMS) + "; or " + ", ".join(ALIASES))
+    p.add_argument(
+        "--quick", action="store_true", help="a smoke run: 1/20 of the data and a 3 s cap"
+    )
+    p.add_argument(
+        "--only",
+        default="",
+        help="comma-separated systems (numpy always runs): "
+        + ", ".join(cs.SYSTEMS)
+        + "; or "
+        + ", ".join(ALIASES),
+    )
     p.add_argument("--workloads", default="A,B", help="A, B or A,B")
-    p.add_argument("--cap", type=float, default=None,
-                   help="seconds to measure after the first batch (default 12; quick: 3)")
-    p.add_argument("--repeat", type=int, default=None,
-                   help=f"fresh runs of a system whose epoch takes under {FAST_S:g} s; "
-                        "the table shows the median (default 3; quick: 1)")
+    p.add_argument(
+        "--cap",
+        type=float,
+        default=None,
+        help="seconds to measure after the first batch (default 12; quick: 3)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help=f"fresh runs of a system whose epoch takes under {FAST_S:g} s; "
+        "the table shows the median (default 3; quick: 1)",
+    )
     p.add_argument("--markdown", metavar="FILE", help="also write the tables here")
     p.add_argument("--dir", default=None, help="where to make the temporary directory")
     p.add_argument("--keep", action="store_true", help="keep the written files")
@@ -571,10 +678,12 @@ def main(argv: list[str] | None = None) -> int:
     repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
 
     t_all = time.perf_counter()
-    header = (f"feedline {getattr(fl, '__version__', '?')} beside other loaders: "
-              f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy "
-              f"{np.__version__}, {time.strftime('%Y-%m-%d %H:%M')}; cap {cap:g} s after "
-              f"the first batch" + (" (--quick: 1/20 of the data)" if args.quick else ""))
+    header = (
+        f"feedline {getattr(fl, '__version__', '?')} beside other loaders: "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy "
+        f"{np.__version__}, {time.strftime('%Y-%m-%d %H:%M')}; cap {cap:g} s after "
+        f"the first batch" + (" (--quick: 1/20 of the data)" if args.quick else "")
+    )
     print(header, flush=True)
     md: list[str] = ["# feedline beside other loaders", "", header, ""]
     root = tempfile.mkdtemp(prefix="feedline-compare-", dir=args.dir)

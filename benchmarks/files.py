@@ -77,7 +77,7 @@ def loader_vs_memmap(path: str, repeat: int) -> dict:
     def memmap_epoch() -> int:
         rows = 0
         for s in range(0, n, BATCH):
-            idx = perm[s:s + BATCH]
+            idx = perm[s : s + BATCH]
             np.take(X, idx, axis=0, out=out["x"][: len(idx)], mode="clip")
             np.take(Y, idx, axis=0, out=out["y"][: len(idx)], mode="clip")
             rows += len(idx)
@@ -94,7 +94,7 @@ def loader_vs_memmap(path: str, repeat: int) -> dict:
     def next_into_epoch() -> int:
         loader = fl.Loader(f, BATCH, seed=1)
         rows = 0
-        while (k := loader.next_into(out)):
+        while k := loader.next_into(out):
             rows += k
         assert rows == n
         return rows
@@ -109,19 +109,33 @@ def loader_vs_memmap(path: str, repeat: int) -> dict:
     first_ms = (time.perf_counter() - t0) * 1e3
     f.close()
     r_np, r_fl, r_into = n / t_np / 1e6, n / t_fl / 1e6, n / t_into / 1e6
-    print(f"1. shuffled batches of {BATCH} from a {n:,}-row .flr (64 float32 + int64), "
-          f"page cache, best of {repeat}")
-    print(f"   Loader(recfile.open(path)) iteration  {r_fl:7.2f} M rows/s  "
-          f"({r_fl / r_np:.2f}x the memmap baseline)")
-    print(f"   Loader.next_into (caller's arrays)    {r_into:7.2f} M rows/s  "
-          f"({r_into / r_np:.2f}x)")
-    print(f"   memmap baseline (np.take into preallocated arrays, mode='clip') "
-          f"{r_np:7.2f} M rows/s")
-    print(f"   batch by batch, interleaved with the baseline's (drift falls on both alike): "
-          f"{' '.join(f'{r:.2f}x' for r in ratios)} over {repeat} passes")
+    print(
+        f"1. shuffled batches of {BATCH} from a {n:,}-row .flr (64 float32 + int64), "
+        f"page cache, best of {repeat}"
+    )
+    print(
+        f"   Loader(recfile.open(path)) iteration  {r_fl:7.2f} M rows/s  "
+        f"({r_fl / r_np:.2f}x the memmap baseline)"
+    )
+    print(
+        f"   Loader.next_into (caller's arrays)    {r_into:7.2f} M rows/s  ({r_into / r_np:.2f}x)"
+    )
+    print(
+        f"   memmap baseline (np.take into preallocated arrays, mode='clip') {r_np:7.2f} M rows/s"
+    )
+    print(
+        f"   batch by batch, interleaved with the baseline's (drift falls on both alike): "
+        f"{' '.join(f'{r:.2f}x' for r in ratios)} over {repeat} passes"
+    )
     print(f"   time to the first batch of a freshly opened file: {first_ms:.1f} ms")
-    return {"interleaved": ratios, "loader_mps": r_fl, "next_into_mps": r_into, "memmap_mps": r_np,
-            "ratio": r_fl / r_np, "first_batch_ms": first_ms}
+    return {
+        "interleaved": ratios,
+        "loader_mps": r_fl,
+        "next_into_mps": r_into,
+        "memmap_mps": r_np,
+        "ratio": r_fl / r_np,
+        "first_batch_ms": first_ms,
+    }
 
 
 def write_and_verify(path: str, cols: dict[str, np.ndarray], repeat: int) -> dict:
@@ -151,10 +165,12 @@ def write_and_verify(path: str, cols: dict[str, np.ndarray], repeat: int) -> dic
     w_mbs = size / min(writes) / 1e6
     p_mbs = size / min(plain) / 1e6
     v_gbs = size / t_verify / 1e9
-    print(f"2. .flr of {size / 1e9:.3f} GB: write from in-memory columns {w_mbs:,.0f} MB/s "
-          f"(best of {len(writes)}, CRC-32 + fsync + rename included), beside the same bytes "
-          f"written plainly and fsynced: {p_mbs:,.0f} MB/s ({w_mbs / p_mbs:.2f}x); verify "
-          f"{v_gbs:.2f} GB/s (page cache, best of {repeat})")
+    print(
+        f"2. .flr of {size / 1e9:.3f} GB: write from in-memory columns {w_mbs:,.0f} MB/s "
+        f"(best of {len(writes)}, CRC-32 + fsync + rename included), beside the same bytes "
+        f"written plainly and fsynced: {p_mbs:,.0f} MB/s ({w_mbs / p_mbs:.2f}x); verify "
+        f"{v_gbs:.2f} GB/s (page cache, best of {repeat})"
+    )
     return {"write_mbs": w_mbs, "plain_write_mbs": p_mbs, "verify_gbs": v_gbs, "size": size}
 
 
@@ -193,19 +209,26 @@ def rss_while_reading(path: str) -> dict:
     f.close()
     batch_bytes = BATCH * (64 * 4 + 8)
     grow = peak["RssAnon"] - before["RssAnon"]
-    print(f"   one shuffled pass of {batches:,} batches of {BATCH} in {elapsed:.1f} s, in a "
-          f"fresh process")
-    print(f"   RssAnon before {before['RssAnon'] / 2**20:.1f} MiB, peak while reading "
-          f"{peak['RssAnon'] / 2**20:.1f} MiB: growth {grow / 2**20:+.2f} MiB "
-          f"(one batch is {batch_bytes / 2**20:.2f} MiB; the file is {size / 2**20:,.0f} MiB)")
-    print(f"   RssFile before {before['RssFile'] / 2**20:.1f} MiB, peak "
-          f"{peak['RssFile'] / 2**20:,.1f} MiB (the mapped file's pages: page cache, not "
-          f"anonymous memory)")
+    print(
+        f"   one shuffled pass of {batches:,} batches of {BATCH} in {elapsed:.1f} s, in a "
+        f"fresh process"
+    )
+    print(
+        f"   RssAnon before {before['RssAnon'] / 2**20:.1f} MiB, peak while reading "
+        f"{peak['RssAnon'] / 2**20:.1f} MiB: growth {grow / 2**20:+.2f} MiB "
+        f"(one batch is {batch_bytes / 2**20:.2f} MiB; the file is {size / 2**20:,.0f} MiB)"
+    )
+    print(
+        f"   RssFile before {before['RssFile'] / 2**20:.1f} MiB, peak "
+        f"{peak['RssFile'] / 2**20:,.1f} MiB (the mapped file's pages: page cache, not "
+        f"anonymous memory)"
+    )
     return {"rss_anon_growth": grow, "size": size, "batch_bytes": batch_bytes}
 
 
-def interleaved(f, X: np.ndarray, Y: np.ndarray, perm: np.ndarray,
-                out: dict[str, np.ndarray]) -> float:
+def interleaved(
+    f, X: np.ndarray, Y: np.ndarray, perm: np.ndarray, out: dict[str, np.ndarray]
+) -> float:
     """One pass where each loader batch follows one baseline batch; returns the ratio of
     the baseline's summed time to the loader's. This machine's speed drifts by 1.5x over
     minutes, so epochs run one after another compare drift as much as code."""
@@ -215,7 +238,7 @@ def interleaved(f, X: np.ndarray, Y: np.ndarray, perm: np.ndarray,
     rows = 0
     for s in range(0, len(perm), BATCH):
         t0 = clock()
-        idx = perm[s:s + BATCH]
+        idx = perm[s : s + BATCH]
         np.take(X, idx, axis=0, out=out["x"][: len(idx)], mode="clip")
         np.take(Y, idx, axis=0, out=out["y"][: len(idx)], mode="clip")
         t1 = clock()
@@ -229,8 +252,12 @@ def interleaved(f, X: np.ndarray, Y: np.ndarray, perm: np.ndarray,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
-    parser.add_argument("--big-rows", type=int, default=4_500_000,
-                        help="rows of the part-3 file (4.5M rows = 1.11 GiB)")
+    parser.add_argument(
+        "--big-rows",
+        type=int,
+        default=4_500_000,
+        help="rows of the part-3 file (4.5M rows = 1.11 GiB)",
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--rss-of", default=None, help=argparse.SUPPRESS)  # part 3's child
@@ -250,8 +277,11 @@ def main() -> None:
         os.unlink(path)
         big = os.path.join(directory, "big.flr")
         t_write = write_big(big, args.big_rows)
-        print(f"3. a {os.path.getsize(big) / 2**30:.2f} GiB .flr ({args.big_rows:,} rows, "
-              f"written by write_chunks in {t_write:.1f} s)", flush=True)
+        print(
+            f"3. a {os.path.getsize(big) / 2**30:.2f} GiB .flr ({args.big_rows:,} rows, "
+            f"written by write_chunks in {t_write:.1f} s)",
+            flush=True,
+        )
         subprocess.run([sys.executable, os.path.abspath(__file__), "--rss-of", big], check=True)
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -90,13 +90,19 @@ def make_files(directory: str, src: str) -> None:
         fl.nndataset.write(d + "/text.nndataset", fl.nndataset.Build(
             {"size": 50_000}, "c.txt", "", len(docs), train_docs=docs, created=1))
     """)
-    subprocess.run([sys.executable, "-c", script, directory], check=True,
-                   env={**os.environ, "PYTHONPATH": src})
+    subprocess.run(
+        [sys.executable, "-c", script, directory], check=True, env={**os.environ, "PYTHONPATH": src}
+    )
 
 
 def measure(src: str, directory: str) -> dict[str, float]:
-    proc = subprocess.run([sys.executable, "-c", CHILD, directory], check=True,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": src})
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, directory],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": src},
+    )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -111,17 +117,21 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="files-guarded-") as d:
         make_files(d, trees["after"])
         for r in range(args.rounds):
-            for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
                 results[name].append(measure(trees[name], d))
-    print(f"{'figure':<24} {'before (median, range)':>26} {'after (median, range)':>26} "
-          f"{'after/before':>12}")
+    print(
+        f"{'figure':<24} {'before (median, range)':>26} {'after (median, range)':>26} "
+        f"{'after/before':>12}"
+    )
     print(f"({args.rounds} rounds, interleaved)")
     for key in results["before"][0]:
         b = [x[key] for x in results["before"]]
         a = [x[key] for x in results["after"]]
-        print(f"{key:<25} {statistics.median(b):>10.2f} ({min(b):.2f}-{max(b):.2f})"
-              f"{'':>4} {statistics.median(a):>10.2f} ({min(a):.2f}-{max(a):.2f}){'':>4} "
-              f"{statistics.median(a) / statistics.median(b):>10.3f}x")
+        print(
+            f"{key:<25} {statistics.median(b):>10.2f} ({min(b):.2f}-{max(b):.2f})"
+            f"{'':>4} {statistics.median(a):>10.2f} ({min(a):.2f}-{max(a):.2f}){'':>4} "
+            f"{statistics.median(a) / statistics.median(b):>10.3f}x"
+        )
     return 0
 
 

@@ -47,9 +47,37 @@ U64 = 2**64 - 1
 NDF_HEADER = struct.Struct("<4sQQQ")
 FLR_PRE = struct.Struct("<8sIIQQQQQI")
 FLR_SIZES = [8, 4, 4, 8, 8, 8, 8, 8, 4]  # bytes of each preamble field
-INTERESTING = [0, 1, 2, 3, 5, 7, 8, 63, 64, 65, 127, 128, 255, 256, 4096, 2**31 - 1, 2**31,
-               2**32 - 1, 2**32, 2**32 + 1, 2**53, 2**60, 2**61 + 1, 2**62, 2**63 - 1, 2**63,
-               2**64 - 8, U64 - 1, U64]
+INTERESTING = [
+    0,
+    1,
+    2,
+    3,
+    5,
+    7,
+    8,
+    63,
+    64,
+    65,
+    127,
+    128,
+    255,
+    256,
+    4096,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**32 + 1,
+    2**53,
+    2**60,
+    2**61 + 1,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 8,
+    U64 - 1,
+    U64,
+]
 
 
 class CaseTimeout(Exception):
@@ -121,13 +149,22 @@ def make_bases(directory: str) -> dict[str, list[bytes]]:
     nnd = []
     docs = [[int(t) for t in rng.integers(0, 300, k)] for k in (5, 0, 17, 1, 40)]
     for scope, test in [("all", []), ("assistant", [[7, 8]]), ("all", [[1], []])]:
-        masks = [[i % 2 == 0 for i in range(len(d))] for d in docs] if scope == "assistant" \
-            else None
+        masks = (
+            [[i % 2 == 0 for i in range(len(d))] for d in docs] if scope == "assistant" else None
+        )
         tmasks = [[True] * len(d) for d in test] if scope == "assistant" else None
-        build = fl.nndataset.Build({"tokens": 300, "name": "bytes", "ids": [1, 2, 3]},
-                                   "corpus.txt", "ab" * 32, len(docs) + len(test),
-                                   loss_scope=scope, train_docs=docs, train_masks=masks,
-                                   test_docs=test, test_masks=tmasks, created=1)
+        build = fl.nndataset.Build(
+            {"tokens": 300, "name": "bytes", "ids": [1, 2, 3]},
+            "corpus.txt",
+            "ab" * 32,
+            len(docs) + len(test),
+            loss_scope=scope,
+            train_docs=docs,
+            train_masks=masks,
+            test_docs=test,
+            test_masks=tmasks,
+            created=1,
+        )
         path = os.path.join(directory, "base.nndataset")
         fl.nndataset.write(path, build)
         with open(path, "rb") as f:
@@ -162,8 +199,12 @@ def seal_flr(header: bytes, body: bytes, fields: list, data_offset: int) -> byte
     """A file with the header at 64, ``body`` at ``data_offset``, CRCs recomputed."""
     rest = header + b"\0" * max(0, data_offset - 64 - len(header)) + body
     fields = list(fields)
-    fields[4], fields[6], fields[7], fields[8] = (len(header), data_offset, 64 + len(rest),
-                                                  zlib.crc32(header))
+    fields[4], fields[6], fields[7], fields[8] = (
+        len(header),
+        data_offset,
+        64 + len(rest),
+        zlib.crc32(header),
+    )
     pre = FLR_PRE.pack(*fields)
     return pre + struct.pack("<I", zlib.crc32(pre)) + rest
 
@@ -175,8 +216,25 @@ def random_json(rng: random.Random, depth: int = 0):
     if r < 0.45:
         return rng.choice([None, True, False, 0.5, -1.0, 1e308, float(2**64)])
     if r < 0.6:
-        return rng.choice(["", "x", "fixed", "ragged", "<f4", "|O", "<U3", "float128", "H",
-                           "schema", "fields", "_x", "a b", "\u00e9", "0"])
+        return rng.choice(
+            [
+                "",
+                "x",
+                "fixed",
+                "ragged",
+                "<f4",
+                "|O",
+                "<U3",
+                "float128",
+                "H",
+                "schema",
+                "fields",
+                "_x",
+                "a b",
+                "\u00e9",
+                "0",
+            ]
+        )
     if r < 0.75 and depth < 3:
         return [random_json(rng, depth + 1) for _ in range(rng.randint(0, 3))]
     if r < 0.85 and depth < 3:
@@ -225,7 +283,7 @@ def mutate_ndf(rng: random.Random, base: bytes) -> tuple[str, bytes]:
         if r < 0.3:
             body = b""
         elif r < 0.5:
-            body = body[:rng.randrange(len(body) + 1)]
+            body = body[: rng.randrange(len(body) + 1)]
         elif r < 0.6:
             body = body + bytes(rng.randrange(256) for _ in range(rng.choice([8, 16, 24, 40])))
         buf = bytearray(NDF_HEADER.pack(magic, *values) + body)
@@ -234,7 +292,7 @@ def mutate_ndf(rng: random.Random, base: bytes) -> tuple[str, bytes]:
     elif kind == "flip":
         flip_bytes(rng, buf, 28)
     elif kind == "truncate":
-        buf = buf[:rng.randrange(len(buf))]
+        buf = buf[: rng.randrange(len(buf))]
     else:
         buf += bytes(rng.randrange(256) for _ in range(rng.randint(1, 256)))
     return kind, bytes(buf)
@@ -243,12 +301,24 @@ def mutate_ndf(rng: random.Random, base: bytes) -> tuple[str, bytes]:
 def mutate_flr(rng: random.Random, base: bytes) -> tuple[str, bytes]:
     buf = bytearray(base)
     fields = list(FLR_PRE.unpack(base[:60]))
-    kind = rng.choice(["flip", "flip", "truncate", "append", "preamble", "preamble", "header",
-                       "header", "header", "ndims"])
+    kind = rng.choice(
+        [
+            "flip",
+            "flip",
+            "truncate",
+            "append",
+            "preamble",
+            "preamble",
+            "header",
+            "header",
+            "header",
+            "ndims",
+        ]
+    )
     if kind == "flip":
         flip_bytes(rng, buf, 64 + fields[4])
     elif kind == "truncate":
-        buf = buf[:rng.randrange(len(buf))]
+        buf = buf[: rng.randrange(len(buf))]
     elif kind == "append":
         buf += bytes(rng.randrange(256) for _ in range(rng.randint(1, 256)))
     elif kind == "preamble":  # field values, with the preamble CRC recomputed
@@ -257,7 +327,7 @@ def mutate_flr(rng: random.Random, base: bytes) -> tuple[str, bytes]:
         pre = FLR_PRE.pack(*fields)
         buf = bytearray(pre + struct.pack("<I", zlib.crc32(pre)) + base[64:])
     elif kind == "ndims":  # a field of many dims (a column has one more: numpy allows 64)
-        doc = json.loads(base[64:64 + fields[4]])
+        doc = json.loads(base[64 : 64 + fields[4]])
         spec = rng.choice(doc["record"]["fields"])
         spec["dims"] = spec["shape"] = [1] * rng.choice([31, 32, 62, 63, 64, 65, 100])
         header = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -265,20 +335,21 @@ def mutate_flr(rng: random.Random, base: bytes) -> tuple[str, bytes]:
         for c in doc["columns"]:
             c["offset"] += start - fields[6]
         header = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-        buf = bytearray(seal_flr(header, base[fields[6]:], fields, start))
+        buf = bytearray(seal_flr(header, base[fields[6] :], fields, start))
     else:  # a JSON value changed, every checksum recomputed, the columns kept in place
-        doc = json.loads(base[64:64 + fields[4]])
+        doc = json.loads(base[64 : 64 + fields[4]])
         start = 8192
         for c in doc["columns"]:
             c["offset"] += start - fields[6]
-        body = base[fields[6]:]
+        body = base[fields[6] :]
         for _ in range(rng.randint(1, 3)):
             doc = mutate_json(rng, doc)
         header = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
         if rng.random() < 0.005:  # deeply nested JSON
             header = b"[" * 50_000 + b"]" * 50_000
-        buf = bytearray(seal_flr(header, body, fields, max(start, -(-(64 + len(header)) // 64)
-                                                           * 64)))
+        buf = bytearray(
+            seal_flr(header, body, fields, max(start, -(-(64 + len(header)) // 64) * 64))
+        )
     return kind, bytes(buf)
 
 
@@ -288,12 +359,12 @@ def mutate_nndataset(rng: random.Random, base: bytes) -> tuple[str, bytes]:
     if kind == "flip":
         flip_bytes(rng, buf, 8)
     elif kind == "truncate":
-        buf = buf[:rng.randrange(len(buf))]
+        buf = buf[: rng.randrange(len(buf))]
     elif kind == "append":
         buf += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
     else:  # an aligned 8-byte word (a length, an address, a count) set to a big value
         at = rng.randrange(0, max(len(buf) - 8, 1))
-        buf[at:at + 8] = struct.pack("<Q", big_value(rng))
+        buf[at : at + 8] = struct.pack("<Q", big_value(rng))
     return kind, bytes(buf)
 
 
@@ -325,8 +396,11 @@ def try_nndataset(path: str) -> None:
                 f.text_doc(subset, c.num_docs - 1)
 
 
-FORMATS = {"ndf": (mutate_ndf, try_ndf), "flr": (mutate_flr, try_flr),
-           "nndataset": (mutate_nndataset, try_nndataset)}
+FORMATS = {
+    "ndf": (mutate_ndf, try_ndf),
+    "flr": (mutate_flr, try_flr),
+    "nndataset": (mutate_nndataset, try_nndataset),
+}
 OPENERS = {"ndf": fl.ndf.open, "flr": fl.recfile.open, "nndataset": fl.nndataset.open}
 
 
@@ -363,8 +437,7 @@ def clear(path: str) -> None:
                 os.unlink(p)
 
 
-def fs_case(fmt: str, kind: str, rng: random.Random, data: bytes, other: bytes,
-            path: str) -> None:
+def fs_case(fmt: str, kind: str, rng: random.Random, data: bytes, other: bytes, path: str) -> None:
     """Set up the file system case ``kind`` at ``path`` and read it as a user would."""
     clear(path)
     if kind == "fs:fifo":
@@ -386,12 +459,13 @@ def fs_case(fmt: str, kind: str, rng: random.Random, data: bytes, other: bytes,
                 os.truncate(path, rng.randrange(len(data) + 1))
             else:  # another file's bytes written over this one (same inode)
                 with open(path, "r+b") as f:
-                    f.write(other[:len(data)])
+                    f.write(other[: len(data)])
             read_through(fmt, handle)
 
 
-def run_case(fmt: str, bases: list[bytes], case_seed: int, path: str,
-             timeout: float, fs_share: float = 0.05) -> tuple[str, str, BaseException | None]:
+def run_case(
+    fmt: str, bases: list[bytes], case_seed: int, path: str, timeout: float, fs_share: float = 0.05
+) -> tuple[str, str, BaseException | None]:
     """(outcome, mutation kind, exception) of one case."""
     rng = random.Random(case_seed)
     mutate, attempt = FORMATS[fmt]
@@ -429,14 +503,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=100_000, help="cases per format")
     parser.add_argument("--seed", type=int, default=1, help="the run's seed")
-    parser.add_argument("--formats", default="ndf,flr,nndataset",
-                        help="comma-separated: ndf, flr, nndataset")
+    parser.add_argument(
+        "--formats", default="ndf,flr,nndataset", help="comma-separated: ndf, flr, nndataset"
+    )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds a case may take")
     parser.add_argument("--show", type=int, default=3, help="cases printed per kind of failure")
-    parser.add_argument("--fs-share", type=float, default=0.05,
-                        help="share of cases that also mutate the file system around the file")
-    parser.add_argument("--replay", type=int, default=None,
-                        help="rerun one case seed (of --formats) and print its traceback")
+    parser.add_argument(
+        "--fs-share",
+        type=float,
+        default=0.05,
+        help="share of cases that also mutate the file system around the file",
+    )
+    parser.add_argument(
+        "--replay",
+        type=int,
+        default=None,
+        help="rerun one case seed (of --formats) and print its traceback",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGALRM, _alarm)
     formats = [f for f in args.formats.split(",") if f]
@@ -449,8 +532,9 @@ def main(argv: list[str] | None = None) -> int:
         path = os.path.join(directory, "case")
         if args.replay is not None:
             for fmt in formats:
-                outcome, kind, exc = run_case(fmt, bases[fmt], args.replay, path + "." + fmt,
-                                              args.timeout, args.fs_share)
+                outcome, kind, exc = run_case(
+                    fmt, bases[fmt], args.replay, path + "." + fmt, args.timeout, args.fs_share
+                )
                 print(f"{fmt} case {args.replay}: {kind} -> {outcome}")
                 if exc is not None:
                     traceback.print_exception(exc)
@@ -463,15 +547,17 @@ def main(argv: list[str] | None = None) -> int:
             max_rss, max_anon = rss0, anon0
             counts: collections.Counter[str] = collections.Counter()
             by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(
-                collections.Counter)
+                collections.Counter
+            )
             failures: dict[str, list[int]] = collections.defaultdict(list)
             slowest = (0.0, None)
             t0 = time.perf_counter()
             for i in range(args.cases):
                 case_seed = args.seed * 1_000_000_007 + i
                 t = time.perf_counter()
-                outcome, kind, exc = run_case(fmt, bases[fmt], case_seed, fpath, args.timeout,
-                                              args.fs_share)
+                outcome, kind, exc = run_case(
+                    fmt, bases[fmt], case_seed, fpath, args.timeout, args.fs_share
+                )
                 dt = time.perf_counter() - t
                 if dt > slowest[0]:
                     slowest = (dt, case_seed)
@@ -489,19 +575,27 @@ def main(argv: list[str] | None = None) -> int:
             elapsed = time.perf_counter() - t0
             r, a = rss()
             max_rss, max_anon = max(max_rss, r), max(max_anon, a)
-            print(f"{fmt}: {args.cases} cases in {elapsed:.1f} s "
-                  f"({args.cases / elapsed:,.0f}/s): ok {counts['ok']}, FormatError "
-                  f"{counts['FormatError']}, other {counts['other']}")
+            print(
+                f"{fmt}: {args.cases} cases in {elapsed:.1f} s "
+                f"({args.cases / elapsed:,.0f}/s): ok {counts['ok']}, FormatError "
+                f"{counts['FormatError']}, other {counts['other']}"
+            )
             for kind in sorted(by_kind):
                 c = by_kind[kind]
-                print(f"    {kind:<12} ok {c['ok']:>7}  FormatError {c['FormatError']:>7}  "
-                      f"other {c['other']:>5}")
-            print(f"    slowest case {slowest[0] * 1e3:.1f} ms (seed {slowest[1]}); max growth "
-                  f"VmRSS {(max_rss - rss0) / 2**20:+.1f} MiB, RssAnon "
-                  f"{(max_anon - anon0) / 2**20:+.1f} MiB")
+                print(
+                    f"    {kind:<12} ok {c['ok']:>7}  FormatError {c['FormatError']:>7}  "
+                    f"other {c['other']:>5}"
+                )
+            print(
+                f"    slowest case {slowest[0] * 1e3:.1f} ms (seed {slowest[1]}); max growth "
+                f"VmRSS {(max_rss - rss0) / 2**20:+.1f} MiB, RssAnon "
+                f"{(max_anon - anon0) / 2**20:+.1f} MiB"
+            )
             for sig, seeds in failures.items():
-                print(f"    other x{len(seeds)}: {sig}; seeds {seeds[:args.show]} "
-                      f"(--replay SEED --formats {fmt})")
+                print(
+                    f"    other x{len(seeds)}: {sig}; seeds {seeds[: args.show]} "
+                    f"(--replay SEED --formats {fmt})"
+                )
             if counts["other"]:
                 status = 1
     return status

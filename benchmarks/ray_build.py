@@ -87,8 +87,9 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/feedline-bench-ray")
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray instance")
     ap.add_argument("--shard-mb", type=int, default=64, help="text per Ray shard")
-    ap.add_argument("--workers", type=int, default=0,
-                    help="fl.text.build threads inside each Ray task")
+    ap.add_argument(
+        "--workers", type=int, default=0, help="fl.text.build threads inside each Ray task"
+    )
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--bpe", action="store_true", help="an 8k BPE instead of bytes")
     args = ap.parse_args()
@@ -99,8 +100,9 @@ def main() -> None:
     t = time.perf_counter()
     corpus = make_corpus(args.dir, args.mb, args.unique_mb)
     size = os.path.getsize(corpus)
-    print(f"corpus {corpus}: {size / 1e6:,.0f} MB ({time.perf_counter() - t:.1f} s to make "
-          f"or find)")
+    print(
+        f"corpus {corpus}: {size / 1e6:,.0f} MB ({time.perf_counter() - t:.1f} s to make or find)"
+    )
     if args.bpe:
         sample = os.path.join(args.dir, "bpe-sample.txt")
         with open(corpus, "rb") as fin, open(sample, "wb") as fout:
@@ -115,8 +117,9 @@ def main() -> None:
             pass
 
     t = time.perf_counter()
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False,
-             logging_level="warning")
+    ray.init(
+        num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, logging_level="warning"
+    )
     ray.data.DataContext.get_current().enable_progress_bars = False
     ray_start = time.perf_counter() - t
 
@@ -132,14 +135,22 @@ def main() -> None:
             _drop(single_out)
             _drop(ray_out)
             t = time.perf_counter()
-            info = fl.ray.build_text(corpus, ray_out, tok, shard_bytes=args.shard_mb << 20,
-                                     workers=args.workers, created=0)
+            info = fl.ray.build_text(
+                corpus,
+                ray_out,
+                tok,
+                shard_bytes=args.shard_mb << 20,
+                workers=args.workers,
+                created=0,
+            )
             sharded.append(time.perf_counter() - t)
             tokens = sum(s.tokens for s in info.shards)
             if tokens != summary.tokens or len(info) != summary.documents:
-                raise SystemExit(f"the builds disagree: {tokens} tokens in {len(info)} "
-                                 f"documents against {summary.tokens} in "
-                                 f"{summary.documents}")
+                raise SystemExit(
+                    f"the builds disagree: {tokens} tokens in {len(info)} "
+                    f"documents against {summary.tokens} in "
+                    f"{summary.documents}"
+                )
             _drop(ray_out)
     finally:
         ray.shutdown()
@@ -147,14 +158,20 @@ def main() -> None:
         _drop(ray_out)
     mb = size / 1e6
     one, many = mb / min(single), mb / min(sharded)
-    print(f"tokenizer {name}; {summary.documents:,} documents, {summary.tokens:,} tokens, "
-          f"{summary.bytes / 1e6:,.0f} MB of .nndataset")
+    print(
+        f"tokenizer {name}; {summary.documents:,} documents, {summary.tokens:,} tokens, "
+        f"{summary.bytes / 1e6:,.0f} MB of .nndataset"
+    )
     print(f"fl.text.build, one process (2 threads)   {min(single):7.2f} s  {one:7.1f} MB/s")
-    print(f"fl.ray.build_text, {args.cpus} CPUs, {len(info.shards)} shards  "
-          f"{min(sharded):7.2f} s  {many:7.1f} MB/s  ({many / one:.2f}x)")
+    print(
+        f"fl.ray.build_text, {args.cpus} CPUs, {len(info.shards)} shards  "
+        f"{min(sharded):7.2f} s  {many:7.1f} MB/s  ({many / one:.2f}x)"
+    )
     if args.repeat > 1:
-        print(f"first runs: one process {mb / single[0]:.1f} MB/s, Ray {mb / sharded[0]:.1f} "
-              f"MB/s (its first run also starts the Ray workers and imports feedline there)")
+        print(
+            f"first runs: one process {mb / single[0]:.1f} MB/s, Ray {mb / sharded[0]:.1f} "
+            f"MB/s (its first run also starts the Ray workers and imports feedline there)"
+        )
     print(f"(Ray's own start, not counted: {ray_start:.1f} s)")
 
 

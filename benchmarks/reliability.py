@@ -81,8 +81,13 @@ def run_exactly_once(report: Report, count: int, workers_: int, seed: int) -> No
     check = exactly_once.check_workers_case if workers_ else exactly_once.check_case
 
     @hypothesis_seed(seed)
-    @settings(max_examples=count, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=count,
+        deadline=None,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(exactly_once.cases(workers=workers_))
     def campaign(case: exactly_once.Case) -> None:
         stats["tried"] += 1
@@ -94,9 +99,11 @@ def run_exactly_once(report: Report, count: int, workers_: int, seed: int) -> No
     t = time.perf_counter()
     campaign()
     label = "exactly-once, 2 workers" if workers_ else "exactly-once, in process"
-    note = (f"({time.perf_counter() - t:.0f} s; batches {stats['batches']}, resumes "
-            f"{stats['resumes']}, shard loaders {stats['shards']}, elastic resumes "
-            f"{stats['elastic resumes']})")
+    note = (
+        f"({time.perf_counter() - t:.0f} s; batches {stats['batches']}, resumes "
+        f"{stats['resumes']}, shard loaders {stats['shards']}, elastic resumes "
+        f"{stats['elastic resumes']})"
+    )
     show(failures)
     report.add(label, stats["tried"], len(failures), note)
 
@@ -142,13 +149,20 @@ def run_writer_kills(report: Report, kills: int, seed: int) -> None:
                 leftovers.update(name.rsplit(".", 1)[-1] for name in o.leftovers)
                 leftover_bytes += o.leftover_bytes
                 killing.remove_leftovers(o, work)
-        print(f"  {kind}: a write takes {seconds * 1e3:.0f} ms in the child; outcomes "
-              f"{dict(outcomes)}; leftovers {dict(leftovers)} ({leftover_bytes / 2**20:.0f} MiB "
-              f"in all, hidden, named after the target)")
+        print(
+            f"  {kind}: a write takes {seconds * 1e3:.0f} ms in the child; outcomes "
+            f"{dict(outcomes)}; leftovers {dict(leftovers)} ({leftover_bytes / 2**20:.0f} MiB "
+            f"in all, hidden, named after the target)"
+        )
         show(failures)
-        report.add(f"writer kills, {kind}", kills, len(failures),
-                   f"({time.perf_counter() - t:.0f} s; " + ", ".join(
-                       f"{a}/{b} {n}" for (a, b), n in sorted(outcomes.items())) + ")")
+        report.add(
+            f"writer kills, {kind}",
+            kills,
+            len(failures),
+            f"({time.perf_counter() - t:.0f} s; "
+            + ", ".join(f"{a}/{b} {n}" for (a, b), n in sorted(outcomes.items()))
+            + ")",
+        )
 
 
 # -- workers killed --------------------------------------------------------------------------
@@ -168,20 +182,26 @@ def run_worker_kills(report: Report, kills: int, seed: int) -> None:
         try:
             r = workers.kill_one(before, which, moment)
         except Exception as e:
-            failures.append(f"{moment} after {before} batches, worker {which}: "
-                            f"{type(e).__name__}: {e}")
+            failures.append(
+                f"{moment} after {before} batches, worker {which}: {type(e).__name__}: {e}"
+            )
             continue
         by_moment[moment][r.raised or "nothing"] += 1
         slowest[moment] = max(slowest[moment], r.seconds)
         if r.raised != "WorkerError" or r.segments_left or r.workers_left:
             failures.append(f"{moment} after {before} batches, worker {which}: {r}")
     for m in workers.MOMENTS:
-        print(f"  {m}: {dict(by_moment[m])}; slowest error {slowest[m] * 1e3:.1f} ms after "
-              f"the kill")
+        print(
+            f"  {m}: {dict(by_moment[m])}; slowest error {slowest[m] * 1e3:.1f} ms after the kill"
+        )
     show(failures)
-    report.add("worker kills", kills, len(failures),
-               f"({time.perf_counter() - t:.0f} s; slowest WorkerError "
-               f"{max(slowest.values()) * 1e3:.0f} ms after the kill)")
+    report.add(
+        "worker kills",
+        kills,
+        len(failures),
+        f"({time.perf_counter() - t:.0f} s; slowest WorkerError "
+        f"{max(slowest.values()) * 1e3:.0f} ms after the kill)",
+    )
 
 
 # -- corrupted files ----------------------------------------------------------------------------
@@ -228,14 +248,20 @@ def run_soak(report: Report, epochs: int) -> None:
         problems.append(f"{s.segments_left} segments left after close")
     if s.fds_after_close != s.fds_before:
         problems.append(f"descriptors {s.fds_before} before, {s.fds_after_close} after close")
-    print(f"  {epochs} epochs, {s.batches} batches: RSS {s.rss[0] / 2**20:.1f} MiB after epoch 1, "
-          f"max {max(s.rss) / 2**20:.1f} MiB ({s.growth(s.rss):+.2%}); descriptors "
-          f"{sorted(set(s.fds))}; segments {len(s.segments[0])} throughout, "
-          f"{s.segments_left} after close; workers' RSS {s.worker_rss[0] / 2**20:.1f} MiB, "
-          f"growth {s.growth(s.worker_rss):+.2%}; workers' descriptors {sorted(set(s.worker_fds))}")
+    print(
+        f"  {epochs} epochs, {s.batches} batches: RSS {s.rss[0] / 2**20:.1f} MiB after epoch 1, "
+        f"max {max(s.rss) / 2**20:.1f} MiB ({s.growth(s.rss):+.2%}); descriptors "
+        f"{sorted(set(s.fds))}; segments {len(s.segments[0])} throughout, "
+        f"{s.segments_left} after close; workers' RSS {s.worker_rss[0] / 2**20:.1f} MiB, "
+        f"growth {s.growth(s.worker_rss):+.2%}; workers' descriptors {sorted(set(s.worker_fds))}"
+    )
     show(problems)
-    report.add("soak", epochs, len(problems), f"({time.perf_counter() - t:.0f} s; epochs, "
-               f"RSS growth {s.growth(s.rss):+.2%})")
+    report.add(
+        "soak",
+        epochs,
+        len(problems),
+        f"({time.perf_counter() - t:.0f} s; epochs, RSS growth {s.growth(s.rss):+.2%})",
+    )
 
 
 # -- states -------------------------------------------------------------------------------------
@@ -250,8 +276,11 @@ def run_states(report: Report, mutations: int, seed: int) -> None:
     for kind, table in (("mix", states.INVALID), ("shard", states.INVALID_SHARDED)):
         state, want = states.saved(kind)
         with states.started(kind) as target:
-            variants = [*(c(state) for c in table.values()),
-                        *states.fingerprint_variants(state), *states.truncations(state)]
+            variants = [
+                *(c(state) for c in table.values()),
+                *states.fingerprint_variants(state),
+                *states.truncations(state),
+            ]
             for bad in variants:
                 tried += 1
                 ok, what = states.refuses(target, bad)
@@ -268,26 +297,42 @@ def run_states(report: Report, mutations: int, seed: int) -> None:
         for outcome in sorted({o for _, o, _ in failed}):
             print(f"    {outcome}, e.g.:")
             show([what for _, o, what in failed if o == outcome], 2)
-        report.add(f"states, mutated ({kind})", mutations, len(failed),
-                   f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})")
+        report.add(
+            f"states, mutated ({kind})",
+            mutations,
+            len(failed),
+            f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})",
+        )
     print(f"  ({time.perf_counter() - t:.0f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=3000, help="exactly-once cases in process")
-    parser.add_argument("--worker-cases", type=int, default=30,
-                        help="exactly-once cases with 2 workers (about 1 s each)")
+    parser.add_argument(
+        "--worker-cases",
+        type=int,
+        default=30,
+        help="exactly-once cases with 2 workers (about 1 s each)",
+    )
     parser.add_argument("--kills", type=int, default=30, help="writer kills per kind of file")
     parser.add_argument("--worker-kills", type=int, default=30, help="workers killed")
-    parser.add_argument("--fuzz-cases", type=int, default=100_000,
-                        help="fuzz_formats.py cases per format")
+    parser.add_argument(
+        "--fuzz-cases", type=int, default=100_000, help="fuzz_formats.py cases per format"
+    )
     parser.add_argument("--soak-epochs", type=int, default=200, help="soak epochs")
-    parser.add_argument("--state-mutations", type=int, default=10_000,
-                        help="random mutations of a saved state, per kind of loader")
+    parser.add_argument(
+        "--state-mutations",
+        type=int,
+        default=10_000,
+        help="random mutations of a saved state, per kind of loader",
+    )
     parser.add_argument("--seed", type=int, default=1, help="the campaign's seed")
-    parser.add_argument("--only", default=",".join(SECTIONS),
-                        help=f"comma-separated sections: {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--only",
+        default=",".join(SECTIONS),
+        help=f"comma-separated sections: {', '.join(SECTIONS)}",
+    )
     args = parser.parse_args(argv)
     only = {s for s in args.only.split(",") if s}
     if only - set(SECTIONS):

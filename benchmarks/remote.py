@@ -47,17 +47,24 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="feedline-bench-remote-")
     path = os.path.join(folder, "rows.flr")
     rng = np.random.default_rng(0)
-    fl.recfile.write(path, Example, {"x": rng.standard_normal((args.rows, 64), np.float32),
-                                     "y": np.arange(args.rows)})
+    fl.recfile.write(
+        path,
+        Example,
+        {"x": rng.standard_normal((args.rows, 64), np.float32), "y": np.arange(args.rows)},
+    )
     size = os.path.getsize(path)
     s3 = S3Endpoint()
     try:
         import boto3
         import s3fs
 
-        boto3.client("s3", endpoint_url=s3.url, aws_access_key_id="testing",
-                     aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket="bench")
+        boto3.client(
+            "s3",
+            endpoint_url=s3.url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket="bench")
         t0 = time.perf_counter()
         s3fs.S3FileSystem(**s3.options()).put(path, "bench/rows.flr")
         print(f"uploaded {size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f} s")
@@ -65,8 +72,12 @@ def main() -> None:
             epoch(local)
             t_local, n = min(epoch(local) for _ in range(2))
         cache = os.path.join(folder, "cache")
-        handle = fl.remote.open("s3://bench/rows.flr", storage_options=s3.options(),
-                                block_size=args.block_size, cache_dir=cache)
+        handle = fl.remote.open(
+            "s3://bench/rows.flr",
+            storage_options=s3.options(),
+            block_size=args.block_size,
+            cache_dir=cache,
+        )
         with fl.recfile.open(handle) as remote:
             t_cold, _ = epoch(remote)
             t_warm, _ = min(epoch(remote) for _ in range(2))
@@ -75,10 +86,14 @@ def main() -> None:
         s3.close()
     print(f"one epoch of {n:,} rows ({size / 1e6:.0f} MB) in shuffled batches of 512:")
     print(f"  local file (page cache)        {n / t_local / 1e6:7.2f} M rows/s")
-    print(f"  S3, block cache cold           {n / t_cold / 1e6:7.2f} M rows/s  "
-          f"({t_local / t_cold:.3f}x; {size / t_cold / 1e6:.0f} MB/s fetched)")
-    print(f"  S3, block cache warm           {n / t_warm / 1e6:7.2f} M rows/s  "
-          f"({t_local / t_warm:.2f}x)")
+    print(
+        f"  S3, block cache cold           {n / t_cold / 1e6:7.2f} M rows/s  "
+        f"({t_local / t_cold:.3f}x; {size / t_cold / 1e6:.0f} MB/s fetched)"
+    )
+    print(
+        f"  S3, block cache warm           {n / t_warm / 1e6:7.2f} M rows/s  "
+        f"({t_local / t_warm:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -95,8 +95,10 @@ def main() -> None:
     t = time.perf_counter()
     corpus = make_corpus(args.dir, args.mb)
     size = os.path.getsize(corpus)
-    print(f"corpus: {corpus}, {size / 1e6:.1f} MB ({time.perf_counter() - t:.1f} s to make or "
-          f"find); {os.cpu_count()} CPUs")
+    print(
+        f"corpus: {corpus}, {size / 1e6:.1f} MB ({time.perf_counter() - t:.1f} s to make or "
+        f"find); {os.cpu_count()} CPUs"
+    )
     out = os.path.join(args.dir, "out.nndataset")
     if args.only != "bpe":
         bench_byte(corpus, out, size, args.repeat)
@@ -106,25 +108,34 @@ def main() -> None:
 
 def bench_byte(corpus: str, out: str, size: int, repeat: int) -> None:
     byte = fl.text.ByteTokenizer()
-    print("\nbyte tokenizer, 1,000 test documents (MB of text a second; target >= 50 with 2 "
-          "workers)")
+    print(
+        "\nbyte tokenizer, 1,000 test documents (MB of text a second; target >= 50 with 2 workers)"
+    )
     for scope in ("all", "assistant"):
         for workers in (0, 1, 2):
-            s = best(repeat, lambda scope=scope, workers=workers: fl.text.build(
-                corpus, out, byte, loss_scope=scope, workers=workers, test_docs=1000), out)
-            print(f"  loss_scope {scope:<9} workers {workers}: {size / 1e6 / s:7.1f} MB/s "
-                  f"({s:.2f} s; {os.path.getsize(out) / 1e6:,.0f} MB written)")
+            s = best(
+                repeat,
+                lambda scope=scope, workers=workers: fl.text.build(
+                    corpus, out, byte, loss_scope=scope, workers=workers, test_docs=1000
+                ),
+                out,
+            )
+            print(
+                f"  loss_scope {scope:<9} workers {workers}: {size / 1e6 / s:7.1f} MB/s "
+                f"({s:.2f} s; {os.path.getsize(out) / 1e6:,.0f} MB written)"
+            )
 
 
-def bench_bpe(corpus: str, out: str, size: int, repeat: int, folder: str,
-              train_mb: int) -> None:
+def bench_bpe(corpus: str, out: str, size: int, repeat: int, folder: str, train_mb: int) -> None:
     train = os.path.join(folder, f"train-{train_mb}mb.txt")
     with open(corpus, "rb") as src, open(train, "wb") as dst:
         dst.write(src.read(train_mb * 1_000_000).rsplit(b"\n", 1)[0] + b"\n")
     t = time.perf_counter()
     bpe = fl.text.BPETokenizer.train(train, 8192)
-    print(f"\n8k BPE trained on {train_mb} MB in {time.perf_counter() - t:.1f} s; "
-          "loss_scope assistant, 1,000 test documents")
+    print(
+        f"\n8k BPE trained on {train_mb} MB in {time.perf_counter() - t:.1f} s; "
+        "loss_scope assistant, 1,000 test documents"
+    )
     # the baseline's documents are decoded text already in memory, in build's chunks
     chunks = [[d.decode() for d in c] for c in fl.text.iter_doc_chunks(corpus)]
     encode = bpe.hf_tokenizer.encode_batch_fast
@@ -142,16 +153,27 @@ def bench_bpe(corpus: str, out: str, size: int, repeat: int, folder: str,
         base["chunked"].append(best(1, chunked))
         base["at once"].append(best(1, at_once))
         for workers in ours:
-            ours[workers].append(best(1, lambda workers=workers: fl.text.build(
-                corpus, out, bpe, loss_scope="assistant", workers=workers, test_docs=1000), out))
+            ours[workers].append(
+                best(
+                    1,
+                    lambda workers=workers: fl.text.build(
+                        corpus, out, bpe, loss_scope="assistant", workers=workers, test_docs=1000
+                    ),
+                    out,
+                )
+            )
     for name, times in base.items():
-        print(f"  tokenizers encode_batch_fast alone, {name:<8}: {size / 1e6 / min(times):6.2f} "
-              f"MB/s ({min(times):.2f} s)")
+        print(
+            f"  tokenizers encode_batch_fast alone, {name:<8}: {size / 1e6 / min(times):6.2f} "
+            f"MB/s ({min(times):.2f} s)"
+        )
     fastest = min(min(times) for times in base.values())
     for workers, times in ours.items():
         s = min(times)
-        print(f"  fl.text.build, workers {workers}:                {size / 1e6 / s:6.2f} MB/s "
-              f"({s:.2f} s) = {fastest / s:.2f}x the faster encoder alone (target >= 0.8x)")
+        print(
+            f"  fl.text.build, workers {workers}:                {size / 1e6 / s:6.2f} MB/s "
+            f"({s:.2f} s) = {fastest / s:.2f}x the faster encoder alone (target >= 0.8x)"
+        )
 
 
 if __name__ == "__main__":

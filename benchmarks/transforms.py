@@ -44,8 +44,10 @@ def main() -> None:
                 rows = first.meta.size + sum(b.meta.size for b in it)
                 rates[workers] = (rows - first.meta.size) / (time.perf_counter() - t)
                 loader.close()
-                print(f"workers={workers}: {rates[workers]:,.0f} examples/s, first batch "
-                      f"{first_s * 1e3:.0f} ms")
+                print(
+                    f"workers={workers}: {rates[workers]:,.0f} examples/s, first batch "
+                    f"{first_s * 1e3:.0f} ms"
+                )
             print(f"scaling 0 -> 2 workers: {rates[2] / rates[0]:.2f}x")
 
 

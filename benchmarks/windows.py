@@ -44,8 +44,10 @@ def make_corpus(folder: str, tokens: int, doc_mean: int) -> tuple[str, str]:
     cuts = cuts[cuts < tokens]
     docs = np.split(flow, cuts)  # views: the documents share the flow's memory
     flow.tofile(flat)
-    fl.nndataset.write(nnd, fl.nndataset.Build({"size": VOCAB}, "random", "", len(docs),
-                                               train_docs=docs, created=0))
+    fl.nndataset.write(
+        nnd,
+        fl.nndataset.Build({"size": VOCAB}, "random", "", len(docs), train_docs=docs, created=0),
+    )
     print(f"wrote {len(docs):,} documents, {tokens:,} tokens in {time.perf_counter() - t0:.1f} s")
     return nnd, flat
 
@@ -56,8 +58,8 @@ def baseline(flat: str, steps: int) -> float:
     t0 = time.perf_counter()
     for _ in range(steps):
         ix = rng.integers(0, len(data) - SEQ, BATCH)
-        x = np.stack([data[i:i + SEQ].astype(np.int64) for i in ix])
-        y = np.stack([data[i + 1:i + 1 + SEQ].astype(np.int64) for i in ix])
+        x = np.stack([data[i : i + SEQ].astype(np.int64) for i in ix])
+        y = np.stack([data[i + 1 : i + 1 + SEQ].astype(np.int64) for i in ix])
         assert x.shape == y.shape
     return steps * BATCH * SEQ / (time.perf_counter() - t0)
 
@@ -111,20 +113,32 @@ def main() -> None:
                 pass
     rows = []
     for _ in range(args.repeat):
-        rows.append((baseline(flat, args.steps), loader_rate(nnd, args.steps),
-                     getitems_rate(nnd, args.steps, True),
-                     getitems_rate(nnd, args.steps // 10, False)))
+        rows.append(
+            (
+                baseline(flat, args.steps),
+                loader_rate(nnd, args.steps),
+                getitems_rate(nnd, args.steps, True),
+                getitems_rate(nnd, args.steps // 10, False),
+            )
+        )
     base, loader, kernel, numpy_path = (max(col) for col in zip(*rows))
     ratios = [r[1] / r[0] for r in rows]
-    print(f"batches of {BATCH} windows of {SEQ} tokens, {args.tokens:,}-token corpus "
-          f"(best of {args.repeat} x {args.steps} batches), tokens/s:")
+    print(
+        f"batches of {BATCH} windows of {SEQ} tokens, {args.tokens:,}-token corpus "
+        f"(best of {args.repeat} x {args.steps} batches), tokens/s:"
+    )
     print(f"  nanoGPT get_batch (uint16 memmap, np.stack) {base / 1e6:8.1f} M")
-    print(f"  feedline Loader(Windows, seed=1)            {loader / 1e6:8.1f} M  "
-          f"{loader / base:.2f}x (per run {min(ratios):.2f} - {max(ratios):.2f}x)")
-    print(f"  Windows.getitems, compiled kernel           {kernel / 1e6:8.1f} M  "
-          f"{kernel / base:.2f}x")
-    print(f"  Windows.getitems, numpy path                {numpy_path / 1e6:8.1f} M  "
-          f"{numpy_path / base:.2f}x")
+    print(
+        f"  feedline Loader(Windows, seed=1)            {loader / 1e6:8.1f} M  "
+        f"{loader / base:.2f}x (per run {min(ratios):.2f} - {max(ratios):.2f}x)"
+    )
+    print(
+        f"  Windows.getitems, compiled kernel           {kernel / 1e6:8.1f} M  {kernel / base:.2f}x"
+    )
+    print(
+        f"  Windows.getitems, numpy path                {numpy_path / 1e6:8.1f} M  "
+        f"{numpy_path / base:.2f}x"
+    )
 
 
 if __name__ == "__main__":

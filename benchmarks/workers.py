@@ -55,17 +55,22 @@ def main() -> None:
     with fl.recfile.open(path) as f:
         cases = [
             ("arrays in memory, plain gather (stays here)", NotCheap.of(arrays), 512, None),
-            ("memory-mapped .flr, plain gather (stays here)",
-             NotCheap.of(fl.Dataset(f.record, f)), 512, None),
+            (
+                "memory-mapped .flr, plain gather (stays here)",
+                NotCheap.of(fl.Dataset(f.record, f)),
+                512,
+                None,
+            ),
             ("Dataset.map (seeded jitter), 20k rows", small.map(jitter, seed=1), 64, None),
-            ("item-by-item source, 50 us an item", fl.Dataset(Example, SlowItems(4_000)), 64,
-             None),
+            ("item-by-item source, 50 us an item", fl.Dataset(Example, SlowItems(4_000)), 64, None),
             ("batch_transform, numpy only (normalise), 20k rows", small, 64, normalise),
             ("batch_transform, Python per row, 20k rows", small, 64, augment_rows),
         ]
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"{os.cpu_count()} CPUs, {fl.loader_workers()} workers by default, "
-              f"load average {load:.2f} at the start (other processes slow the workers)")
+        print(
+            f"{os.cpu_count()} CPUs, {fl.loader_workers()} workers by default, "
+            f"load average {load:.2f} at the start (other processes slow the workers)"
+        )
         print(f"{'dataset':50s} {'here M/s':>9s} {f'{w} workers':>10s} {'ratio':>6s}")
         for name, ds, batch, transform in cases:
             here = rate(fl.Loader(ds, batch, seed=1, workers=0, batch_transform=transform))
@@ -75,8 +80,10 @@ def main() -> None:
             start = time.perf_counter() - t
             there = rate(loader)
             loader.close()
-            print(f"{name:50s} {here / 1e6:9.3f} {there / 1e6:10.3f} {there / here:5.2f}x"
-                  f"   (workers started in {start:.2f} s)")
+            print(
+                f"{name:50s} {here / 1e6:9.3f} {there / 1e6:10.3f} {there / here:5.2f}x"
+                f"   (workers started in {start:.2f} s)"
+            )
 
 
 if __name__ == "__main__":

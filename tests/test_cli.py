@@ -13,7 +13,9 @@ from feedline.cli import main
 def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "feedline.cli", "demo", "--out", str(tmp_path / "demo")],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     assert "the resumed stream equals the uninterrupted one: True" in out.stdout
     assert "each exactly once" in out.stdout
@@ -26,8 +28,9 @@ def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_pat
     assert summary["windows"]["each_once"] is True
     assert "every window read once: True" in out.stdout
     assert summary["orders"]["positions"] == 2_000_000_000
-    seq = fl.Seq.from_json((tmp_path / "demo" / "order.json").read_text(),
-                           _digit_sources(tmp_path / "demo"))
+    seq = fl.Seq.from_json(
+        (tmp_path / "demo" / "order.json").read_text(), _digit_sources(tmp_path / "demo")
+    )
     assert len(fl.Order(seq)) == 9000
     for rank in range(2):
         state = json.loads((tmp_path / "demo" / f"state-rank{rank}.json").read_text())

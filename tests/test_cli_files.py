@@ -72,8 +72,9 @@ def test_npy_converts_to_a_one_field_flr(tmp_path):
 
 def test_a_huggingface_dataset_directory_converts_to_flr(tmp_path):
     datasets = pytest.importorskip("datasets")
-    hf = datasets.Dataset.from_dict({"v": np.arange(20.0).reshape(10, 2).tolist(),
-                                     "k": list(range(10))})
+    hf = datasets.Dataset.from_dict(
+        {"v": np.arange(20.0).reshape(10, 2).tolist(), "k": list(range(10))}
+    )
     hf.save_to_disk(str(tmp_path / "hf"))
     assert sniff(tmp_path / "hf") == "hf"
     assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "hf.flr")]) == 0
@@ -85,8 +86,9 @@ def test_a_huggingface_dataset_directory_converts_to_flr(tmp_path):
 def test_an_unknown_target_extension_is_a_one_line_error(flr, tmp_path, capsys):
     assert main(["convert", str(flr), str(tmp_path / "d.csv")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"feedline: cannot convert {flr} to {tmp_path / 'd.csv'}: cannot "
-                          "tell the format to write")
+    assert err.startswith(
+        f"feedline: cannot convert {flr} to {tmp_path / 'd.csv'}: cannot tell the format to write"
+    )
     assert err.count("\n") == 1 and not (tmp_path / "d.csv").exists()
 
 
@@ -98,8 +100,12 @@ def test_inspect_of_a_file_that_is_no_format_says_so(tmp_path, capsys):
 
 def test_inspect_and_verify_read_an_nndataset(tmp_path, capsys):
     path = tmp_path / "t.nndataset"
-    fl.nndataset.write(path, fl.nndataset.Build({"size": 3}, "c.txt", "ab", 2,
-                                                train_docs=[[1, 2], [], [0]], test_docs=[[5]]))
+    fl.nndataset.write(
+        path,
+        fl.nndataset.Build(
+            {"size": 3}, "c.txt", "ab", 2, train_docs=[[1, 2], [], [0]], test_docs=[[5]]
+        ),
+    )
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
     assert "num_docs: 3" in out and "test_docs: 1" in out
@@ -129,20 +135,24 @@ def test_a_source_or_target_convert_cannot_handle_is_a_one_line_error(flr, tmp_p
     text = tmp_path / "c.txt"
     text.write_text("not a table\n")
     assert main(["convert", str(text), str(tmp_path / "x.flr")]) == 2
-    assert capsys.readouterr().err == (f"feedline: cannot convert {text} to {tmp_path / 'x.flr'}"
-                                       f": {text}: not a format feedline converts (found "
-                                       "unknown)\n")
+    assert capsys.readouterr().err == (
+        f"feedline: cannot convert {text} to {tmp_path / 'x.flr'}"
+        f": {text}: not a format feedline converts (found "
+        "unknown)\n"
+    )
     assert main(["convert", str(flr), str(tmp_path / "x.npy")]) == 2
     assert "a .npy holds one array" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt", "d.flr"]
 
 
-def test_a_target_that_cannot_be_written_is_named_not_its_temporary(flr, tmp_path, capsys,
-                                                                    monkeypatch):
+def test_a_target_that_cannot_be_written_is_named_not_its_temporary(
+    flr, tmp_path, capsys, monkeypatch
+):
     missing = tmp_path / "gone" / "x.ndf"
     assert main(["convert", str(flr), str(missing)]) == 2
-    assert capsys.readouterr().err == (f"feedline: cannot write {missing}: no such directory "
-                                       f"{tmp_path / 'gone'}\n")
+    assert capsys.readouterr().err == (
+        f"feedline: cannot write {missing}: no such directory {tmp_path / 'gone'}\n"
+    )
     from feedline.formats import convert
 
     def refused(src, dst, progress=None):  # what a directory without write access does
@@ -150,14 +160,16 @@ def test_a_target_that_cannot_be_written_is_named_not_its_temporary(flr, tmp_pat
 
     monkeypatch.setattr(convert, "convert", refused)
     assert main(["convert", str(flr), str(tmp_path / "x.flr")]) == 2
-    assert capsys.readouterr().err == (f"feedline: cannot write {tmp_path / 'x.flr'}: "
-                                       "Permission denied\n")
+    assert capsys.readouterr().err == (
+        f"feedline: cannot write {tmp_path / 'x.flr'}: Permission denied\n"
+    )
 
 
 @pytest.mark.parametrize("command", ["inspect", "verify"])
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
 def test_inspect_and_verify_refuse_what_is_not_a_regular_file_without_blocking(
-        tmp_path, capsys, command, kind):
+    tmp_path, capsys, command, kind
+):
     import signal
 
     path = tmp_path / "thing.flr"

@@ -38,8 +38,14 @@ def test_the_example_runs(code: str, tmp_path, monkeypatch):
         import sys
 
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                             capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         return
     exec(compile(code, "<example>", "exec"), {"__name__": "__example__"})
@@ -58,10 +64,17 @@ def test_the_modules_docstring_examples_pass():
     import feedline.sources._dataset
     import feedline.text._windows
 
-    for mod in (feedline.order._hash, feedline.order._order, feedline.order._schedule,
-                feedline.order._seq, feedline.sources._dataset, feedline.loader._loader,
-                feedline.formats.nndataset, feedline.formats._label,
-                feedline.text._windows):
+    for mod in (
+        feedline.order._hash,
+        feedline.order._order,
+        feedline.order._schedule,
+        feedline.order._seq,
+        feedline.sources._dataset,
+        feedline.loader._loader,
+        feedline.formats.nndataset,
+        feedline.formats._label,
+        feedline.text._windows,
+    ):
         result = doctest.testmod(mod)
         assert result.failed == 0, mod.__name__
 

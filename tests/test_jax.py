@@ -30,14 +30,20 @@ def run_jax(code: str, devices: int = 1) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     if devices > 1:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, env=env, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.strip()
 
 
 def test_batches_are_jax_arrays_equal_to_the_loaders():
-    assert run_jax("""
+    assert (
+        run_jax("""
         import numpy as np, jax, feedline as fl
         class Row(fl.Record, dims={"D": 2}):
             x = fl.field("D", "float32")
@@ -53,12 +59,16 @@ def test_batches_are_jax_arrays_equal_to_the_loaders():
             np.testing.assert_array_equal(np.asarray(g["y"]), y)
             np.testing.assert_array_equal(np.asarray(g.meta.mask), m)
         print("ok")
-    """) == "ok"
+    """)
+        == "ok"
+    )
 
 
 def test_a_global_batch_is_sharded_over_the_mesh():
     # Two CPU devices need a fresh process (XLA reads the flag when it starts).
-    assert run_jax("""
+    assert (
+        run_jax(
+            """
         import numpy as np, jax, feedline as fl
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         class Row(fl.Record, dims={"D": 2}):
@@ -72,11 +82,17 @@ def test_a_global_batch_is_sharded_over_the_mesh():
         assert all(len(g["y"].sharding.device_set) == 2 for g in got)
         assert [np.asarray(g["y"]).tolist() for g in got] == [w.tolist() for w in want]
         print("ok", sum(int(np.asarray(g.meta.mask).sum()) for g in got))
-    """, devices=2) == "ok 20"
+    """,
+            devices=2,
+        )
+        == "ok 20"
+    )
 
 
 def test_a_two_dimensional_spec_shards_every_field_by_its_own_axes():
-    assert run_jax("""
+    assert (
+        run_jax(
+            """
         import numpy as np, jax, feedline as fl
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         ds = fl.Dataset.from_arrays(x=np.arange(64.0, dtype=np.float32).reshape(16, 4),
@@ -89,11 +105,16 @@ def test_a_two_dimensional_spec_shards_every_field_by_its_own_axes():
             np.testing.assert_array_equal(np.asarray(g["x"]), w.x)
             np.testing.assert_array_equal(np.asarray(g.meta.mask), w.meta.mask)
         print("ok")
-    """, devices=2) == "ok"
+    """,
+            devices=2,
+        )
+        == "ok"
+    )
 
 
 def test_int64_values_that_jax_would_wrap_to_32_bits_are_refused():
-    assert run_jax("""
+    assert (
+        run_jax("""
         import numpy as np, jax, feedline as fl
         big = fl.Dataset.from_arrays(x=np.array([[2**40], [3]], dtype=np.int64))
         try:
@@ -108,7 +129,9 @@ def test_int64_values_that_jax_would_wrap_to_32_bits_are_refused():
         got = next(fl.jax.batches(big, 2, shard=None))["x"]
         assert got.dtype == np.int64 and np.asarray(got).tolist() == [[2**40], [3]]
         print("ok")
-    """) == "ok"
+    """)
+        == "ok"
+    )
 
 
 def test_shard_auto_reads_jax_process_index(monkeypatch):
@@ -119,9 +142,11 @@ def test_shard_auto_reads_jax_process_index(monkeypatch):
     monkeypatch.setattr(_ranks, "jax_distributed", lambda: True)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     monkeypatch.setattr(jax, "process_count", lambda: 2)
-    mine = np.concatenate([b.y[b.meta.mask] for b in fl.Loader(dataset(), 5, seed=2,
-                                                           shard="auto", even=True)])
+    mine = np.concatenate(
+        [b.y[b.meta.mask] for b in fl.Loader(dataset(), 5, seed=2, shard="auto", even=True)]
+    )
     monkeypatch.setattr(jax, "process_index", lambda: 0)
-    other = np.concatenate([b.y[b.meta.mask] for b in fl.Loader(dataset(), 5, seed=2,
-                                                            shard="auto", even=True)])
+    other = np.concatenate(
+        [b.y[b.meta.mask] for b in fl.Loader(dataset(), 5, seed=2, shard="auto", even=True)]
+    )
     assert sorted(mine.tolist() + other.tolist()) == list(range(37))

@@ -50,8 +50,9 @@ def converted(local_ray, tmp_path_factory):
     d = tmp_path_factory.mktemp("convert")
     cols = _columns(1000)
     fl.recfile.write(d / "first.flr", Row, {k: v[:400] for k, v in cols.items()})
-    info = fl.ray.convert([str(d / "first.flr"), {k: v[400:] for k, v in cols.items()}],
-                          d / "web", Row, num_shards=4)
+    info = fl.ray.convert(
+        [str(d / "first.flr"), {k: v[400:] for k, v in cols.items()}], d / "web", Row, num_shards=4
+    )
     return info, cols
 
 
@@ -75,7 +76,7 @@ def test_a_loader_over_the_manifest_is_exactly_once(converted):
         seen = []
         for rank in range(2):
             with fl.Loader(seq.shard(rank, 2), 37) as loader:
-                seen.extend(int(i) for b in loader for i in b.i[:b.meta.size])
+                seen.extend(int(i) for b in loader for i in b.i[: b.meta.size])
         salts = [ds.salt for ds in m.datasets]
     assert sorted(seen) == sorted(list(range(1000)) * 2)
     assert salts == [fl.salt(f"web-0000{k}.flr") for k in range(4)]
@@ -105,11 +106,16 @@ def test_a_task_that_fails_once_is_retried_and_the_manifest_is_complete(local_ra
             return {k: v[idx] for k, v in self.cols.items()}
 
     cols = _columns(600)
-    info = fl.ray.convert(FlakyOnce(cols, str(marker)), tmp_path / "out", Row, num_shards=3,
-                          max_retries=2)
+    info = fl.ray.convert(
+        FlakyOnce(cols, str(marker)), tmp_path / "out", Row, num_shards=3, max_retries=2
+    )
     assert not marker.exists()  # the failure did happen
-    assert sorted(os.listdir(tmp_path / "out")) == ["manifest.json", "out-00000.flr",
-                                                    "out-00001.flr", "out-00002.flr"]
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "manifest.json",
+        "out-00000.flr",
+        "out-00001.flr",
+        "out-00002.flr",
+    ]
     with open_manifest(info.path) as m:
         m.verify()
         ids = np.concatenate([h.columns["i"] for h in m.handles])
@@ -153,10 +159,12 @@ def test_the_sharded_text_build_has_the_single_process_tokens(local_ray, tmp_pat
     corpus = tmp_path / "corpus.txt"
     _corpus(corpus, 4000)
     tok = fl.text.ByteTokenizer()
-    single = fl.text.build(corpus, tmp_path / "one.nndataset", tok, loss_scope="assistant",
-                           created=1)
-    info = fl.ray.build_text(corpus, tmp_path / "shards", tok, num_shards=5,
-                             loss_scope="assistant", created=1)
+    single = fl.text.build(
+        corpus, tmp_path / "one.nndataset", tok, loss_scope="assistant", created=1
+    )
+    info = fl.ray.build_text(
+        corpus, tmp_path / "shards", tok, num_shards=5, loss_scope="assistant", created=1
+    )
     assert len(info.shards) == 5
     with fl.nndataset.open(tmp_path / "one.nndataset") as ds:
         whole = ds.load_text("train")
@@ -169,7 +177,7 @@ def test_the_sharded_text_build_has_the_single_process_tokens(local_ray, tmp_pat
         np.testing.assert_array_equal(np.concatenate([p.loss_mask[:] for p in parts]), mask)
         seq = m.windows(32)
         with fl.Loader(seq.shuffle(1), 16) as loader:
-            trained = sum(int(b.loss_mask[:b.meta.size].sum()) for b in loader)
+            trained = sum(int(b.loss_mask[: b.meta.size].sum()) for b in loader)
         # every target is trained once: each shard's flow but its first token
         assert trained == sum(int(p.loss_mask[1:].sum()) for p in parts)
 
@@ -181,16 +189,16 @@ def test_an_existing_manifest_is_kept_unless_overwrite_is_given(tmp_path):
         fl.ray.convert(_columns(10), tmp_path / "out", Row)
 
 
-@pytest.mark.parametrize("bad", [{"test_split": "bogus"}, {"seed": -1}, {"test_docs": -2},
-                                 {"loss_scope": "bogus"}])
+@pytest.mark.parametrize(
+    "bad", [{"test_split": "bogus"}, {"seed": -1}, {"test_docs": -2}, {"loss_scope": "bogus"}]
+)
 def test_a_bad_argument_to_build_text_leaves_the_old_manifest(tmp_path, bad):
     corpus = tmp_path / "c.txt"
     _corpus(corpus, 10)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "manifest.json").write_text("{}")
     with pytest.raises(ValueError):  # refused before Ray is asked for anything
-        fl.ray.build_text(corpus, tmp_path / "out", fl.text.ByteTokenizer(), overwrite=True,
-                          **bad)
+        fl.ray.build_text(corpus, tmp_path / "out", fl.text.ByteTokenizer(), overwrite=True, **bad)
     assert (tmp_path / "out" / "manifest.json").read_text() == "{}"
 
 
@@ -205,18 +213,21 @@ def test_each_shard_holds_out_its_test_documents(local_ray, tmp_path):
     corpus = tmp_path / "corpus.txt"
     _corpus(corpus, 1200)
     tok = fl.text.ByteTokenizer()
-    info = fl.ray.build_text(corpus, tmp_path / "shards", tok, num_shards=3, test_docs=7,
-                             seed=5, created=1)
-    again = fl.ray.build_text(corpus, tmp_path / "again", tok, num_shards=3, test_docs=7,
-                              seed=5, created=1)
+    info = fl.ray.build_text(
+        corpus, tmp_path / "shards", tok, num_shards=3, test_docs=7, seed=5, created=1
+    )
+    again = fl.ray.build_text(
+        corpus, tmp_path / "again", tok, num_shards=3, test_docs=7, seed=5, created=1
+    )
     assert [s.test_docs for s in info.shards] == [7, 7, 7]
     single = fl.text.build(corpus, tmp_path / "one.nndataset", tok, created=1)
     with open_manifest(info.path) as m, open_manifest(again.path) as m2:
         docs = sum(s.docs + s.test_docs for s in m.shards)
         tokens = sum(s.tokens + s.test_tokens for s in m.shards)
         for h, h2 in zip(m.handles, m2.handles):  # the seeded choice is the same each run
-            np.testing.assert_array_equal(h.load_text("test").token_flow[:],
-                                          h2.load_text("test").token_flow[:])
+            np.testing.assert_array_equal(
+                h.load_text("test").token_flow[:], h2.load_text("test").token_flow[:]
+            )
         test = [fl.text.Windows(h, 16, subset="test") for h in m.handles]
         assert all(len(w) > 0 for w in test)
         for w in test:

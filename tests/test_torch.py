@@ -51,14 +51,14 @@ def test_a_torch_dataloader_yields_the_loaders_own_stream(num_workers):
 
 
 @pytest.mark.parametrize("num_workers, persistent", [(0, False), (2, False), (2, True)])
-def test_epochs_are_the_loaders_passes_with_set_epoch_or_persistent_workers(num_workers,
-                                                                            persistent):
+def test_epochs_are_the_loaders_passes_with_set_epoch_or_persistent_workers(
+    num_workers, persistent
+):
     loader = fl.Loader(dataset(), 10, seed=5)
     want = [ys(loader) for _ in range(3)]
     assert want[0] != want[1] != want[2]  # each pass reshuffled
     it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
-    dl = DataLoader(it, batch_size=None, num_workers=num_workers,
-                    persistent_workers=persistent)
+    dl = DataLoader(it, batch_size=None, num_workers=num_workers, persistent_workers=persistent)
     got = []
     for epoch in range(3):
         it.set_epoch(epoch)
@@ -66,14 +66,12 @@ def test_epochs_are_the_loaders_passes_with_set_epoch_or_persistent_workers(num_
     assert got == want
 
 
-@pytest.mark.parametrize("num_workers, persistent", [(0, False), (1, False), (2, False),
-                                                     (2, True)])
+@pytest.mark.parametrize("num_workers, persistent", [(0, False), (1, False), (2, False), (2, True)])
 def test_epochs_follow_on_as_new_passes_without_set_epoch(num_workers, persistent):
     loader = fl.Loader(dataset(), 10, seed=5)
     want = [ys(loader) for _ in range(3)]
     it = flt.IterableDataset(dataset(), 10, seed=5, shard=None)
-    dl = DataLoader(it, batch_size=None, num_workers=num_workers,
-                    persistent_workers=persistent)
+    dl = DataLoader(it, batch_size=None, num_workers=num_workers, persistent_workers=persistent)
     assert [ys(dl) for _ in range(3)] == want
 
 
@@ -127,14 +125,19 @@ def test_a_stateful_dataloader_checkpoint_resumes_exactly():
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
     want = ys(fl.Loader(dataset(), 8, seed=2))
     for workers in (0, 2):
-        loader = stateful.StatefulDataLoader(flt.IterableDataset(dataset(), 8, seed=2, shard=None),
-                                             batch_size=None, num_workers=workers)
+        loader = stateful.StatefulDataLoader(
+            flt.IterableDataset(dataset(), 8, seed=2, shard=None),
+            batch_size=None,
+            num_workers=workers,
+        )
         it = iter(loader)
         head = [next(it) for _ in range(5)]
         state = loader.state_dict()
         fresh = stateful.StatefulDataLoader(
-            flt.IterableDataset(dataset(), 8, seed=2, shard=None), batch_size=None,
-            num_workers=workers)
+            flt.IterableDataset(dataset(), 8, seed=2, shard=None),
+            batch_size=None,
+            num_workers=workers,
+        )
         fresh.load_state_dict(state)
         assert ys(head) + ys(fresh) == want, workers
 
@@ -156,8 +159,7 @@ def test_shard_auto_takes_this_ranks_share(monkeypatch):
     batches = list(DataLoader(flt.IterableDataset(dataset(), 10, seed=5), batch_size=None))
     got = real(batches)
     monkeypatch.setenv("RANK", "0")
-    other_batches = list(DataLoader(flt.IterableDataset(dataset(), 10, seed=5),
-                                    batch_size=None))
+    other_batches = list(DataLoader(flt.IterableDataset(dataset(), 10, seed=5), batch_size=None))
     other = real(other_batches)
     assert len(batches) == len(other_batches)
     assert sorted(got + other) == list(range(103))
@@ -166,8 +168,7 @@ def test_shard_auto_takes_this_ranks_share(monkeypatch):
 
 def test_numpy_arrays_from_memory_work_in_torch_workers():
     ds = fl.Dataset(Row, {"x": np.zeros((50, 2), np.float32), "y": np.arange(50)})
-    got = list(DataLoader(flt.IterableDataset(ds, 7, shard=None), batch_size=None,
-                          num_workers=2))
+    got = list(DataLoader(flt.IterableDataset(ds, 7, shard=None), batch_size=None, num_workers=2))
     assert sorted(flat(got)) == list(range(50))
 
 
@@ -183,12 +184,10 @@ def converted_tensors(n: int = 6):
     """float64 features and int32 labels: the dataset converts them (copies, not views)."""
     from torch.utils.data import TensorDataset
 
-    return TensorDataset(torch.zeros(n, 2, dtype=torch.float64),
-                         torch.arange(n, dtype=torch.int32))
+    return TensorDataset(torch.zeros(n, 2, dtype=torch.float64), torch.arange(n, dtype=torch.int32))
 
 
-@pytest.mark.parametrize(("device", "output"), [(None, "numpy"), (None, "torch"),
-                                                ("cpu", "torch")])
+@pytest.mark.parametrize(("device", "output"), [(None, "numpy"), (None, "torch"), ("cpu", "torch")])
 def test_an_in_place_change_to_a_tensor_dataset_is_read_by_the_next_pass(device, output):
     td = converted_tensors()
     ds = fl.Dataset(Labelled, td)
@@ -197,20 +196,22 @@ def test_an_in_place_change_to_a_tensor_dataset_is_read_by_the_next_pass(device,
     td.tensors[0][3] = 7  # X[3] = 7
     assert [b.x[:, 0].tolist() for b in loader] == [[0, 0, 0], [7, 0, 0]]
     assert [b.x[:, 0].tolist() for b in ds.batches(3, device=device, output=output)] == [
-        [0, 0, 0], [7, 0, 0]]
+        [0, 0, 0],
+        [7, 0, 0],
+    ]
 
 
-@pytest.mark.parametrize(("device", "output"), [(None, "numpy"), (None, "torch"),
-                                                ("cpu", "torch")])
-def test_an_in_place_change_out_of_its_domain_is_refused_when_value_checks_are_on(device,
-                                                                                  output):
+@pytest.mark.parametrize(("device", "output"), [(None, "numpy"), (None, "torch"), ("cpu", "torch")])
+def test_an_in_place_change_out_of_its_domain_is_refused_when_value_checks_are_on(device, output):
     td = converted_tensors()
-    loader = fl.Loader(fl.Dataset(Labelled, td), 3, device=device, output=output,
-                       check_values=True)
+    loader = fl.Loader(fl.Dataset(Labelled, td), 3, device=device, output=output, check_values=True)
     assert [b.y.tolist() for b in loader] == [[0, 1, 2], [3, 4, 5]]
     td.tensors[1][2] = 50
-    with pytest.raises(fl.DomainError, match=r"`y` of item 2 should be in Index\[C\] = "
-                                             r"\[0, 10\), got 50$"):
+    with pytest.raises(
+        fl.DomainError,
+        match=r"`y` of item 2 should be in Index\[C\] = "
+        r"\[0, 10\), got 50$",
+    ):
         list(loader)
     td.tensors[1][2] = 9  # back in its domain: a new pass reads it
     loader.reset()
@@ -224,8 +225,7 @@ def test_ranks_take_even_steps_by_default_so_ddp_never_hangs():
     ds = fl.Dataset.from_arrays(x=np.arange(1025.0).reshape(-1, 1))
     counts, real = [], []
     for rank in range(2):
-        batches = list(DataLoader(flt.IterableDataset(ds, 16, shard=(rank, 2)),
-                                  batch_size=None))
+        batches = list(DataLoader(flt.IterableDataset(ds, 16, shard=(rank, 2)), batch_size=None))
         counts.append(len(batches))
         for b in batches:
             keep = b.meta.mask.cpu().numpy()  # a tensor, as the fields are
@@ -233,6 +233,5 @@ def test_ranks_take_even_steps_by_default_so_ddp_never_hangs():
     assert counts[0] == counts[1]
     seen = sorted(real)
     assert seen == list(range(1025))
-    uneven = [len(list(flt.IterableDataset(ds, 16, shard=(r, 2), even=False)))
-              for r in range(2)]
+    uneven = [len(list(flt.IterableDataset(ds, 16, shard=(r, 2), even=False))) for r in range(2)]
     assert uneven[0] != uneven[1]

@@ -270,8 +270,9 @@ class Config:
                 ranked = [i for i, n in enumerate(lengths) if n]
                 keys = None
                 if len(ranked) >= 2:
-                    keys = MixKeys([lengths[i] for i in ranked],
-                                   [body[i]["schedule"] for i in ranked])
+                    keys = MixKeys(
+                        [lengths[i] for i in ranked], [body[i]["schedule"] for i in ranked]
+                    )
                 self.mixes[path] = (ranked, keys)
             return
         child = (*path, 0)
@@ -604,38 +605,77 @@ def cases() -> list[tuple[str, C, int]]:
     add("salt-repeat-zero-kept", C.concat([src(5, 1).repeat(0), src(40, 2)]).shuffle(4), 0)
     add("salt-take-zero-kept", C.concat([src(5, 1).take(0), src(40, 2)]).shuffle(4), 0)
     add("salt-plain-concat", C.concat([src(300), src(500)]).shuffle(5), 0)
-    add("salt-nested-concat-left", C.concat([C.concat([src(20, 1), src(21, 2)]), src(22, 3)])
-        .shuffle(1), 0)
-    add("salt-nested-concat-right", C.concat([src(20, 1), C.concat([src(21, 2), src(22, 3)])])
-        .shuffle(1), 0)
-    add("salt-nested-concat-three-deep",
+    add(
+        "salt-nested-concat-left",
+        C.concat([C.concat([src(20, 1), src(21, 2)]), src(22, 3)]).shuffle(1),
+        0,
+    )
+    add(
+        "salt-nested-concat-right",
+        C.concat([src(20, 1), C.concat([src(21, 2), src(22, 3)])]).shuffle(1),
+        0,
+    )
+    add(
+        "salt-nested-concat-three-deep",
         C.concat([src(9, 1), C.concat([src(8, 2), C.concat([src(7, 3), src(0, 4)])])]).shuffle(6),
-        0, 3)
+        0,
+        3,
+    )
     add("salt-single-child-concat", C.concat([src(60, 5)]).shuffle(2), 0)
     add("salt-empty-concat-in-concat", C.concat([C.concat([]), src(33, 1)]).shuffle(2), 0)
     add("salt-shuffle-of-shuffle", src(64, 3).shuffle(1).shuffle(2), 0)
     # nested repeats count total epochs
     add("repeat-nested-equals-flat-6", src(100).shuffle(3).repeat(3).repeat(2), 0)
     add("repeat-flat-6", src(100).shuffle(3).repeat(6), 0)
-    add("repeat-nested-under-shuffle", C.concat([src(37, 1).shuffle(7), src(19, 2).shuffle(7)
-                                                  .repeat(2)]).shuffle(11).repeat(3).repeat(2), 51)
+    add(
+        "repeat-nested-under-shuffle",
+        C.concat([src(37, 1).shuffle(7), src(19, 2).shuffle(7).repeat(2)])
+        .shuffle(11)
+        .repeat(3)
+        .repeat(2),
+        51,
+    )
     add("repeat-cycle-of-nested", src(13, 2).shuffle(1).repeat(2).cycle_to(60).repeat(2), 0)
     add("repeat-selection-keeps-count", src(17, 1).shuffle(7).repeat(3).take(17).repeat(3), 0, 51)
     add("repeat-stride-keeps-count", src(17, 1).shuffle(7).repeat(3).step_by(51).repeat(3), 0)
-    add("repeat-concat-prefix-keeps-count",
-        C.concat([src(17, 1).shuffle(7).repeat(3), src(13, 2).shuffle(7)]).take(17).repeat(3), 0)
+    add(
+        "repeat-concat-prefix-keeps-count",
+        C.concat([src(17, 1).shuffle(7).repeat(3), src(13, 2).shuffle(7)]).take(17).repeat(3),
+        0,
+    )
     # nested repeats under mixes: a part's epochs never depend on its siblings
-    add("mix-of-nested-repeats-repeated",
-        C.mix([src(40, 1).shuffle(1), src(30, 2).shuffle(2).repeat(3).repeat(2)]).repeat(2), 0)
-    add("mix-of-flat-repeats-repeated",
-        C.mix([src(40, 1).shuffle(1), src(30, 2).shuffle(2).repeat(6)]).repeat(2), 0)
-    add("mix-deep-repeats-nested-mix",
-        C.mix([C.mix([src(17, 0).shuffle(7).repeat(2).repeat(3),
-                      src(7, 2).shuffle(7).repeat(2).repeat(3).repeat(2).repeat(2)]),
-               src(11, 1).shuffle(7).cycle_to(29)]).repeat(3), 51)
-    add("mix-scheduled-repeats-under-repeat",
+    add(
+        "mix-of-nested-repeats-repeated",
+        C.mix([src(40, 1).shuffle(1), src(30, 2).shuffle(2).repeat(3).repeat(2)]).repeat(2),
+        0,
+    )
+    add(
+        "mix-of-flat-repeats-repeated",
+        C.mix([src(40, 1).shuffle(1), src(30, 2).shuffle(2).repeat(6)]).repeat(2),
+        0,
+    )
+    add(
+        "mix-deep-repeats-nested-mix",
+        C.mix(
+            [
+                C.mix(
+                    [
+                        src(17, 0).shuffle(7).repeat(2).repeat(3),
+                        src(7, 2).shuffle(7).repeat(2).repeat(3).repeat(2).repeat(2),
+                    ]
+                ),
+                src(11, 1).shuffle(7).cycle_to(29),
+            ]
+        ).repeat(3),
+        51,
+    )
+    add(
+        "mix-scheduled-repeats-under-repeat",
         C.mix([(src(37, 0).shuffle(7).repeat(2), U), (src(19, 1).shuffle(7), ("delayed", 0.3))])
-        .repeat(3).repeat(2), 0)
+        .repeat(3)
+        .repeat(2),
+        0,
+    )
     # a shuffle containing any mix is an error, at the nearest enclosing shuffle
     add("error-shuffle-of-mix", C.mix([a, (c, ("until", 0.5))]).shuffle(11), 0)
     add("error-shuffle-of-single-part-mix", C.mix([a]).shuffle(1), 0)
@@ -685,8 +725,13 @@ def build_case(name: str, cfg: C, seed: int) -> dict:
     except ShuffleContainsMix as e:
         if not name.startswith("error-"):
             raise
-        return {"name": name, "seq": cfg.d, "seed": seed,
-                "error": "shuffle_contains_mix", "path": list(e.path)}
+        return {
+            "name": name,
+            "seq": cfg.d,
+            "seed": seed,
+            "error": "shuffle_contains_mix",
+            "path": list(e.path),
+        }
     if name.startswith("error-"):
         raise AssertionError(f"{name}: the oracle accepted a configuration it should refuse")
     items = config.evaluate(seed)
@@ -728,30 +773,81 @@ def crate_golden() -> list[tuple[str, C, int, int]]:
         ("shuffle", s(1000, 0).shuffle(7), 0, 13510848840803686825),
         ("shuffle, seeded order", s(1000, 0).shuffle(7), 42, 5734682759774056529),
         ("shuffle.repeat", s(777, 0).shuffle(1).repeat(3), 0, 2152343650903757428),
-        ("shuffle(concat)", C.concat([s(300, 0), s(500, 1).shuffle(2)]).shuffle(3), 0,
-         1077492288285509245),
+        (
+            "shuffle(concat)",
+            C.concat([s(300, 0), s(500, 1).shuffle(2)]).shuffle(3),
+            0,
+            1077492288285509245,
+        ),
         ("slice of shuffle", s(5000, 0).shuffle(9).skip(100).take(2000), 0, 2420967535336859100),
-        ("mix uniform", C.mix([s(1000, 0).shuffle(1), s(300, 1).shuffle(2), s(50, 2)]), 0,
-         11125969817394475988),
-        ("mix scheduled", C.mix([(s(2000, 0).shuffle(1), U),
-                                 (s(400, 1).shuffle(2), ("delayed", 0.5)),
-                                 (s(600, 2), ("ramp", 0.2, 0.6))]), 0, 3696955324159907089),
-        ("nested mixes, epochs, shard",
-         C.mix([C.mix([s(500, 0).shuffle(1).repeat(2), s(300, 1).shuffle(2).repeat(3)]),
-                s(900, 2).shuffle(3)]).skip(1).step_by(4), 0, 905848074036688221),
-        ("stride over mix", C.mix([s(1000, 0), s(999, 1).shuffle(4)]).skip(3).step_by(7), 0,
-         12216569398622504889),
-        ("repeat of mix", C.mix([s(200, 0).shuffle(1), s(100, 1).shuffle(2)]).repeat(4), 0,
-         4113493865489899877),
-        ("mix with explicit counts",
-         C.mix([s(100, 0).shuffle(1).cycle_to(1800), s(5000, 1).shuffle(2).cycle_to(1200)]), 0,
-         16159320458550980399),
+        (
+            "mix uniform",
+            C.mix([s(1000, 0).shuffle(1), s(300, 1).shuffle(2), s(50, 2)]),
+            0,
+            11125969817394475988,
+        ),
+        (
+            "mix scheduled",
+            C.mix(
+                [
+                    (s(2000, 0).shuffle(1), U),
+                    (s(400, 1).shuffle(2), ("delayed", 0.5)),
+                    (s(600, 2), ("ramp", 0.2, 0.6)),
+                ]
+            ),
+            0,
+            3696955324159907089,
+        ),
+        (
+            "nested mixes, epochs, shard",
+            C.mix(
+                [
+                    C.mix([s(500, 0).shuffle(1).repeat(2), s(300, 1).shuffle(2).repeat(3)]),
+                    s(900, 2).shuffle(3),
+                ]
+            )
+            .skip(1)
+            .step_by(4),
+            0,
+            905848074036688221,
+        ),
+        (
+            "stride over mix",
+            C.mix([s(1000, 0), s(999, 1).shuffle(4)]).skip(3).step_by(7),
+            0,
+            12216569398622504889,
+        ),
+        (
+            "repeat of mix",
+            C.mix([s(200, 0).shuffle(1), s(100, 1).shuffle(2)]).repeat(4),
+            0,
+            4113493865489899877,
+        ),
+        (
+            "mix with explicit counts",
+            C.mix([s(100, 0).shuffle(1).cycle_to(1800), s(5000, 1).shuffle(2).cycle_to(1200)]),
+            0,
+            16159320458550980399,
+        ),
         ("nested repeats", s(100, 0).shuffle(3).repeat(3).repeat(2), 0, 5178620365869428389),
-        ("cycle of a shuffled repeat", s(300, 0).shuffle(5).repeat(2).cycle_to(1000), 0,
-         5043228978147298754),
-        ("mix fading", C.mix([(s(1500, 0).shuffle(1), U), (s(300, 1).shuffle(2), ("until", 0.4)),
-                              (s(400, 2), ("trapezoid", 0.2, 0.4, 0.6, 0.9))]), 0,
-         16685696649537605013),
+        (
+            "cycle of a shuffled repeat",
+            s(300, 0).shuffle(5).repeat(2).cycle_to(1000),
+            0,
+            5043228978147298754,
+        ),
+        (
+            "mix fading",
+            C.mix(
+                [
+                    (s(1500, 0).shuffle(1), U),
+                    (s(300, 1).shuffle(2), ("until", 0.4)),
+                    (s(400, 2), ("trapezoid", 0.2, 0.4, 0.6, 0.9)),
+                ]
+            ),
+            0,
+            16685696649537605013,
+        ),
     ]
 
 
@@ -784,7 +880,8 @@ def check_crate_golden() -> None:
         got = fnv_fingerprint(config, config.evaluate(seed))
         if got != expected:
             raise AssertionError(
-                f"crate golden {name!r}: fingerprint {got}, the crate has {expected}")
+                f"crate golden {name!r}: fingerprint {got}, the crate has {expected}"
+            )
 
 
 def render() -> str:

@@ -61,8 +61,9 @@ class Manifest:
             record = info.record
             assert record is not None  # an .flr manifest's record, checked when it was read
             try:
-                self.datasets = tuple(Dataset(record, h, name=s.name)
-                                      for h, s in zip(self.handles, info.shards))
+                self.datasets = tuple(
+                    Dataset(record, h, name=s.name) for h, s in zip(self.handles, info.shards)
+                )
             except BaseException:
                 for h in self.handles:
                     h.close()
@@ -97,25 +98,43 @@ class Manifest:
     def seq(self) -> Seq:
         """The shards' datasets one after another, in manifest order (``.flr``)."""
         if self.format != "flr":
-            raise TypeError(f"{self.path}: seq() reads .flr shards; this manifest lists "
-                            f".{self.format} shards (use windows(seq_len))")
+            raise TypeError(
+                f"{self.path}: seq() reads .flr shards; this manifest lists "
+                f".{self.format} shards (use windows(seq_len))"
+            )
         return Seq.concat([ds.to_seq() for ds in self.datasets])
 
-    def windows(self, seq_len: int, *, stride: int | None = None, subset: str = "train",
-                cross_docs: bool = True, position_ids: bool = False,
-                pad_id: int = 0) -> Seq:
+    def windows(
+        self,
+        seq_len: int,
+        *,
+        stride: int | None = None,
+        subset: str = "train",
+        cross_docs: bool = True,
+        position_ids: bool = False,
+        pad_id: int = 0,
+    ) -> Seq:
         """Language-model windows over every ``.nndataset`` shard, in manifest order: a
         concat of one ``fl.Dataset`` of ``fl.text.Windows`` per shard (named by the shard,
         so its shuffle salt comes from the name). Options are ``Windows``'. Windows do
         not cross shards: each shard's last window may be short (padded)."""
         if self.format != "nndataset":
-            raise TypeError(f"{self.path}: windows() reads .nndataset shards; this manifest "
-                            f"lists .{self.format} shards (use seq())")
+            raise TypeError(
+                f"{self.path}: windows() reads .nndataset shards; this manifest "
+                f"lists .{self.format} shards (use seq())"
+            )
         record = window_record(seq_len, position_ids)
         parts = []
         for handle, shard in zip(self.handles, self.shards):
-            w = Windows(handle, seq_len, stride=stride, subset=subset, cross_docs=cross_docs,
-                        position_ids=position_ids, pad_id=pad_id)
+            w = Windows(
+                handle,
+                seq_len,
+                stride=stride,
+                subset=subset,
+                cross_docs=cross_docs,
+                position_ids=position_ids,
+                pad_id=pad_id,
+            )
             self._windows.append(w)  # the datasets take their own shares; closed with us
             parts.append(Dataset(record, w, name=shard.name).to_seq())
         return Seq.concat(parts)
@@ -144,8 +163,10 @@ class Manifest:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"Manifest({self.path!r}, {self.format}, {len(self.shards)} shards, "
-                f"{len(self):,} {'rows' if self.format == 'flr' else 'documents'})")
+        return (
+            f"Manifest({self.path!r}, {self.format}, {len(self.shards)} shards, "
+            f"{len(self):,} {'rows' if self.format == 'flr' else 'documents'})"
+        )
 
 
 def open_manifest(path: str | os.PathLike[str]) -> Manifest:

@@ -93,8 +93,14 @@ def _prepare_out_dir(out_dir: Any, manifest: str, overwrite: bool) -> tuple[str,
     return out_dir, path
 
 
-def _run(specs: list[dict[str, Any]], fn: Any, fn_kwargs: dict[str, Any], *,
-         max_retries: int, num_cpus: float) -> list[Shard]:
+def _run(
+    specs: list[dict[str, Any]],
+    fn: Any,
+    fn_kwargs: dict[str, Any],
+    *,
+    max_retries: int,
+    num_cpus: float,
+) -> list[Shard]:
     """One Ray Data task per spec (``fn(spec, **fn_kwargs)`` returns ``{"index", "entry"}``);
     the entries, in spec order, once every task has succeeded."""
     ds = ray.data.from_items(specs, override_num_blocks=len(specs))
@@ -111,12 +117,12 @@ def _run(specs: list[dict[str, Any]], fn: Any, fn_kwargs: dict[str, Any], *,
         # 5.5 s with the reservation, 4.1 s without).
         ctx.op_resource_reservation_enabled = False
     try:
-        rows = ds.map(_named(fn), fn_kwargs=fn_kwargs, num_cpus=num_cpus,
-                      **remote_args).take_all()
+        rows = ds.map(_named(fn), fn_kwargs=fn_kwargs, num_cpus=num_cpus, **remote_args).take_all()
     except ray.exceptions.RayError as e:
-        raise WorkerError(f"a shard's task failed for good (after its {max_retries} "
-                          f"retries), so no manifest was written; the task's error:\n{e}"
-                          ) from e
+        raise WorkerError(
+            f"a shard's task failed for good (after its {max_retries} "
+            f"retries), so no manifest was written; the task's error:\n{e}"
+        ) from e
     entries: dict[int, Shard] = {}
     for row in rows:
         entries[int(row["index"])] = Shard(**json.loads(row["entry"]))
@@ -152,8 +158,10 @@ def _open_input(src: Any) -> Any:
             return recfile.open(path)
         if path.endswith(".ndf"):
             return ndf.open(path)
-        raise ValueError(f"{path}: convert reads .flr and .ndf files by path (other data: "
-                         "pass the source itself)")
+        raise ValueError(
+            f"{path}: convert reads .flr and .ndf files by path (other data: "
+            "pass the source itself)"
+        )
     return src
 
 
@@ -170,8 +178,9 @@ def _row_bytes(record: type[Record]) -> int:
     return max(1, sum(f.dtype.itemsize * math.prod(f.shape) for f in record.fields.values()))
 
 
-def _convert_task(spec: dict[str, Any], *, sources: Any, record: type[Record], out_dir: str,
-                  check_values: bool) -> dict[str, Any]:
+def _convert_task(
+    spec: dict[str, Any], *, sources: Any, record: type[Record], out_dir: str, check_values: bool
+) -> dict[str, Any]:
     """Write shard ``spec["index"]``: the rows ``spec["parts"]`` of the sources."""
     if isinstance(sources, ray.ObjectRef):
         sources = ray.get(sources)
@@ -205,11 +214,20 @@ def _convert_task(spec: dict[str, Any], *, sources: Any, record: type[Record], o
     return _entry(int(spec["index"]), path, spec["name"])
 
 
-def convert(inputs: Any, out_dir: str | os.PathLike[str], record: type[Record], *,
-            num_shards: int | None = None, shard_bytes: int = _SHARD_BYTES,
-            name: str | None = None, manifest: str = "manifest.json",
-            check_values: bool = True, max_retries: int = 3, num_cpus: float = 1,
-            overwrite: bool = False) -> ManifestInfo:
+def convert(
+    inputs: Any,
+    out_dir: str | os.PathLike[str],
+    record: type[Record],
+    *,
+    num_shards: int | None = None,
+    shard_bytes: int = _SHARD_BYTES,
+    name: str | None = None,
+    manifest: str = "manifest.json",
+    check_values: bool = True,
+    max_retries: int = 3,
+    num_cpus: float = 1,
+    overwrite: bool = False,
+) -> ManifestInfo:
     """Write ``inputs`` as ``.flr`` shards of ``record`` under ``out_dir``, one Ray Data
     task per shard, and the manifest listing them last; returns the manifest.
 
@@ -259,15 +277,20 @@ def convert(inputs: Any, out_dir: str | os.PathLike[str], record: type[Record], 
     specs = []
     for k in range(num_shards):
         lo, hi = k * total // num_shards, (k + 1) * total // num_shards
-        parts = [[s, max(lo, a) - a, min(hi, b) - a]
-                 for s, (a, b) in enumerate(itertools.pairwise(starts))
-                 if max(lo, a) < min(hi, b)]
+        parts = [
+            [s, max(lo, a) - a, min(hi, b) - a]
+            for s, (a, b) in enumerate(itertools.pairwise(starts))
+            if max(lo, a) < min(hi, b)
+        ]
         specs.append({"index": k, "name": names[k], "parts": json.dumps(parts)})
     sources = ray.put(shipped)
-    shards = _run(specs, _convert_task,
-                  {"sources": sources, "record": record, "out_dir": out_dir,
-                   "check_values": check_values},
-                  max_retries=max_retries, num_cpus=num_cpus)
+    shards = _run(
+        specs,
+        _convert_task,
+        {"sources": sources, "record": record, "out_dir": out_dir, "check_values": check_values},
+        max_retries=max_retries,
+        num_cpus=num_cpus,
+    )
     return write_manifest(manifest_path, shards, format="flr", record=record)
 
 
@@ -301,8 +324,9 @@ def _text_ranges(path: str, target: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in itertools.pairwise(cuts) if b > a] or [(0, size)]
 
 
-def _build_task(spec: dict[str, Any], *, tokenizer: Any, out_dir: str,
-                options: dict[str, Any]) -> dict[str, Any]:
+def _build_task(
+    spec: dict[str, Any], *, tokenizer: Any, out_dir: str, options: dict[str, Any]
+) -> dict[str, Any]:
     """Build shard ``spec["index"]`` from the bytes ``[start, stop)`` of ``spec["path"]``."""
     from .text import build
 
@@ -325,23 +349,36 @@ def _build_task(spec: dict[str, Any], *, tokenizer: Any, out_dir: str,
             while left:
                 block = fin.read(min(left, 8 << 20))
                 if not block:
-                    raise RuntimeError(f"{src} shrank while it was read (expected byte "
-                                       f"{stop - left} of [{start}, {stop}))")
+                    raise RuntimeError(
+                        f"{src} shrank while it was read (expected byte "
+                        f"{stop - left} of [{start}, {stop}))"
+                    )
                 fout.write(block)
                 left -= len(block)
         build(part, path, tokenizer, **options)
     return _entry(int(spec["index"]), path, spec["name"])
 
 
-def build_text(corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-               out_dir: str | os.PathLike[str], tokenizer: Any, *,
-               num_shards: int | None = None, shard_bytes: int = _TEXT_SHARD_BYTES,
-               name: str | None = None, manifest: str = "manifest.json",
-               loss_scope: Literal["all", "assistant"] = "all", workers: int = 0,
-               test_docs: int = 0, test_split: Literal["random", "last"] = "random",
-               seed: int = 0, created: int | None = None, license: str | None = None,
-               max_retries: int = 3, num_cpus: float = 1,
-               overwrite: bool = False) -> ManifestInfo:
+def build_text(
+    corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    tokenizer: Any,
+    *,
+    num_shards: int | None = None,
+    shard_bytes: int = _TEXT_SHARD_BYTES,
+    name: str | None = None,
+    manifest: str = "manifest.json",
+    loss_scope: Literal["all", "assistant"] = "all",
+    workers: int = 0,
+    test_docs: int = 0,
+    test_split: Literal["random", "last"] = "random",
+    seed: int = 0,
+    created: int | None = None,
+    license: str | None = None,
+    max_retries: int = 3,
+    num_cpus: float = 1,
+    overwrite: bool = False,
+) -> ManifestInfo:
     """Tokenize the text file(s) ``corpus`` (a document a line) into ``.nndataset``
     shards under ``out_dir``, one Ray Data task per shard running ``fl.text.build``,
     and the manifest listing them last; returns the manifest.
@@ -374,8 +411,9 @@ def build_text(corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     files = [os.path.abspath(os.fspath(f)) for f in given]
     for f in files:
         if not os.path.isfile(f):
-            raise FileNotFoundError(f"{f}: no such corpus file (expected a text file with one "
-                                    "document a line)")
+            raise FileNotFoundError(
+                f"{f}: no such corpus file (expected a text file with one document a line)"
+            )
     for name_, v in (("workers", workers), ("max_retries", max_retries)):
         _check_count(name_, v, 0)
     shard_bytes = _check_count("shard_bytes", shard_bytes, 1)
@@ -393,15 +431,25 @@ def build_text(corpus: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
     ranges = [(f, a, b) for f in files for a, b in _text_ranges(f, shard_bytes)]
     prefix = name if name is not None else os.path.basename(out_dir)
     names = shard_names(prefix, len(ranges), "nndataset")
-    specs = [{"index": k, "name": names[k], "path": f, "start": a, "stop": b}
-             for k, (f, a, b) in enumerate(ranges)]
-    options = {"loss_scope": loss_scope, "workers": workers, "license": license,
-               "created": int(time.time()) if created is None else int(created),
-               "test_docs": test_docs, "test_split": test_split}
+    specs = [
+        {"index": k, "name": names[k], "path": f, "start": a, "stop": b}
+        for k, (f, a, b) in enumerate(ranges)
+    ]
+    options = {
+        "loss_scope": loss_scope,
+        "workers": workers,
+        "license": license,
+        "created": int(time.time()) if created is None else int(created),
+        "test_docs": test_docs,
+        "test_split": test_split,
+    }
     for spec in specs:  # each shard's own test choice: the seed hashed with its index
         spec["seed"] = int(salt(f"{seed}/{spec['index']}")) & ((1 << 63) - 1)
-    shards = _run(specs, _build_task,
-                  {"tokenizer": ray.put(tokenizer), "out_dir": out_dir, "options": options},
-                  max_retries=_check_count("max_retries", max_retries, 0), num_cpus=num_cpus)
+    shards = _run(
+        specs,
+        _build_task,
+        {"tokenizer": ray.put(tokenizer), "out_dir": out_dir, "options": options},
+        max_retries=_check_count("max_retries", max_retries, 0),
+        num_cpus=num_cpus,
+    )
     return write_manifest(manifest_path, shards, format="nndataset")
-

@@ -39,8 +39,7 @@ def main() -> None:
     rank = dist.get_rank()
     # torchrun starts each rank in its own session: the test kills ranks by pid
     write_json(os.path.join(out, f"pid-{rank}.json"), os.getpid())
-    loader = fl.Loader(fl.Dataset(Row, {"i": np.arange(203)}), 8, seed=11, shard="auto",
-                       even=True)
+    loader = fl.Loader(fl.Dataset(Row, {"i": np.arange(203)}), 8, seed=11, shard="auto", even=True)
     assert loader.shard == (rank, dist.get_world_size())
     if mode == "resume":
         with open(os.path.join(out, "state.json")) as f:
@@ -58,8 +57,10 @@ def main() -> None:
             dist.barrier()
             write_json(os.path.join(out, f"ready-{rank}.json"), step)
             time.sleep(600)  # the test kills the job here, as a preemption would
-    write_json(os.path.join(out, f"{mode}-{rank}.json"),
-               {"seen": seen, "steps": len(loader), "total": total})
+    write_json(
+        os.path.join(out, f"{mode}-{rank}.json"),
+        {"seen": seen, "steps": len(loader), "total": total},
+    )
     dist.destroy_process_group()
 
 

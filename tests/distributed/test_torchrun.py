@@ -22,10 +22,19 @@ N = 203
 
 def torchrun(out: Path, nproc: int, mode: str) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", str(JOB), str(out), mode]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        str(JOB),
+        str(out),
+        mode,
+    ]
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def kill(proc: subprocess.Popen, out: Path) -> bytes:
@@ -74,8 +83,11 @@ def test_a_killed_job_resumes_with_another_number_of_ranks_exactly_once(tmp_path
             pytest.fail(f"the job never reached its checkpoint:\n{output.decode()[-3000:]}")
         time.sleep(0.1)
     kill(proc, tmp_path)  # a preemption: no clean shutdown
-    before = [x for f in sorted(glob.glob(str(tmp_path / "before-*.json")))
-              for x in json.loads(Path(f).read_text())]
+    before = [
+        x
+        for f in sorted(glob.glob(str(tmp_path / "before-*.json")))
+        for x in json.loads(Path(f).read_text())
+    ]
     assert len(before) == 2 * 5 * 8
     finish(torchrun(tmp_path, 3, "resume"), tmp_path)
     after = [x for r in results(tmp_path, "resume") for x in r["seen"]]

@@ -53,8 +53,10 @@ class FaultProxy:
                     return
                 if fault in ("500", "403"):
                     code = "InternalError" if fault == "500" else "AccessDenied"
-                    text = (f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>"
-                            f"injected</Message></Error>").encode()
+                    text = (
+                        f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>"
+                        f"injected</Message></Error>"
+                    ).encode()
                     self.send_response(int(fault))
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(text)))
@@ -72,8 +74,12 @@ class FaultProxy:
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(k, v)
                 # a HEAD's length is the object's, not the (empty) body's
-                self.send_header("Content-Length", resp.getheader("Content-Length", "0")
-                                 if self.command == "HEAD" else str(len(data)))
+                self.send_header(
+                    "Content-Length",
+                    resp.getheader("Content-Length", "0")
+                    if self.command == "HEAD"
+                    else str(len(data)),
+                )
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
@@ -99,11 +105,15 @@ class S3Endpoint:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while True:
-            with contextlib.suppress(OSError), socket.create_connection(
-                    ("127.0.0.1", self.port), timeout=0.5):
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
+            ):
                 break
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
@@ -115,10 +125,16 @@ class S3Endpoint:
 
     def options(self, proxied: bool = False) -> dict:
         """s3fs storage options (botocore's own retries off: feedline's retry)."""
-        return {"key": "testing", "secret": "testing", "skip_instance_cache": True,
-                "client_kwargs": {"endpoint_url": self.proxied_url if proxied else self.url,
-                                  "region_name": "us-east-1"},
-                "config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}}}
+        return {
+            "key": "testing",
+            "secret": "testing",
+            "skip_instance_cache": True,
+            "client_kwargs": {
+                "endpoint_url": self.proxied_url if proxied else self.url,
+                "region_name": "us-east-1",
+            },
+            "config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}},
+        }
 
     def close(self) -> None:
         self.proxy.close()

@@ -98,8 +98,9 @@ def test_a_written_file_gets_the_mode_a_plain_write_gives_or_the_replaced_files(
 
 @pytest.mark.parametrize("exc", [RuntimeError("boom"), KeyboardInterrupt(), OSError("disk")])
 @pytest.mark.parametrize("exists", [True, False])
-def test_an_exception_inside_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path, exc,
-                                                                                exists):
+def test_an_exception_inside_atomic_write_leaves_the_old_file_and_no_temporary(
+    tmp_path, exc, exists
+):
     target = tmp_path / "out.bin"
     if exists:
         target.write_bytes(b"old")
@@ -140,8 +141,9 @@ def writers(path):
 
 @pytest.mark.parametrize("writer", ["columns", "stream", "chunks"])
 @pytest.mark.parametrize("broken", ["fsync", "replace"])
-def test_a_failing_fsync_or_rename_leaves_the_old_file_and_no_temporary(old, monkeypatch,
-                                                                        writer, broken):
+def test_a_failing_fsync_or_rename_leaves_the_old_file_and_no_temporary(
+    old, monkeypatch, writer, broken
+):
     path, before = old
 
     def fail(*args, **kwargs):
@@ -258,8 +260,11 @@ def run_and_kill(tmp_path, mode: str, target, n: int, marker: str, delay: float 
     """Start a child writing ``target``, wait for ``marker``, sleep ``delay``, SIGKILL it."""
     script = tmp_path.parent / f"{tmp_path.name}-child.py"
     script.write_text(CHILD)
-    proc = subprocess.Popen([sys.executable, str(script), mode, str(target), str(n)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), mode, str(target), str(n)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 30
         line = b""
@@ -302,15 +307,17 @@ def check_target(target, before: bytes | None, complete_rows: int | None = None)
             assert len(f) == complete_rows
 
 
-@pytest.mark.parametrize("mode, n, marker", [
-    ("spool", 200_000, "spooling"),
-    ("copy", 20_000, "hang"),
-    ("fsync", 20_000, "hang"),
-    ("ndf", 20_000, "hang"),
-])
+@pytest.mark.parametrize(
+    "mode, n, marker",
+    [
+        ("spool", 200_000, "spooling"),
+        ("copy", 20_000, "hang"),
+        ("fsync", 20_000, "hang"),
+        ("ndf", 20_000, "hang"),
+    ],
+)
 @pytest.mark.parametrize("exists", [True, False], ids=["old-file", "no-file"])
-def test_a_writer_killed_midway_leaves_the_old_file_or_nothing(tmp_path, mode, n, marker,
-                                                               exists):
+def test_a_writer_killed_midway_leaves_the_old_file_or_nothing(tmp_path, mode, n, marker, exists):
     target = tmp_path / ("data.ndf" if mode == "ndf" else "data.flr")
     before = None
     if exists:
@@ -428,9 +435,18 @@ def test_a_loader_keeps_reading_after_the_caller_closes_its_handle(tmp_path, ope
     loader.close()
 
 
-@pytest.mark.parametrize("size, offset", [
-    (1, 100_000), (10, 99_995), (1, -1), (-1, 0), (2**40, 0), (1, 2**63), (100_001, 0),
-])
+@pytest.mark.parametrize(
+    "size, offset",
+    [
+        (1, 100_000),
+        (10, 99_995),
+        (1, -1),
+        (-1, 0),
+        (2**40, 0),
+        (1, 2**63),
+        (100_001, 0),
+    ],
+)
 def test_reads_outside_the_file_are_a_format_error(blob, size, offset):
     path, _ = blob
     with SharedFile(path) as f:
@@ -448,9 +464,16 @@ def test_reads_up_to_the_end_of_the_file_work(blob):
         assert f.size == 100_000
 
 
-@pytest.mark.parametrize("dtype, offset, count", [
-    ("<f8", 0, 12_501), ("<u4", 99_998, 1), ("<u1", -1, 1), ("<f8", 2**62, 1), ("<u1", 0, 2**62),
-])
+@pytest.mark.parametrize(
+    "dtype, offset, count",
+    [
+        ("<f8", 0, 12_501),
+        ("<u4", 99_998, 1),
+        ("<u1", -1, 1),
+        ("<f8", 2**62, 1),
+        ("<u1", 0, 2**62),
+    ],
+)
 def test_arrays_outside_the_file_are_a_format_error(blob, dtype, offset, count):
     path, _ = blob
     with SharedFile(path) as f, pytest.raises(fl.FormatError):
@@ -482,7 +505,7 @@ def test_reads_from_several_threads_at_once_are_correct(blob, tmp_path):
         for _ in range(300):
             off = int(rng.integers(0, len(data)))
             size = int(rng.integers(0, min(4096, len(data) - off) + 1))
-            assert shared.pread(size, off) == data[off:off + size]
+            assert shared.pread(size, off) == data[off : off + size]
             idx = rng.integers(0, 5000, 32)
             X, Y = nd.rows(idx)
             assert np.array_equal(X, x[idx, :5]) and np.array_equal(Y, x[idx, 5:])
@@ -526,8 +549,10 @@ def test_the_next_write_removes_the_temporaries_of_a_killed_writer(tmp_path):
 
 
 def _nndataset(path) -> None:
-    fl.nndataset.write(path, fl.nndataset.Build({"size": 9}, "c.txt", "", 2,
-                                                train_docs=[[1, 2, 3] * 400, [4, 5] * 300]))
+    fl.nndataset.write(
+        path,
+        fl.nndataset.Build({"size": 9}, "c.txt", "", 2, train_docs=[[1, 2, 3] * 400, [4, 5] * 300]),
+    )
 
 
 WRITERS = {
@@ -545,6 +570,7 @@ class _Hang(Exception):
 
 def _no_hang(seconds: float):
     """Fail (not hang) a call that would block: SIGALRM interrupts a blocking open."""
+
     def alarm(signum, frame):
         raise _Hang(f"blocked for {seconds} s")
 
@@ -600,10 +626,17 @@ def test_a_file_truncated_in_place_under_a_reader_is_a_format_error_not_sigbus(t
     path = tmp_path / f"data.{fmt}"
     WRITERS[fmt](path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run([sys.executable, "-c", TRUNCATE_SCRIPT, fmt, str(path)], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode,
-                                                                   proc.stderr[-2000:])
+    proc = subprocess.run(
+        [sys.executable, "-c", TRUNCATE_SCRIPT, fmt, str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (
+        proc.returncode,
+        proc.stderr[-2000:],
+    )
 
 
 def _name_max(directory) -> int:
@@ -666,7 +699,11 @@ def test_a_disk_full_error_names_the_target_and_leaves_no_temporary(tmp_path, wr
     target.mkdir()
     (target / "old").write_bytes(b"x")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run([sys.executable, "-c", DISK_FULL_SCRIPT, writer,
-                           str(target / f"data.{writer}")], env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", DISK_FULL_SCRIPT, writer, str(target / f"data.{writer}")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

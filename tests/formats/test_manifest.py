@@ -25,16 +25,24 @@ class Point(fl.Record):
 
 # Point's twin with int32 coordinates: its files have the same sizes as Point's.
 IntPoint = record_from_schema(
-    {**Point.schema(), "fields": [{**f, "dtype": "<i4" if f["name"] == "xy" else f["dtype"]}
-                                  for f in Point.schema()["fields"]]}, "IntPoint")
+    {
+        **Point.schema(),
+        "fields": [
+            {**f, "dtype": "<i4" if f["name"] == "xy" else f["dtype"]}
+            for f in Point.schema()["fields"]
+        ],
+    },
+    "IntPoint",
+)
 
 
 def _flr_shards(d, sizes=(3, 5, 4), prefix="p"):
     paths, start = [], 0
     for k, n in enumerate(sizes):
         p = d / f"{prefix}-{k}.flr"
-        fl.recfile.write(p, Point, {"xy": np.full((n, 2), k, np.float32),
-                                    "i": np.arange(start, start + n)})
+        fl.recfile.write(
+            p, Point, {"xy": np.full((n, 2), k, np.float32), "i": np.arange(start, start + n)}
+        )
         paths.append(p)
         start += n
     return paths
@@ -76,15 +84,14 @@ def test_a_manifest_round_trips_its_shards_in_order(flr_manifest, tmp_path):
 
 def test_a_manifest_opens_as_a_concat_of_named_datasets(flr_manifest):
     with open_manifest(flr_manifest) as m:
-        assert len(m) == 12 and [ds.name for ds in m.datasets] == ["p-0.flr", "p-1.flr",
-                                                                     "p-2.flr"]
+        assert len(m) == 12 and [ds.name for ds in m.datasets] == ["p-0.flr", "p-1.flr", "p-2.flr"]
         assert [ds.salt for ds in m.datasets] == [fl.salt(f"p-{k}.flr") for k in range(3)]
         order = fl.Order(m.seq())
         assert [order[p].source_ordinal for p in (0, 2, 3, 7, 8, 11)] == [0, 0, 1, 1, 2, 2]
         with fl.Loader(m.seq(), 5) as loader:
-            ids = np.concatenate([b.i[:b.meta.size] for b in loader])
+            ids = np.concatenate([b.i[: b.meta.size] for b in loader])
         with fl.Loader(m.seq().shuffle(3), 4) as loader:
-            shuffled = np.concatenate([b.i[:b.meta.size] for b in loader])
+            shuffled = np.concatenate([b.i[: b.meta.size] for b in loader])
     np.testing.assert_array_equal(ids, np.arange(12))
     assert sorted(shuffled.tolist()) == list(range(12)) and shuffled.tolist() != list(range(12))
 
@@ -109,8 +116,7 @@ def test_shard_names_may_be_in_subdirectories(tmp_path):
 def test_a_manifest_is_written_from_entries_and_rewritten_atomically(flr_manifest, tmp_path):
     entries = read_manifest(flr_manifest).shards
     write_manifest(flr_manifest, entries[::-1])
-    assert [s.name for s in read_manifest(flr_manifest).shards] == ["p-2.flr", "p-1.flr",
-                                                                     "p-0.flr"]
+    assert [s.name for s in read_manifest(flr_manifest).shards] == ["p-2.flr", "p-1.flr", "p-0.flr"]
     assert sorted(os.listdir(tmp_path)) == ["manifest.json", "p-0.flr", "p-1.flr", "p-2.flr"]
 
 
@@ -120,12 +126,19 @@ def test_an_nndataset_manifest_lists_documents_and_tokens_and_gives_windows(tmp_
     for k, train in enumerate(docs):
         p = tmp_path / f"t-{k}.nndataset"
         test = [[42, 43]] if k == 1 else ()
-        fl.nndataset.write(p, fl.nndataset.Build({}, "c.txt", "", len(train) + len(test),
-                                                 train_docs=train, test_docs=test))
+        fl.nndataset.write(
+            p,
+            fl.nndataset.Build(
+                {}, "c.txt", "", len(train) + len(test), train_docs=train, test_docs=test
+            ),
+        )
         paths.append(p)
     info = write_manifest(tmp_path / "manifest.json", paths)
     assert [(s.docs, s.tokens, s.test_docs, s.test_tokens) for s in info.shards] == [
-        (2, 5, 0, 0), (1, 4, 1, 2), (2, 8, 0, 0)]
+        (2, 5, 0, 0),
+        (1, 4, 1, 2),
+        (2, 8, 0, 0),
+    ]
     with open_manifest(tmp_path / "manifest.json") as m:
         assert m.format == "nndataset" and len(m) == 5 and m.tokens == 17
         assert [h.info.num_docs for h in m.handles] == [2, 1, 2]
@@ -157,8 +170,9 @@ def test_a_listed_length_that_the_file_does_not_have_is_refused(flr_manifest):
 
 
 def test_a_shard_holding_another_record_is_refused(flr_manifest, tmp_path):
-    fl.recfile.write(tmp_path / "p-0.flr", IntPoint, {"xy": np.zeros((3, 2), np.int32),
-                                                      "i": np.arange(3)})
+    fl.recfile.write(
+        tmp_path / "p-0.flr", IntPoint, {"xy": np.zeros((3, 2), np.int32), "i": np.arange(3)}
+    )
     assert os.path.getsize(tmp_path / "p-0.flr") == read_manifest(flr_manifest).shards[0].size
     _refused(flr_manifest, "shard 'p-0.flr'", "different record")
 
@@ -217,41 +231,47 @@ def test_verify_names_the_manifest_when_a_shard_is_gone(flr_manifest, tmp_path):
     assert "shard 'p-0.flr'" in str(err.value) and "found none" in str(err.value)
 
 
-@pytest.mark.parametrize(("change", "words"), [
-    (lambda d: d.update(format="parquet"), ["format 'flr' or 'nndataset'", "'parquet'"]),
-    (lambda d: d.update(kind="something.else"), ["feedline.manifest"]),
-    (lambda d: d.update(version=2), ["version 1", "found 2"]),
-    (lambda d: d.update(comment="hi"), ["unknown: ['comment']"]),
-    (lambda d: d.pop("record"), ["missing: ['record']"]),
-    (lambda d: d.update(shards=[]), ["non-empty list"]),
-    (lambda d: d["shards"][0].update(owner="me"), ["shard 'p-0.flr'", "unknown: ['owner']"]),
-    (lambda d: d["shards"][1].pop("sha256"), ["shard 'p-1.flr'", "missing: ['sha256']"]),
-    (lambda d: d["shards"][1].update(size="12"), ["shard 'p-1.flr'", "`size`"]),
-    (lambda d: d["shards"][1].update(rows=-1), ["shard 'p-1.flr'", "`rows`"]),
-    (lambda d: d["shards"][1].update(rows=True), ["shard 'p-1.flr'", "`rows`"]),
-    (lambda d: d["shards"][1].update(sha256="ABC"), ["shard 'p-1.flr'", "`sha256`"]),
-    (lambda d: d["shards"][1].update(name="../p-1.flr"), ["shards[1]", "inside"]),
-    (lambda d: d["shards"][1].update(name="/tmp/p-1.flr"), ["shards[1]", "inside"]),
-    (lambda d: d["shards"][1].update(name="p-1.nndataset"), ["shards[1]", ".flr files"]),
-    (lambda d: d["shards"].append(d["shards"][0]), ["'p-0.flr' is listed twice"]),
-    (lambda d: d["record"].update(fields="none"), ["`record`"]),
-    (lambda d: d["record"]["fields"][0].update(dims=[float("inf")]), ["`record`", "inf"]),
-    (lambda d: d["record"]["fields"][0].update(dims=[2.7]), ["`record`", "2.7"]),
-    (lambda d: d["record"]["fields"][0].update(dims=[True]), ["`record`", "True"]),
-    (lambda d: d["record"]["fields"][0].update(shape=[3]), ["`record`", "stored shape [3]"]),
-    (lambda d: d.update(shards=[3]), ["shards[0]: expected an object"]),
-])
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d.update(format="parquet"), ["format 'flr' or 'nndataset'", "'parquet'"]),
+        (lambda d: d.update(kind="something.else"), ["feedline.manifest"]),
+        (lambda d: d.update(version=2), ["version 1", "found 2"]),
+        (lambda d: d.update(comment="hi"), ["unknown: ['comment']"]),
+        (lambda d: d.pop("record"), ["missing: ['record']"]),
+        (lambda d: d.update(shards=[]), ["non-empty list"]),
+        (lambda d: d["shards"][0].update(owner="me"), ["shard 'p-0.flr'", "unknown: ['owner']"]),
+        (lambda d: d["shards"][1].pop("sha256"), ["shard 'p-1.flr'", "missing: ['sha256']"]),
+        (lambda d: d["shards"][1].update(size="12"), ["shard 'p-1.flr'", "`size`"]),
+        (lambda d: d["shards"][1].update(rows=-1), ["shard 'p-1.flr'", "`rows`"]),
+        (lambda d: d["shards"][1].update(rows=True), ["shard 'p-1.flr'", "`rows`"]),
+        (lambda d: d["shards"][1].update(sha256="ABC"), ["shard 'p-1.flr'", "`sha256`"]),
+        (lambda d: d["shards"][1].update(name="../p-1.flr"), ["shards[1]", "inside"]),
+        (lambda d: d["shards"][1].update(name="/tmp/p-1.flr"), ["shards[1]", "inside"]),
+        (lambda d: d["shards"][1].update(name="p-1.nndataset"), ["shards[1]", ".flr files"]),
+        (lambda d: d["shards"].append(d["shards"][0]), ["'p-0.flr' is listed twice"]),
+        (lambda d: d["record"].update(fields="none"), ["`record`"]),
+        (lambda d: d["record"]["fields"][0].update(dims=[float("inf")]), ["`record`", "inf"]),
+        (lambda d: d["record"]["fields"][0].update(dims=[2.7]), ["`record`", "2.7"]),
+        (lambda d: d["record"]["fields"][0].update(dims=[True]), ["`record`", "True"]),
+        (lambda d: d["record"]["fields"][0].update(shape=[3]), ["`record`", "stored shape [3]"]),
+        (lambda d: d.update(shards=[3]), ["shards[0]: expected an object"]),
+    ],
+)
 def test_a_tampered_manifest_is_refused(flr_manifest, change, words):
     _edit(flr_manifest, change)
     _refused(flr_manifest, *words)
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    (b'{"kind": "feedline.manifest", "version": 1', ["UTF-8 JSON"]),
-    (b"\xff\xfe{}", ["UTF-8 JSON"]),
-    (b'{"kind": "feedline.manifest", "kind": "feedline.manifest"}', ["appears twice"]),
-    (b"[1, 2]", ["expected a JSON object"]),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (b'{"kind": "feedline.manifest", "version": 1', ["UTF-8 JSON"]),
+        (b"\xff\xfe{}", ["UTF-8 JSON"]),
+        (b'{"kind": "feedline.manifest", "kind": "feedline.manifest"}', ["appears twice"]),
+        (b"[1, 2]", ["expected a JSON object"]),
+    ],
+)
 def test_a_manifest_that_is_not_a_json_object_is_refused(flr_manifest, text, words):
     flr_manifest.write_bytes(text)
     _refused(flr_manifest, *words)
@@ -280,8 +300,9 @@ def test_write_manifest_refuses_what_a_reader_would(tmp_path):
     with pytest.raises(fl.FormatError, match="lists 1 bytes"):
         write_manifest(tmp_path / "manifest.json", [bad], record=Point)
     with pytest.raises(fl.FormatError, match="found none"):
-        write_manifest(tmp_path / "manifest.json", [Shard("q.flr", 1, "0" * 64, rows=2)],
-                       record=Point)
+        write_manifest(
+            tmp_path / "manifest.json", [Shard("q.flr", 1, "0" * 64, rows=2)], record=Point
+        )
     assert sorted(os.listdir(tmp_path)) == ["p-0.flr", "sub"]  # nothing written
 
 
@@ -359,8 +380,7 @@ def test_a_shard_name_that_is_not_utf8_is_refused_when_writing_and_reading(tmp_p
 
 
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
-def test_a_manifest_path_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path,
-                                                                                 kind):
+def test_a_manifest_path_that_is_not_a_regular_file_is_refused_without_blocking(tmp_path, kind):
     import signal
 
     path = tmp_path / "manifest.json"

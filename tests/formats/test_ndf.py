@@ -57,8 +57,12 @@ def small(tmp_path):
 def test_a_tiny_file_is_the_header_then_the_rows_features_first(tmp_path):
     path = tmp_path / "tiny.ndf"
     fl.ndf.save(path, [[1.5, -2.0], [3.0, 0.25]], [[7.0], [8.0]])
-    expected = (b"NDF1" + struct.pack("<QQQ", 2, 2, 1)
-                + struct.pack("<ddd", 1.5, -2.0, 7.0) + struct.pack("<ddd", 3.0, 0.25, 8.0))
+    expected = (
+        b"NDF1"
+        + struct.pack("<QQQ", 2, 2, 1)
+        + struct.pack("<ddd", 1.5, -2.0, 7.0)
+        + struct.pack("<ddd", 3.0, 0.25, 8.0)
+    )
     assert path.read_bytes() == expected
     assert len(expected) == 28 + 2 * 3 * 8
 
@@ -90,10 +94,15 @@ def test_a_file_packed_by_hand_reads_back_as_packed(tmp_path):
 
 def test_values_are_stored_as_float64_whatever_the_input_dtype(tmp_path):
     path = tmp_path / "cast.ndf"
-    fl.ndf.save(path, np.arange(6, dtype=np.int32).reshape(3, 2),
-                np.array([0.5, 1.5, 2.5], dtype=np.float32))
-    assert path.read_bytes()[28:] == np.array(
-        [[0, 1, 0.5], [2, 3, 1.5], [4, 5, 2.5]], dtype="<f8").tobytes()
+    fl.ndf.save(
+        path,
+        np.arange(6, dtype=np.int32).reshape(3, 2),
+        np.array([0.5, 1.5, 2.5], dtype=np.float32),
+    )
+    assert (
+        path.read_bytes()[28:]
+        == np.array([[0, 1, 0.5], [2, 3, 1.5], [4, 5, 2.5]], dtype="<f8").tobytes()
+    )
 
 
 def test_a_one_dimensional_y_is_one_label_per_row(tmp_path):
@@ -104,12 +113,15 @@ def test_a_one_dimensional_y_is_one_label_per_row(tmp_path):
         assert f.rows(range(4))[1][:, 0].tolist() == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("x, y", [
-    (np.zeros(3), None),                     # x must be n x d
-    (np.zeros((2, 2, 2)), None),
-    (np.zeros((3, 2)), np.zeros((4, 1))),    # y must have n rows
-    (np.zeros((3, 2)), np.zeros((3, 1, 1))),
-])
+@pytest.mark.parametrize(
+    "x, y",
+    [
+        (np.zeros(3), None),  # x must be n x d
+        (np.zeros((2, 2, 2)), None),
+        (np.zeros((3, 2)), np.zeros((4, 1))),  # y must have n rows
+        (np.zeros((3, 2)), np.zeros((3, 1, 1))),
+    ],
+)
 def test_save_refuses_arrays_of_the_wrong_shape_and_writes_nothing(tmp_path, x, y):
     with pytest.raises(ValueError):
         fl.ndf.save(tmp_path / "bad.ndf", x, y)
@@ -143,13 +155,13 @@ def test_an_open_ndf_saves_as_a_byte_identical_copy(small, tmp_path):
 
 class Pair(fl.Record, dims={"D": 3, "L": 2}):
     """A row of data.nu's DataSet, declared with other dtypes."""
+
     x = fl.field("D", "float32")
     y = fl.field("L", "int64")
 
 
 def test_fields_of_other_dtypes_are_stored_as_float64(tmp_path):
-    items = [{"x": np.arange(3, dtype=np.float32) + i, "y": np.array([i, -i])}
-             for i in range(5)]
+    items = [{"x": np.arange(3, dtype=np.float32) + i, "y": np.array([i, -i])} for i in range(5)]
     fl.ndf.save(tmp_path / "p.ndf", fl.Dataset(Pair, items))  # read item by item
     with fl.ndf.open(tmp_path / "p.ndf") as f:
         assert (len(f), f.d, f.l) == (5, 3, 2)
@@ -195,6 +207,7 @@ def test_scalar_fields_are_one_value_a_row(tmp_path):
 
 class Extra(fl.Record):
     """x and y and something .ndf cannot hold."""
+
     x = fl.field(2, "float64")
     y = fl.field(1, "float64")
     ids = fl.field((), "int64")
@@ -202,28 +215,39 @@ class Extra(fl.Record):
 
 class Grid(fl.Record):
     """An x that is not a vector."""
+
     x = fl.field((2, 2), "float64")
 
 
 class Words(fl.Record):
     """No x at all."""
+
     tokens = fl.field(4, "int64")
 
 
 class Complex(fl.Record):
     """An x that float64 cannot hold."""
+
     x = fl.field(2, "complex64")
 
 
-@pytest.mark.parametrize(("record", "error", "message"), [
-    (Words, fl.RecordError, r"expected a dataset with fields x \[d\] and optionally y \[l\], "
-                            r"found Words with fields tokens"),
-    (Extra, fl.RecordError, r"field `ids`.*\.ndf holds x and y only"),
-    (Grid, fl.ShapeError, r"Grid field `x` .*should be \[d\].*shape \(2, 2\)"),
-    (Complex, fl.RecordError, r"Complex field `x`.*complex64.*float64"),
-])
-def test_a_dataset_that_is_not_x_and_y_is_refused_naming_its_fields(tmp_path, record, error,
-                                                                     message):
+@pytest.mark.parametrize(
+    ("record", "error", "message"),
+    [
+        (
+            Words,
+            fl.RecordError,
+            r"expected a dataset with fields x \[d\] and optionally y \[l\], "
+            r"found Words with fields tokens",
+        ),
+        (Extra, fl.RecordError, r"field `ids`.*\.ndf holds x and y only"),
+        (Grid, fl.ShapeError, r"Grid field `x` .*should be \[d\].*shape \(2, 2\)"),
+        (Complex, fl.RecordError, r"Complex field `x`.*complex64.*float64"),
+    ],
+)
+def test_a_dataset_that_is_not_x_and_y_is_refused_naming_its_fields(
+    tmp_path, record, error, message
+):
     with pytest.raises(error, match=message) as e:
         fl.ndf.save(tmp_path / "bad.ndf", ItemsOnly(record, []))
     assert "test_ndf.py" in str(e.value)  # where the field was declared
@@ -247,8 +271,9 @@ def test_a_source_whose_batch_does_not_fit_its_record_is_a_shape_error(tmp_path)
 # -- round trips ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n, d, l", [(1, 1, 0), (37, 5, 2), (0, 4, 1), (0, 3, 0), (200, 1, 9),
-                                     (5, 0, 3)])
+@pytest.mark.parametrize(
+    "n, d, l", [(1, 1, 0), (37, 5, 2), (0, 4, 1), (0, 3, 0), (200, 1, 9), (5, 0, 3)]
+)
 def test_round_trips_keep_every_value_bit_for_bit(tmp_path, n, d, l):  # noqa: E741
     x, y = random_rows(n, d, l, seed=n + d + l)
     if n and d:
@@ -340,8 +365,9 @@ def batches(loader) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     return [(b.x.copy(), b.y.copy(), b.meta.record_indices.copy()) for b in loader]
 
 
-@pytest.mark.parametrize("seed, options", [(1, {}), (7, {"drop_last": True}), (None, {}),
-                                           (3, {"shard": (1, 3)})])
+@pytest.mark.parametrize(
+    "seed, options", [(1, {}), (7, {"drop_last": True}), (None, {}), (3, {"shard": (1, 3)})]
+)
 @pytest.mark.parametrize("l", [2, 0])
 def test_a_loader_over_an_ndf_equals_one_over_the_same_arrays(tmp_path, seed, options, l):  # noqa: E741
     x, y = random_rows(1000, 6, l, seed=4)
@@ -447,18 +473,26 @@ def test_a_file_truncated_at_any_length_is_a_format_error(tmp_path):
         open_error(path)
 
 
-@pytest.mark.parametrize("n, d, l, body", [
-    (U64, U64, U64, b""),                  # n*(d+l)*8 far past 2**64
-    (2**63, 1, 1, b""),                    # 2**67
-    (2**61 + 1, 1, 0, b"\0" * 8),          # 8*(2**61+1) = 2**64 + 8 wraps to 8: the body fits
-    (1, U64, 1, b""),                      # d + l = 2**64 wraps to 0: a C reader wants 28 bytes
-    (2**32, 2**32, 0, b"\0" * 8),          # 2**64 * 8 wraps to 0
-    (2**40, 2**20, 0, b""),                # 2**63 bytes: huge, and not there
-    (10**9, 10**6, 10**6, b"\0" * 64),     # 16 PB
-    (1, 2**60, 0, b"\0" * 8),
-])
+@pytest.mark.parametrize(
+    "n, d, l, body",
+    [
+        (U64, U64, U64, b""),  # n*(d+l)*8 far past 2**64
+        (2**63, 1, 1, b""),  # 2**67
+        (2**61 + 1, 1, 0, b"\0" * 8),  # 8*(2**61+1) = 2**64 + 8 wraps to 8: the body fits
+        (1, U64, 1, b""),  # d + l = 2**64 wraps to 0: a C reader wants 28 bytes
+        (2**32, 2**32, 0, b"\0" * 8),  # 2**64 * 8 wraps to 0
+        (2**40, 2**20, 0, b""),  # 2**63 bytes: huge, and not there
+        (10**9, 10**6, 10**6, b"\0" * 64),  # 16 PB
+        (1, 2**60, 0, b"\0" * 8),
+    ],
+)
 def test_a_header_that_overflows_or_is_huge_fails_at_once_without_allocating(
-        tmp_path, n, d, l, body):  # noqa: E741
+    tmp_path,
+    n,
+    d,
+    l,  # noqa: E741
+    body,
+):
     path = tmp_path / "huge.ndf"
     path.write_bytes(header(n, d, l) + body)
     tracemalloc.start()
@@ -471,8 +505,10 @@ def test_a_header_that_overflows_or_is_huge_fails_at_once_without_allocating(
     assert err.offset is not None
 
 
-@pytest.mark.parametrize("n, d, l", [(U64, 0, 0), (2**63, 0, 0), (2**62, 0, 0), (0, 0, 2**61 + 1),
-                                     (0, U64, 0), (0, 2**60, 2**60)])
+@pytest.mark.parametrize(
+    "n, d, l",
+    [(U64, 0, 0), (2**63, 0, 0), (2**62, 0, 0), (0, 0, 2**61 + 1), (0, U64, 0), (0, 2**60, 2**60)],
+)
 def test_a_zero_size_header_with_a_huge_field_is_a_format_error(tmp_path, n, d, l):  # noqa: E741
     path = tmp_path / "zero-size.ndf"
     path.write_bytes(header(n, d, l))
@@ -482,9 +518,12 @@ def test_a_zero_size_header_with_a_huge_field_is_a_format_error(tmp_path, n, d, 
 
 # -- fuzz: opening a damaged file either works or is a FormatError -------------------------
 
-FUZZ = settings(max_examples=200, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def fuzz_base(tmp_path) -> bytes:
@@ -506,8 +545,7 @@ def open_or_format_error(path) -> None:
     assert time.perf_counter() - t0 < LIVENESS_S  # a hang would fail, not time
 
 
-big = st.sampled_from([0, 1, 2, 3, 5, 6, 2**31, 2**32, 2**61 + 1, 2**63, U64]) | st.integers(
-    0, U64)
+big = st.sampled_from([0, 1, 2, 3, 5, 6, 2**31, 2**32, 2**61 + 1, 2**63, U64]) | st.integers(0, U64)
 
 
 @FUZZ
@@ -520,7 +558,7 @@ def test_fuzz_mutated_truncated_or_extended_ndf_files(tmp_path, data):
         buf[pos] = data.draw(st.integers(0, 255), "byte")
     kind = data.draw(st.sampled_from(["none", "truncate", "append"]), "kind")
     if kind == "truncate":
-        buf = buf[:data.draw(st.integers(0, len(buf)), "size")]
+        buf = buf[: data.draw(st.integers(0, len(buf)), "size")]
     elif kind == "append":
         buf += data.draw(st.binary(min_size=1, max_size=64), "tail")
     path = tmp_path / "fuzz.ndf"
@@ -559,15 +597,19 @@ def test_the_module_examples_pass():
     assert doctest.testmod(fl.ndf).failed == 0
 
 
-@pytest.mark.parametrize(("x", "y"), [
-    ([[1.0, None]], None),  # was NaN
-    ([["1.5", "2"]], None),  # was parsed as numbers
-    (np.array([["a", "b"]]), None),
-    ([[1.0, 2.0]], [["3"]]),
-    ([[1.0, 2.0]], [[None]]),
-    (np.ones((1, 2), np.complex64), None),
-    (np.array([[1, b"2"]], dtype=object), None),
-], ids=repr)
+@pytest.mark.parametrize(
+    ("x", "y"),
+    [
+        ([[1.0, None]], None),  # was NaN
+        ([["1.5", "2"]], None),  # was parsed as numbers
+        (np.array([["a", "b"]]), None),
+        ([[1.0, 2.0]], [["3"]]),
+        ([[1.0, 2.0]], [[None]]),
+        (np.ones((1, 2), np.complex64), None),
+        (np.array([[1, b"2"]], dtype=object), None),
+    ],
+    ids=repr,
+)
 def test_save_refuses_values_that_are_not_numbers(tmp_path, x, y):
     path = tmp_path / "bad.ndf"
     with pytest.raises(fl.ShapeError, match="must hold numbers"):

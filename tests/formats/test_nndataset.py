@@ -71,9 +71,17 @@ WORKED = [
 
 
 def worked_build() -> nnd.Build:
-    return nnd.Build({"n": 3}, "c.txt", "ab", 2, loss_scope="assistant",
-                     train_docs=[[1, 2], [3]], train_masks=[[False, True], [True]],
-                     tool="t", created=1_700_000_000)
+    return nnd.Build(
+        {"n": 3},
+        "c.txt",
+        "ab",
+        2,
+        loss_scope="assistant",
+        train_docs=[[1, 2], [3]],
+        train_masks=[[False, True], [True]],
+        tool="t",
+        created=1_700_000_000,
+    )
 
 
 def test_the_worked_example_is_byte_exact(tmp_path):
@@ -107,7 +115,11 @@ def test_the_worked_example_reads_back(tmp_path):
         info = ds.info
         assert (info.kind, info.num_docs, info.test_docs, info.has_test) == ("text", 2, 0, False)
         assert (info.loss_scope, info.source_path, info.source_sha256, info.source_docs) == (
-            "assistant", "c.txt", "ab", 2)
+            "assistant",
+            "c.txt",
+            "ab",
+            2,
+        )
         assert (info.tool, info.created, info.license) == ("t", 1_700_000_000, None)
         assert info.vocab == ds.vocab == {"n": 3}
         c = ds.load_text("train")
@@ -122,8 +134,14 @@ def test_the_worked_example_reads_back(tmp_path):
 # it: the vocab's "n" is a Str of 8 bytes that are not UTF-8 (the same 64-byte record,
 # so every other offset is the worked example's).
 RAW = b"\xc8\xff\x80\x00\xfe\xc3\x28\xa0"
-WORKED_RAW = [(o, u32(2) + SENTINEL + head(b"n", 1, 266)) if o == 218
-              else (o, u64(8) + RAW) if o == 266 else (o, piece) for o, piece in WORKED]
+WORKED_RAW = [
+    (o, u32(2) + SENTINEL + head(b"n", 1, 266))
+    if o == 218
+    else (o, u64(8) + RAW)
+    if o == 266
+    else (o, piece)
+    for o, piece in WORKED
+]
 
 
 def test_a_vocab_of_raw_bytes_is_written_byte_exact_and_reads_back_equal(tmp_path):
@@ -144,15 +162,21 @@ def test_a_vocab_of_raw_bytes_is_written_byte_exact_and_reads_back_equal(tmp_pat
 def byte_level_vocab() -> dict:
     """A byte-level vocabulary: token i is the byte i (200 is b"\\xc8"), as it reads back
     (bytes that are UTF-8, the ASCII ones, read back as str)."""
-    return {"size": 256,
-            "tokens": {str(i): chr(i) if i < 128 else bytes([i]) for i in range(256)}}
+    return {"size": 256, "tokens": {str(i): chr(i) if i < 128 else bytes([i]) for i in range(256)}}
 
 
 def test_a_dataset_generated_with_a_byte_level_vocab_opens(tmp_path):
     # what neuralnet.cpp's dataset_gen writes: the vocab record holds raw token bytes
     path = tmp_path / "gen.nndataset"
-    build = nnd.Build(byte_level_vocab(), "corpus.txt", "ab" * 32, 2,
-                      train_docs=[[104, 200], [255]], test_docs=[[0]], created=5)
+    build = nnd.Build(
+        byte_level_vocab(),
+        "corpus.txt",
+        "ab" * 32,
+        2,
+        train_docs=[[104, 200], [255]],
+        test_docs=[[0]],
+        created=5,
+    )
     nnd.write(path, build)
     data = path.read_bytes()
     tokens = kvrec.decode(data, 8)[0]["companion"]["vocab"]["tokens"]
@@ -169,12 +193,19 @@ def test_a_dataset_generated_with_a_byte_level_vocab_opens(tmp_path):
 
 
 def test_metadata_strings_of_raw_bytes_round_trip(tmp_path):
-    build = nnd.Build({}, b"corp\xffus.txt", "f" * 64, 1, train_docs=[[1]],
-                      tool=b"gen \xfe", license=b"\xa9 2024", created=0)
+    build = nnd.Build(
+        {},
+        b"corp\xffus.txt",
+        "f" * 64,
+        1,
+        train_docs=[[1]],
+        tool=b"gen \xfe",
+        license=b"\xa9 2024",
+        created=0,
+    )
     with write_read(tmp_path, build) as ds:
         i = ds.info
-        assert (i.source_path, i.tool, i.license) == (b"corp\xffus.txt", b"gen \xfe",
-                                                      b"\xa9 2024")
+        assert (i.source_path, i.tool, i.license) == (b"corp\xffus.txt", b"gen \xfe", b"\xa9 2024")
         assert i.source_sha256 == "f" * 64
 
 
@@ -205,8 +236,7 @@ def test_loss_scope_all_round_trips_with_all_ones_masks(tmp_path):
 def test_loss_scope_assistant_round_trips_its_masks(tmp_path):
     docs = [np.array([1, 2, 3], dtype=np.uint64), np.array([4, 5], dtype=np.int64)]
     masks = [np.array([0, 1, 1], dtype=np.uint8), np.array([True, False])]
-    build = nnd.Build({}, "s", "h", 2, loss_scope="assistant", train_docs=docs,
-                      train_masks=masks)
+    build = nnd.Build({}, "s", "h", 2, loss_scope="assistant", train_docs=docs, train_masks=masks)
     with write_read(tmp_path, build) as ds:
         tokens, _, mask = flows(ds, "train")
         assert tokens.tolist() == [1, 2, 3, 4, 5]
@@ -216,8 +246,15 @@ def test_loss_scope_assistant_round_trips_its_masks(tmp_path):
 
 def test_empty_documents_keep_their_doc_id(tmp_path):
     docs = [[], [1], [], [], [2, 3], []]
-    build = nnd.Build({}, "s", "h", 6, loss_scope="assistant", train_docs=docs,
-                      train_masks=[[], [1], [], [], [0, 1], []])
+    build = nnd.Build(
+        {},
+        "s",
+        "h",
+        6,
+        loss_scope="assistant",
+        train_docs=docs,
+        train_masks=[[], [1], [], [], [0, 1], []],
+    )
     with write_read(tmp_path, build) as ds:
         tokens, ids, _ = flows(ds, "train")
         assert ids.tolist() == [2, 5, 5]
@@ -230,8 +267,9 @@ def test_empty_documents_keep_their_doc_id(tmp_path):
 
 
 def test_train_and_test_subsets_round_trip(tmp_path):
-    build = nnd.Build({"v": [1, 2]}, "s", "h", 5, train_docs=[[1], [2, 3]],
-                      test_docs=[[4, 5, 6], [], [7]])
+    build = nnd.Build(
+        {"v": [1, 2]}, "s", "h", 5, train_docs=[[1], [2, 3]], test_docs=[[4, 5, 6], [], [7]]
+    )
     with write_read(tmp_path, build) as ds:
         assert (ds.info.num_docs, ds.info.test_docs, ds.info.has_test) == (2, 3, True)
         tokens, ids, _ = flows(ds, "test")
@@ -244,8 +282,9 @@ def test_no_test_documents_writes_no_test_subset(tmp_path):
     with write_read(tmp_path, nnd.Build({}, "s", "h", 1, train_docs=[[1]])) as ds:
         assert not ds.info.has_test and ds.info.test_docs == 0
         # the file lacks the subset: a FormatError naming it and the root record
-        with pytest.raises(FormatError,
-                           match=r"no test subset \(expected one .* found train only\)") as e:
+        with pytest.raises(
+            FormatError, match=r"no test subset \(expected one .* found train only\)"
+        ) as e:
             ds.load_text("test")
         assert (e.value.path, e.value.offset) == (str(ds.path), 8)
         with pytest.raises(FormatError, match="train only"):
@@ -260,13 +299,25 @@ def test_no_test_documents_writes_no_test_subset(tmp_path):
 
 def test_metadata_and_a_license_round_trip(tmp_path):
     vocab = {"tokens": "a b c", "size": 3, "merges": [1, 2], "specials": {"eos": 2}}
-    build = nnd.Build(vocab, "corpus.txt", "f" * 64, 12, train_docs=[[0]], tool="me v2",
-                      created=123, license="CC0\nline two")
+    build = nnd.Build(
+        vocab,
+        "corpus.txt",
+        "f" * 64,
+        12,
+        train_docs=[[0]],
+        tool="me v2",
+        created=123,
+        license="CC0\nline two",
+    )
     with write_read(tmp_path, build) as ds:
         i = ds.info
         assert (i.source_path, i.source_sha256, i.source_docs) == ("corpus.txt", "f" * 64, 12)
-        assert (i.tool, i.created, i.license, i.loss_scope) == ("me v2", 123, "CC0\nline two",
-                                                                "all")
+        assert (i.tool, i.created, i.license, i.loss_scope) == (
+            "me v2",
+            123,
+            "CC0\nline two",
+            "all",
+        )
         assert i.vocab["tokens"] == "a b c" and i.vocab["merges"].tolist() == [1, 2]
         assert i.vocab["specials"] == {"eos": 2}
         assert "license" in repr(ds.info) and "vocab" not in repr(ds.info)
@@ -301,19 +352,28 @@ def test_documents_may_come_from_a_generator(tmp_path):
         assert flows(ds, "train")[0].tolist() == [0, 1, 2, 0, 1, 2, 3]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"loss_scope": "some"}, "loss_scope"),
-    ({"train_docs": [[1]], "train_masks": [[1]]}, "stores no masks"),
-    ({"test_docs": [[1]], "test_masks": [[1]]}, "stores no masks"),
-    ({"loss_scope": "assistant", "train_docs": [[1], [2]], "train_masks": [[1]]},
-     "one mask per document"),
-    ({"loss_scope": "assistant", "train_docs": [[1]]}, "one mask per document"),
-    ({"loss_scope": "assistant", "test_docs": [[1]], "test_masks": None},
-     "one mask per document"),
-    ({"loss_scope": "assistant", "test_masks": [[1]]}, "one mask per document"),
-    ({"loss_scope": "assistant", "train_docs": [[1, 2]], "train_masks": [[1]]},
-     "has 1 entries"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"loss_scope": "some"}, "loss_scope"),
+        ({"train_docs": [[1]], "train_masks": [[1]]}, "stores no masks"),
+        ({"test_docs": [[1]], "test_masks": [[1]]}, "stores no masks"),
+        (
+            {"loss_scope": "assistant", "train_docs": [[1], [2]], "train_masks": [[1]]},
+            "one mask per document",
+        ),
+        ({"loss_scope": "assistant", "train_docs": [[1]]}, "one mask per document"),
+        (
+            {"loss_scope": "assistant", "test_docs": [[1]], "test_masks": None},
+            "one mask per document",
+        ),
+        ({"loss_scope": "assistant", "test_masks": [[1]]}, "one mask per document"),
+        (
+            {"loss_scope": "assistant", "train_docs": [[1, 2]], "train_masks": [[1]]},
+            "has 1 entries",
+        ),
+    ],
+)
 def test_write_refuses_invalid_builds(tmp_path, kwargs, message):
     path = tmp_path / "d.nndataset"
     with pytest.raises(ValueError, match=message):
@@ -321,20 +381,29 @@ def test_write_refuses_invalid_builds(tmp_path, kwargs, message):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize(("kwargs", "error", "message"), [
-    ({"train_docs": [[1, -2]]}, ValueError, ">= 0"),
-    ({"train_docs": [[1.5]]}, ValueError, "integers"),
-    ({"train_docs": [[[1, 2]]]}, ValueError, "1-D"),
-    ({"loss_scope": "assistant", "train_docs": [[1]], "train_masks": [[2]]}, ValueError,
-     "only 0 and 1"),
-    ({"loss_scope": "assistant", "train_docs": [[1]], "train_masks": [[0.5]]}, ValueError,
-     "bool or 0/1"),
-    ({"vocab": ["not", "a", "record"]}, TypeError, "vocab"),
-    ({"vocab": {"bad": 1.5}}, TypeError, "bad"),
-    ({"source_docs": -1}, ValueError, "source_docs"),
-    ({"created": "today"}, TypeError, "created"),
-    ({"train_docs": [5]}, TypeError, "train_docs"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"train_docs": [[1, -2]]}, ValueError, ">= 0"),
+        ({"train_docs": [[1.5]]}, ValueError, "integers"),
+        ({"train_docs": [[[1, 2]]]}, ValueError, "1-D"),
+        (
+            {"loss_scope": "assistant", "train_docs": [[1]], "train_masks": [[2]]},
+            ValueError,
+            "only 0 and 1",
+        ),
+        (
+            {"loss_scope": "assistant", "train_docs": [[1]], "train_masks": [[0.5]]},
+            ValueError,
+            "bool or 0/1",
+        ),
+        ({"vocab": ["not", "a", "record"]}, TypeError, "vocab"),
+        ({"vocab": {"bad": 1.5}}, TypeError, "bad"),
+        ({"source_docs": -1}, ValueError, "source_docs"),
+        ({"created": "today"}, TypeError, "created"),
+        ({"train_docs": [5]}, TypeError, "train_docs"),
+    ],
+)
 def test_write_refuses_values_the_file_cannot_hold(tmp_path, kwargs, error, message):
     fields = {"vocab": {}, "source_path": "s", "source_sha256": "h", "source_docs": 0, **kwargs}
     path = tmp_path / "d.nndataset"
@@ -358,8 +427,9 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, mon
         return real(*args)
 
     monkeypatch.setattr(_nnwrite, "_mask_bytes", failing)
-    build = nnd.Build({}, "s", "h", 4, loss_scope="assistant", train_docs=[[1]] * 4,
-                      train_masks=[[1]] * 4)
+    build = nnd.Build(
+        {}, "s", "h", 4, loss_scope="assistant", train_docs=[[1]] * 4, train_masks=[[1]] * 4
+    )
     with pytest.raises(OSError, match="disk full"):
         nnd.write(path, build)
     assert len(calls) == 3
@@ -388,9 +458,21 @@ ABC_SHA256 = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 def test_the_magic_and_version_constants_are_the_file_labels():
     assert (nnd.MAGIC, nnd.VERSION, nnd.VOCAB_MAGIC, nnd.VOCAB_VERSION, nnd.LABEL_SIZE) == (
-        b"NNDS", 1, b"NNVC", 1, 8)
-    assert set(nnd.__all__) >= {"MAGIC", "VERSION", "VOCAB_MAGIC", "VOCAB_VERSION",
-                                "LABEL_SIZE", "sha256_hex", "write_file_label"}
+        b"NNDS",
+        1,
+        b"NNVC",
+        1,
+        8,
+    )
+    assert set(nnd.__all__) >= {
+        "MAGIC",
+        "VERSION",
+        "VOCAB_MAGIC",
+        "VOCAB_VERSION",
+        "LABEL_SIZE",
+        "sha256_hex",
+        "write_file_label",
+    }
 
 
 def test_write_file_label_is_the_magic_then_a_u32_version(tmp_path):
@@ -399,19 +481,22 @@ def test_write_file_label_is_the_magic_then_a_u32_version(tmp_path):
     assert nnd.write_file_label(bytearray(b"ABCD"), 2**32 - 1) == b"ABCD" + u32(2**32 - 1)
     path = tmp_path / "d.nndataset"
     nnd.write(path, worked_build())
-    assert path.read_bytes()[:nnd.LABEL_SIZE] == nnd.write_file_label(nnd.MAGIC, nnd.VERSION)
+    assert path.read_bytes()[: nnd.LABEL_SIZE] == nnd.write_file_label(nnd.MAGIC, nnd.VERSION)
     assert nnd.write_nnvocab({})[:8] == nnd.write_file_label(nnd.VOCAB_MAGIC, 1)
 
 
-@pytest.mark.parametrize(("magic", "version", "error", "message"), [
-    (b"NND", 1, ValueError, "4 bytes, got 3"),
-    (b"NNDSX", 1, ValueError, "4 bytes, got 5"),
-    ("NNDS", 1, TypeError, "bytes"),
-    (b"NNDS", -1, ValueError, r"\[0, 2\*\*32\)"),
-    (b"NNDS", 2**32, ValueError, r"\[0, 2\*\*32\)"),
-    (b"NNDS", 1.0, TypeError, "int"),
-    (b"NNDS", True, TypeError, "int"),
-])
+@pytest.mark.parametrize(
+    ("magic", "version", "error", "message"),
+    [
+        (b"NND", 1, ValueError, "4 bytes, got 3"),
+        (b"NNDSX", 1, ValueError, "4 bytes, got 5"),
+        ("NNDS", 1, TypeError, "bytes"),
+        (b"NNDS", -1, ValueError, r"\[0, 2\*\*32\)"),
+        (b"NNDS", 2**32, ValueError, r"\[0, 2\*\*32\)"),
+        (b"NNDS", 1.0, TypeError, "int"),
+        (b"NNDS", True, TypeError, "int"),
+    ],
+)
 def test_write_file_label_refuses_what_a_label_cannot_hold(magic, version, error, message):
     with pytest.raises(error, match=message):
         nnd.write_file_label(magic, version)
@@ -420,8 +505,9 @@ def test_write_file_label_refuses_what_a_label_cannot_hold(magic, version, error
 def test_sha256_hex_hashes_bytes_or_a_files_content(tmp_path):
     assert nnd.sha256_hex(b"abc") == ABC_SHA256
     assert nnd.sha256_hex(bytearray(b"abc")) == nnd.sha256_hex(memoryview(b"abc")) == ABC_SHA256
-    assert nnd.sha256_hex(b"") == ("e3b0c44298fc1c149afbf4c8996fb924"
-                                   "27ae41e4649b934ca495991b7852b855")
+    assert nnd.sha256_hex(b"") == (
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    )
     path = tmp_path / "corpus.txt"
     path.write_bytes(b"abc")
     assert nnd.sha256_hex(path) == nnd.sha256_hex(str(path)) == ABC_SHA256
@@ -523,8 +609,12 @@ def corpus_file(tmp_path_factory):
     docs = [rng.integers(0, 2**64, size=n, dtype=np.uint64) for n in lengths]
     masks = [rng.integers(0, 2, size=n).astype(bool) for n in lengths]
     path = tmp_path_factory.mktemp("corpus") / "c.nndataset"
-    nnd.write(path, nnd.Build({}, "s", "h", len(docs), loss_scope="assistant",
-                              train_docs=docs, train_masks=masks))
+    nnd.write(
+        path,
+        nnd.Build(
+            {}, "s", "h", len(docs), loss_scope="assistant", train_docs=docs, train_masks=masks
+        ),
+    )
     flow = np.concatenate(docs)
     ids = np.repeat(np.arange(1, len(docs) + 1), lengths)
     return path, flow, ids, np.concatenate(masks), lengths
@@ -586,7 +676,7 @@ def test_text_doc_tokens_are_read_only_views_of_the_map(corpus_file):
         assert d.doc_id == 6 and len(d.tokens) == 3000
         assert not d.tokens.flags.owndata and not d.tokens.flags.writeable
         start = int(np.sum(lengths[:5]))
-        assert np.array_equal(d.tokens, flow[start:start + 3000])
+        assert np.array_equal(d.tokens, flow[start : start + 3000])
         for bad in (-1, len(lengths)):
             with pytest.raises(BoundsError):
                 ds.text_doc("train", bad)
@@ -618,8 +708,15 @@ def test_handles_share_close_and_pickle(corpus_file):
 
 
 def good_bytes(**kwargs) -> bytes:
-    fields = {"vocab": {"n": 1}, "source_path": "s", "source_sha256": "h", "source_docs": 3,
-              "train_docs": [[1, 2], [3], [4, 5, 6]], "created": 0, **kwargs}
+    fields = {
+        "vocab": {"n": 1},
+        "source_path": "s",
+        "source_sha256": "h",
+        "source_docs": 3,
+        "train_docs": [[1, 2], [3], [4, 5, 6]],
+        "created": 0,
+        **kwargs,
+    }
     return _written(nnd.Build(**fields))
 
 
@@ -735,17 +832,30 @@ def subset(start: int, *counts: int) -> dict:
 ARENA = u64(1, 42)
 
 
-@pytest.mark.parametrize(("root_of", "message"), [
-    (lambda s: {"train": subset(s, 1)}, "no companion"),
-    (lambda s: {"companion": {"vocab": 1}, "train": subset(s, 1)}, "no vocab"),
-    (lambda s: {"companion": {"vocab": {}}}, "no train"),
-    (lambda s: {"companion": {"vocab": {}}, "train": {"doc_index": [s, s + 16]}}, "num_docs"),
-    (lambda s: {"companion": {"vocab": {}}, "train": {"num_docs": 1}}, "doc_index"),
-    (lambda s: {"companion": {"vocab": {}}, "train": {"num_docs": 2, "doc_index": [s, s + 16]}},
-     "needs 3 entries"),
-    (lambda s: {"companion": {"vocab": {}, "gen": {"loss_scope": "some"}},
-                "train": subset(s, 1)}, "loss_scope"),
-])
+@pytest.mark.parametrize(
+    ("root_of", "message"),
+    [
+        (lambda s: {"train": subset(s, 1)}, "no companion"),
+        (lambda s: {"companion": {"vocab": 1}, "train": subset(s, 1)}, "no vocab"),
+        (lambda s: {"companion": {"vocab": {}}}, "no train"),
+        (lambda s: {"companion": {"vocab": {}}, "train": {"doc_index": [s, s + 16]}}, "num_docs"),
+        (lambda s: {"companion": {"vocab": {}}, "train": {"num_docs": 1}}, "doc_index"),
+        (
+            lambda s: {
+                "companion": {"vocab": {}},
+                "train": {"num_docs": 2, "doc_index": [s, s + 16]},
+            },
+            "needs 3 entries",
+        ),
+        (
+            lambda s: {
+                "companion": {"vocab": {}, "gen": {"loss_scope": "some"}},
+                "train": subset(s, 1),
+            },
+            "loss_scope",
+        ),
+    ],
+)
 def test_missing_or_wrong_root_fields_are_format_errors(tmp_path, root_of, message):
     data = crafted(root_of, ARENA)
     e = open_error(tmp_path, data)
@@ -759,19 +869,26 @@ def test_a_minimal_root_reads_with_the_cpp_defaults(tmp_path):
     with nnd.open(path) as ds:
         i = ds.info
         assert (i.kind, i.loss_scope, i.source_path, i.tool, i.created) == (
-            "text", "all", None, None, None)
+            "text",
+            "all",
+            None,
+            None,
+            None,
+        )
         assert ds.text_doc("train", 0).tokens.tolist() == [42]
 
 
 def test_a_tabular_dataset_opens_but_does_not_load_as_text(tmp_path):
-    data = crafted(lambda s: {"kind": 1, "companion": {"vocab": {}}, "train": subset(s, 1)},
-                   ARENA)
+    data = crafted(lambda s: {"kind": 1, "companion": {"vocab": {}}, "train": subset(s, 1)}, ARENA)
     path = tmp_path / "tab.nndataset"
     path.write_bytes(data)
     with nnd.open(path) as ds:
         assert ds.info.kind == "tabular"
-        with pytest.raises(FormatError, match=r"expected a text dataset .* found kind 1 "
-                                              r"\(tabular\)") as e:
+        with pytest.raises(
+            FormatError,
+            match=r"expected a text dataset .* found kind 1 "
+            r"\(tabular\)",
+        ) as e:
             ds.load_text("train")
         assert (e.value.path, e.value.offset) == (str(path), 8)
         with pytest.raises(FormatError, match="tabular"):
@@ -800,8 +917,11 @@ def test_nnvocab_bytes_round_trip_through_parse_nnvocab():
     assert data[8:] == kvrec.encode_v2(vocab, 8)
     parsed = nnd.parse_nnvocab(data)
     assert parsed["ids"].tolist() == [1, 2]
-    assert {k: v for k, v in parsed.items() if k != "ids"} == {"size": 4, "pieces": "a\nb",
-                                                                "meta": {"x": 1}}
+    assert {k: v for k, v in parsed.items() if k != "ids"} == {
+        "size": 4,
+        "pieces": "a\nb",
+        "meta": {"x": 1},
+    }
 
 
 def test_an_nnvocab_of_raw_token_bytes_is_byte_exact_both_ways():
@@ -809,9 +929,17 @@ def test_an_nnvocab_of_raw_token_bytes_is_byte_exact_both_ways():
     # the bytes, per token (the content is opaque here: only its bytes matter)
     blob = b"".join(u32(1) + bytes([i]) for i in range(256))
     table = 4 + 30 + (4 + 5 + 1 + 8) + (4 + 4 + 1 + 8)
-    hand = (b"NNVC" + u32(1) + u32(3) + SENTINEL + head(b"vocab", 1, 8 + table)
-            + head(b"size", 0, 8 + table + 8 + len(blob))
-            + u64(len(blob)) + blob + u64(8, 256))
+    hand = (
+        b"NNVC"
+        + u32(1)
+        + u32(3)
+        + SENTINEL
+        + head(b"vocab", 1, 8 + table)
+        + head(b"size", 0, 8 + table + 8 + len(blob))
+        + u64(len(blob))
+        + blob
+        + u64(8, 256)
+    )
     assert nnd.parse_nnvocab(hand) == {"vocab": blob, "size": 256}
     assert nnd.write_nnvocab({"vocab": blob, "size": 256}) == hand
 
@@ -838,14 +966,17 @@ def test_an_nnvocab_opens_as_a_vocabulary_without_subsets(tmp_path):
             ds.text_doc("train", 0)
 
 
-@pytest.mark.parametrize(("data", "offset", "message"), [
-    (b"NNDS" + u32(1) + kvrec.encode_v2({}, 8), 0, "found a dataset"),
-    (b"NNVC" + u32(3) + kvrec.encode_v2({}, 8), 4, "version 1, found 3"),
-    (b"NNVC" + u32(1) + kvrec.encode_v2({}, 8) + b"x", 42, "ends at byte 42"),
-    (b"NNVC" + u32(1) + kvrec.encode_v2({"a": 1}, 0), 42, "address"),
-    (b"NNVC", 0, "8-byte"),
-    (b'{"a": 1}', 0, "JSON"),
-])
+@pytest.mark.parametrize(
+    ("data", "offset", "message"),
+    [
+        (b"NNDS" + u32(1) + kvrec.encode_v2({}, 8), 0, "found a dataset"),
+        (b"NNVC" + u32(3) + kvrec.encode_v2({}, 8), 4, "version 1, found 3"),
+        (b"NNVC" + u32(1) + kvrec.encode_v2({}, 8) + b"x", 42, "ends at byte 42"),
+        (b"NNVC" + u32(1) + kvrec.encode_v2({"a": 1}, 0), 42, "address"),
+        (b"NNVC", 0, "8-byte"),
+        (b'{"a": 1}', 0, "JSON"),
+    ],
+)
 def test_parse_nnvocab_rejects_malformed_bytes(data, offset, message):
     with pytest.raises(FormatError, match=message) as e:
         nnd.parse_nnvocab(data, path="v.nnvocab")
@@ -890,7 +1021,7 @@ def test_mutated_and_truncated_files_open_or_raise_format_error(fuzz_dir, data):
     for _ in range(data.draw(st.integers(0, 4))):
         i = data.draw(st.integers(0, len(raw) - 1))
         raw[i] = data.draw(st.integers(0, 255))
-    raw = raw[:data.draw(st.integers(0, len(raw)))] if data.draw(st.booleans()) else raw
+    raw = raw[: data.draw(st.integers(0, len(raw)))] if data.draw(st.booleans()) else raw
     path = fuzz_dir / "f.nndataset"
     path.write_bytes(bytes(raw))
     try:

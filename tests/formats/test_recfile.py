@@ -25,9 +25,17 @@ LIVENESS_S = 30.0
 PRE = struct.Struct("<8sIIQQQQQI")
 U32, U64 = 2**32 - 1, 2**64 - 1
 # Preamble fields: (name, index in PRE, byte offset, size).
-FIELDS = [("magic", 0, 0, 8), ("version", 1, 8, 4), ("flags", 2, 12, 4),
-          ("header offset", 3, 16, 8), ("header length", 4, 24, 8), ("rows", 5, 32, 8),
-          ("data offset", 6, 40, 8), ("file length", 7, 48, 8), ("header crc", 8, 56, 4)]
+FIELDS = [
+    ("magic", 0, 0, 8),
+    ("version", 1, 8, 4),
+    ("flags", 2, 12, 4),
+    ("header offset", 3, 16, 8),
+    ("header length", 4, 24, 8),
+    ("rows", 5, 32, 8),
+    ("data offset", 6, 40, 8),
+    ("file length", 7, 48, 8),
+    ("header crc", 8, 56, 4),
+]
 
 
 class Scalars(fl.Record):
@@ -107,20 +115,30 @@ def items(cols: dict[str, np.ndarray], form: str = "dict"):
 def parse(data: bytes) -> tuple[tuple, dict]:
     """The preamble's fields and the header's JSON of an .flr's bytes."""
     pre = PRE.unpack(data[:60])
-    return pre, json.loads(data[pre[3]:pre[3] + pre[4]])
+    return pre, json.loads(data[pre[3] : pre[3] + pre[4]])
 
 
-def seal(header: dict | bytes, body: bytes, rows: int, data_offset: int,
-         **fields: int) -> bytes:
+def seal(header: dict | bytes, body: bytes, rows: int, data_offset: int, **fields: int) -> bytes:
     """A file with the given header at 64 and ``body`` at ``data_offset``, every length and
     checksum right (unless given in ``fields``: version, flags, h_off, h_len, f_len, h_crc)."""
-    h = header if isinstance(header, bytes) else json.dumps(
-        header, separators=(",", ":"), sort_keys=True).encode()
+    h = (
+        header
+        if isinstance(header, bytes)
+        else json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+    )
     assert data_offset >= 64 + len(h)
     rest = h + b"\0" * (data_offset - 64 - len(h)) + body
-    pre = PRE.pack(MAGIC, fields.get("version", 1), fields.get("flags", 0),
-                   fields.get("h_off", 64), fields.get("h_len", len(h)), rows, data_offset,
-                   fields.get("f_len", 64 + len(rest)), fields.get("h_crc", zlib.crc32(h)))
+    pre = PRE.pack(
+        MAGIC,
+        fields.get("version", 1),
+        fields.get("flags", 0),
+        fields.get("h_off", 64),
+        fields.get("h_len", len(h)),
+        rows,
+        data_offset,
+        fields.get("f_len", 64 + len(rest)),
+        fields.get("h_crc", zlib.crc32(h)),
+    )
     return pre + struct.pack("<I", zlib.crc32(pre)) + rest
 
 
@@ -130,7 +148,7 @@ def relocated(data: bytes, start: int = 8192) -> tuple[dict, bytes, int]:
     shift = start - pre[6]
     for c in doc["columns"]:
         c["offset"] += shift
-    return doc, data[pre[6]:], start
+    return doc, data[pre[6] :], start
 
 
 def open_error(path) -> fl.FormatError:
@@ -167,7 +185,8 @@ def test_round_trips_rebuild_the_record_and_every_value(tmp_path, record):
         assert rec.__doc__ == record.__doc__
         assert dict(rec.dims) == dict(record.dims)
         assert [(g.name, g.doc, g.dims, g.shape, g.domain) for g in rec.fields.values()] == [
-            (g.name, g.doc, g.dims, g.shape, g.domain) for g in record.fields.values()]
+            (g.name, g.doc, g.dims, g.shape, g.domain) for g in record.fields.values()
+        ]
         assert rec.same_schema(record) and record.same_schema(rec)
         assert len(f) == 50
         assert list(f.columns) == list(record.fields)
@@ -187,7 +206,7 @@ def test_the_layout_is_the_documented_one_byte_for_byte(image_file):
     pre, doc = parse(data)
     magic, version, flags, h_off, h_len, rows, d_off, f_len, h_crc = pre
     assert (magic, version, flags, h_off, rows, f_len) == (MAGIC, 1, 0, 64, 5, len(data))
-    header = data[64:64 + h_len]
+    header = data[64 : 64 + h_len]
     assert zlib.crc32(header) == h_crc
     assert struct.unpack("<I", data[60:64])[0] == zlib.crc32(data[:60])
     assert json.dumps(doc, separators=(",", ":"), sort_keys=True).encode() == header
@@ -201,9 +220,9 @@ def test_the_layout_is_the_documented_one_byte_for_byte(image_file):
         want = np.ascontiguousarray(cols[f.name], dtype=f.dtype.newbyteorder("<")).tobytes()
         assert c["kind"] == "fixed"
         assert c["offset"] % 64 == 0 and c["offset"] >= end
-        assert data[end:c["offset"]] == b"\0" * (c["offset"] - end)  # the gaps are zeros
+        assert data[end : c["offset"]] == b"\0" * (c["offset"] - end)  # the gaps are zeros
         assert c["length"] == len(want) == 5 * f.dtype.itemsize * int(np.prod(f.shape))
-        assert data[c["offset"]:c["offset"] + c["length"]] == want
+        assert data[c["offset"] : c["offset"] + c["length"]] == want
         assert c["crc32"] == zlib.crc32(want)
         end = c["offset"] + c["length"]
     assert end == len(data)
@@ -216,7 +235,7 @@ def test_a_big_endian_field_is_stored_little_endian(tmp_path):
     data = path.read_bytes()
     _, doc = parse(data)
     col = doc["columns"][1]
-    assert data[col["offset"]:col["offset"] + 32] == cols["scale"].astype("<f8").tobytes()
+    assert data[col["offset"] : col["offset"] + 32] == cols["scale"].astype("<f8").tobytes()
     with fl.recfile.open(path) as f:
         assert np.array_equal(f.columns["scale"], cols["scale"])
 
@@ -271,15 +290,19 @@ def test_reading_through_a_closed_handle_is_a_value_error(image_file):
 # -- streaming -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("record, form, n", [
-    (Scalars, "dict", 10_000),  # crosses the writer's chunks
-    (Scalars, "tuple", 3),
-    (Image, "dict", 37),
-    (Image, "tuple", 1),
-    (Waves, "tuple", 20),
-    (Vec, "bare", 4097),
-    (Vec, "dict", 5),
-], ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize(
+    "record, form, n",
+    [
+        (Scalars, "dict", 10_000),  # crosses the writer's chunks
+        (Scalars, "tuple", 3),
+        (Image, "dict", 37),
+        (Image, "tuple", 1),
+        (Waves, "tuple", 20),
+        (Vec, "bare", 4097),
+        (Vec, "dict", 5),
+    ],
+    ids=lambda v: getattr(v, "__name__", str(v)),
+)
 def test_a_streamed_write_equals_the_column_write_byte_for_byte(tmp_path, record, form, n):
     cols = sample(record, n, seed=n)
     fl.recfile.write(tmp_path / "cols.flr", record, cols)
@@ -290,7 +313,7 @@ def test_a_streamed_write_equals_the_column_write_byte_for_byte(tmp_path, record
 
 def test_a_chunked_write_equals_the_column_write_byte_for_byte(tmp_path):
     cols = sample(Image, 1000, seed=2)
-    chunks = ({k: v[a:a + 300] for k, v in cols.items()} for a in range(0, 1000, 300))
+    chunks = ({k: v[a : a + 300] for k, v in cols.items()} for a in range(0, 1000, 300))
     fl.recfile.write(tmp_path / "cols.flr", Image, cols)
     assert fl.recfile.write_chunks(tmp_path / "chunks.flr", Image, chunks) == 1000
     assert (tmp_path / "chunks.flr").read_bytes() == (tmp_path / "cols.flr").read_bytes()
@@ -412,11 +435,14 @@ def test_without_value_checks_the_value_is_written_and_a_checking_loader_catches
             list(fl.Loader(f, 8, check_values=True))
 
 
-@pytest.mark.parametrize("bad", [
-    {"img": np.zeros((3, 4, 4))},           # wrong shape
-    {"label": np.zeros(3, dtype=object)},   # not numbers
-    {"mask": None},                         # missing field
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"img": np.zeros((3, 4, 4))},  # wrong shape
+        {"label": np.zeros(3, dtype=object)},  # not numbers
+        {"mask": None},  # missing field
+    ],
+)
 def test_malformed_columns_are_refused_and_nothing_is_written(tmp_path, bad):
     cols = sample(Image, 3)
     cols.update(bad)
@@ -482,8 +508,9 @@ def resealed_cases():
 
 
 @pytest.mark.parametrize("index, value", list(resealed_cases()))
-def test_each_preamble_field_resealed_with_a_wrong_value_is_a_format_error(image_file, index,
-                                                                           value):
+def test_each_preamble_field_resealed_with_a_wrong_value_is_a_format_error(
+    image_file, index, value
+):
     path, data, _ = image_file
     fields = list(PRE.unpack(data[:60]))
     assert fields[index] != value
@@ -527,6 +554,7 @@ def _set(*keys_and_value):
         else:
             target[keys[-1]] = value
         return doc
+
     return mutate
 
 
@@ -611,8 +639,16 @@ def test_a_header_lying_about_its_length_is_a_format_error(image_file):
     doc, body, start = relocated(data)
     h = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
     for h_len in (len(h) - 1, len(h) + 1, start - 64, start, 2**40, U64):
-        path.write_bytes(seal(doc, body, 5, start, h_len=h_len,
-                              h_crc=zlib.crc32((h + b"\0" * start)[:min(h_len, start)])))
+        path.write_bytes(
+            seal(
+                doc,
+                body,
+                5,
+                start,
+                h_len=h_len,
+                h_crc=zlib.crc32((h + b"\0" * start)[: min(h_len, start)]),
+            )
+        )
         open_error(path)
 
 
@@ -620,12 +656,15 @@ CRAFTED_HEADERS = {
     "first column not an object (AttributeError)": lambda doc: _set("columns", 0, 5)(doc),
     "header nested 100000 deep (RecursionError)": _raw(b"[" * 100_000 + b"]" * 100_000),
     "dims whose product wraps int64 to 0 (ValueError)": lambda doc: _set(
-        "record", "fields", 3, "dims", [2**32, 2**32])(_set("columns", 3, "length", 0)(doc)),
-    "a dim past int64 (OverflowError)": lambda doc: _set(
-        "record", "fields", 3, "dims", [2**70])(doc),
+        "record", "fields", 3, "dims", [2**32, 2**32]
+    )(_set("columns", 3, "length", 0)(doc)),
+    "a dim past int64 (OverflowError)": lambda doc: _set("record", "fields", 3, "dims", [2**70])(
+        doc
+    ),
     "a zero-size field with 2**64-1 rows (ValueError)": "rows",
     "a field named like a Record method (opens a broken record)": lambda doc: _set(
-        "record", "fields", 0, "name", "schema")(_set("columns", 0, "field", "schema")(doc)),
+        "record", "fields", 0, "name", "schema"
+    )(_set("columns", 0, "field", "schema")(doc)),
 }
 
 
@@ -635,12 +674,27 @@ def test_a_crafted_header_is_a_format_error(tmp_path, image_file, case):
     doc, body, start = relocated(data)
     rows = 5
     if CRAFTED_HEADERS[case] == "rows":
-        doc = {"format": "feedline.recfile", "version": 1, "rows": U64,
-               "record": {"name": "R", "doc": None, "dims": {}, "fields": [
-                   {"name": "x", "dims": [0], "shape": [0], "dtype": "<f4", "domain": None,
-                    "doc": None}]},
-               "columns": [{"field": "x", "kind": "fixed", "offset": start, "length": 0,
-                            "crc32": 0}]}
+        doc = {
+            "format": "feedline.recfile",
+            "version": 1,
+            "rows": U64,
+            "record": {
+                "name": "R",
+                "doc": None,
+                "dims": {},
+                "fields": [
+                    {
+                        "name": "x",
+                        "dims": [0],
+                        "shape": [0],
+                        "dtype": "<f4",
+                        "domain": None,
+                        "doc": None,
+                    }
+                ],
+            },
+            "columns": [{"field": "x", "kind": "fixed", "offset": start, "length": 0, "crc32": 0}],
+        }
         rows, body = U64, b""
     else:
         doc = CRAFTED_HEADERS[case](doc)
@@ -655,20 +709,29 @@ def test_a_crafted_header_is_a_format_error(tmp_path, image_file, case):
 def one_field_file(tmp_path, rows: int, body: bytes, **entry) -> os.PathLike:
     """A file of one field `x` (a float32 scalar unless ``entry`` says otherwise) whose
     column is ``body``: every length and checksum right."""
-    f = {"name": "x", "dims": [], "shape": [], "dtype": "<f4", "domain": None, "doc": None,
-         **entry}
-    doc = {"format": "feedline.recfile", "version": 1, "rows": rows,
-           "record": {"name": "R", "doc": None, "dims": {}, "fields": [f]},
-           "columns": [{"field": f["name"], "kind": "fixed", "offset": 1024,
-                        "length": len(body), "crc32": zlib.crc32(body)}]}
+    f = {"name": "x", "dims": [], "shape": [], "dtype": "<f4", "domain": None, "doc": None, **entry}
+    doc = {
+        "format": "feedline.recfile",
+        "version": 1,
+        "rows": rows,
+        "record": {"name": "R", "doc": None, "dims": {}, "fields": [f]},
+        "columns": [
+            {
+                "field": f["name"],
+                "kind": "fixed",
+                "offset": 1024,
+                "length": len(body),
+                "crc32": zlib.crc32(body),
+            }
+        ],
+    }
     path = tmp_path / "one.flr"
     path.write_bytes(seal(doc, body, rows, 1024))
     return path
 
 
 def test_a_crafted_one_field_file_opens_when_its_header_is_consistent(tmp_path):
-    path = one_field_file(tmp_path, 1, np.arange(2, dtype="<f4").tobytes(), dims=[2],
-                          shape=[2])
+    path = one_field_file(tmp_path, 1, np.arange(2, dtype="<f4").tobytes(), dims=[2], shape=[2])
     with fl.recfile.open(path) as f:
         assert f.columns["x"].tolist() == [[0.0, 1.0]]
 
@@ -682,27 +745,28 @@ def test_a_big_endian_dtype_in_the_header_is_refused(tmp_path, dtype):
 
 
 # Each column holds what int() of the bad dim would make of it, so only the dims object.
-@pytest.mark.parametrize(("dims", "body"), [
-    ([float("inf")], b""),  # was an OverflowError from int(inf)
-    ([float("-inf")], b""),
-    ([float("nan")], b""),
-    ([2.7], bytes(8)),  # was read as shape (2,)
-    ([2.0], bytes(8)),
-    ([True], bytes(4)),  # was read as shape (1,)
-    ([None], b""),
-    ([[2]], bytes(8)),
-], ids=repr)
-def test_a_dim_that_is_not_a_name_or_an_int_is_a_format_error_at_the_header(tmp_path, dims,
-                                                                             body):
+@pytest.mark.parametrize(
+    ("dims", "body"),
+    [
+        ([float("inf")], b""),  # was an OverflowError from int(inf)
+        ([float("-inf")], b""),
+        ([float("nan")], b""),
+        ([2.7], bytes(8)),  # was read as shape (2,)
+        ([2.0], bytes(8)),
+        ([True], bytes(4)),  # was read as shape (1,)
+        ([None], b""),
+        ([[2]], bytes(8)),
+    ],
+    ids=repr,
+)
+def test_a_dim_that_is_not_a_name_or_an_int_is_a_format_error_at_the_header(tmp_path, dims, body):
     path = one_field_file(tmp_path, 1, body, dims=dims, shape=dims)
     err = open_error(path)
     assert err.offset == 64 and "dims" in str(err)
 
 
-@pytest.mark.parametrize("shape", [[3], [2, 1], [], [2.0], [True, 2], "2", None],
-                         ids=repr)
-def test_a_stored_shape_that_is_not_the_one_the_dims_resolve_to_is_a_format_error(tmp_path,
-                                                                                   shape):
+@pytest.mark.parametrize("shape", [[3], [2, 1], [], [2.0], [True, 2], "2", None], ids=repr)
+def test_a_stored_shape_that_is_not_the_one_the_dims_resolve_to_is_a_format_error(tmp_path, shape):
     path = one_field_file(tmp_path, 1, bytes(8), dims=[2], shape=shape)
     err = open_error(path)
     assert err.offset == 64 and "stored shape" in str(err)
@@ -718,13 +782,17 @@ def test_a_stored_shape_is_checked_against_named_dims_too(image_file):
     assert err.offset == 64 and "[3, 4] is not [4, 3]" in str(err)
 
 
-@pytest.mark.parametrize(("rows", "dtype", "dims"), [
-    (2**62 - 1, "<f4", [0]),  # was numpy's ValueError "array is too big"
-    (2**61, "<f8", [0, 1]),
-    (2**40, "<f4", [3, 0, 2**20]),
-])
+@pytest.mark.parametrize(
+    ("rows", "dtype", "dims"),
+    [
+        (2**62 - 1, "<f4", [0]),  # was numpy's ValueError "array is too big"
+        (2**61, "<f8", [0, 1]),
+        (2**40, "<f4", [3, 0, 2**20]),
+    ],
+)
 def test_a_zero_size_field_with_more_rows_than_an_array_can_index_is_a_format_error(
-        tmp_path, rows, dtype, dims):
+    tmp_path, rows, dtype, dims
+):
     path = one_field_file(tmp_path, rows, b"", dims=dims, shape=dims, dtype=dtype)
     err = open_error(path)
     assert err.offset == 32 and f"{rows} rows" in str(err)
@@ -757,17 +825,18 @@ def test_a_field_name_that_is_not_an_identifier_is_refused_by_the_writer(tmp_pat
 
 
 @pytest.mark.parametrize("name", ["", "a b", "1x", "a-b", "\u00e9 t"])
-def test_a_field_name_that_is_not_an_identifier_in_a_header_is_a_format_error(tmp_path,
-                                                                               name):
+def test_a_field_name_that_is_not_an_identifier_in_a_header_is_a_format_error(tmp_path, name):
     path = one_field_file(tmp_path, 1, bytes(4), name=name)
     err = open_error(path)
     assert err.offset == 64 and "identifier" in str(err) and err.path == str(path)
 
 
-@pytest.mark.parametrize(("key", "value"), [("version", 1.0), ("version", True),
-                                            ("rows", 1.0), ("rows", True)], ids=repr)
+@pytest.mark.parametrize(
+    ("key", "value"), [("version", 1.0), ("version", True), ("rows", 1.0), ("rows", True)], ids=repr
+)
 def test_a_header_version_or_rows_that_is_not_a_json_integer_is_a_format_error(
-        tmp_path, key, value):
+    tmp_path, key, value
+):
     path = one_field_file(tmp_path, 1, bytes(4))
     doc, body, start = relocated(path.read_bytes(), 1024)
     doc[key] = value
@@ -780,8 +849,12 @@ def test_a_header_version_or_rows_that_is_not_a_json_integer_is_a_format_error(
 def test_unknown_keys_in_a_header_are_a_format_error(tmp_path, where):
     path = one_field_file(tmp_path, 1, bytes(4))
     doc, body, start = relocated(path.read_bytes(), 1024)
-    target = {"top": doc, "record": doc["record"], "field": doc["record"]["fields"][0],
-              "column": doc["columns"][0]}[where]
+    target = {
+        "top": doc,
+        "record": doc["record"],
+        "field": doc["record"]["fields"][0],
+        "column": doc["columns"][0],
+    }[where]
     target["compression"] = "zstd"  # a key this reader would silently ignore
     path.write_bytes(seal(doc, body, 1, start))
     err = open_error(path)
@@ -825,8 +898,9 @@ def test_two_files_concatenated_are_a_format_error(image_file):
 # -- as a loader source --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed, options", [(1, {}), (None, {}), (5, {"drop_last": True}),
-                                           (2, {"shard": (0, 2)})])
+@pytest.mark.parametrize(
+    "seed, options", [(1, {}), (None, {}), (5, {"drop_last": True}), (2, {"shard": (0, 2)})]
+)
 def test_a_loader_over_an_flr_equals_one_over_the_same_arrays(tmp_path, seed, options):
     cols = sample(Image, 1000, seed=9)
     path = tmp_path / "loader.flr"
@@ -845,9 +919,12 @@ def test_a_loader_over_an_flr_equals_one_over_the_same_arrays(tmp_path, seed, op
 
 # -- fuzz: damaged files open (and verify) or raise a FormatError, nothing else -------------
 
-FUZZ = settings(max_examples=200, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def open_and_verify_or_format_error(path) -> None:
@@ -872,7 +949,7 @@ def test_fuzz_mutated_truncated_or_extended_flr_files(image_file, data):
         buf[pos] = data.draw(st.integers(0, 255), "byte")
     kind = data.draw(st.sampled_from(["none", "truncate", "append"]), "kind")
     if kind == "truncate":
-        buf = buf[:data.draw(st.integers(0, len(buf)), "size")]
+        buf = buf[: data.draw(st.integers(0, len(buf)), "size")]
     elif kind == "append":
         buf += data.draw(st.binary(min_size=1, max_size=128), "tail")
     path.write_bytes(bytes(buf))
@@ -880,9 +957,17 @@ def test_fuzz_mutated_truncated_or_extended_flr_files(image_file, data):
 
 
 @FUZZ
-@given(changes=st.lists(st.tuples(st.integers(1, 8), st.sampled_from(
-    [0, 1, 2, 63, 64, 65, 2**31, 2**32 - 1, 2**63, 2**64 - 1]) | st.integers(0, 2**64 - 1)),
-    min_size=1, max_size=3))
+@given(
+    changes=st.lists(
+        st.tuples(
+            st.integers(1, 8),
+            st.sampled_from([0, 1, 2, 63, 64, 65, 2**31, 2**32 - 1, 2**63, 2**64 - 1])
+            | st.integers(0, 2**64 - 1),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_fuzz_resealed_preamble_field_values(image_file, changes):
     path, base, _ = image_file
     fields = list(PRE.unpack(base[:60]))

@@ -35,21 +35,39 @@ def s3(tmp_path_factory):
     import boto3  # moto's own dependency
     import s3fs
 
-    boto3.client("s3", endpoint_url=endpoint.url, aws_access_key_id="testing",
-                 aws_secret_access_key="testing", region_name="us-east-1").create_bucket(
-        Bucket="data")
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint.url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket="data")
     fs = s3fs.S3FileSystem(**endpoint.options())
     folder = tmp_path_factory.mktemp("s3")
     rng = np.random.default_rng(0)
-    cols = {"x": rng.standard_normal((3000, 12), dtype=np.float32),
-            "y": np.arange(3000, dtype=np.int64)}
+    cols = {
+        "x": rng.standard_normal((3000, 12), dtype=np.float32),
+        "y": np.arange(3000, dtype=np.int64),
+    }
     fl.recfile.write(folder / "rows.flr", Row, cols)
     fl.ndf.save(folder / "rows.ndf", cols["x"].astype(np.float64), cols["y"][:, None] * 1.0)
     docs = [rng.integers(0, 900, rng.integers(0, 300)).tolist() for _ in range(60)]
     masks = [rng.integers(0, 2, len(d)).tolist() for d in docs]
-    fl.nndataset.write(folder / "text.nndataset", fl.nndataset.Build(
-        {"size": 900}, "c.txt", "", 60, "assistant", train_docs=docs[:50],
-        train_masks=masks[:50], test_docs=docs[50:], test_masks=masks[50:], created=1))
+    fl.nndataset.write(
+        folder / "text.nndataset",
+        fl.nndataset.Build(
+            {"size": 900},
+            "c.txt",
+            "",
+            60,
+            "assistant",
+            train_docs=docs[:50],
+            train_masks=masks[:50],
+            test_docs=docs[50:],
+            test_masks=masks[50:],
+            created=1,
+        ),
+    )
     for name in ("rows.flr", "rows.ndf", "text.nndataset"):
         fs.put(str(folder / name), f"data/{name}")
     endpoint.local = folder
@@ -68,12 +86,15 @@ def batches(source, **options) -> list:
 
 def same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(
-        set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+        set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(a, b)
+    )
 
 
 def test_a_flr_on_s3_gives_the_batches_of_the_local_file(s3):
-    with fl.recfile.open(remote(s3, "rows.flr")) as f, \
-            fl.recfile.open(s3.local / "rows.flr") as local:
+    with (
+        fl.recfile.open(remote(s3, "rows.flr")) as f,
+        fl.recfile.open(s3.local / "rows.flr") as local,
+    ):
         assert f.record.same_schema(local.record)
         assert same(batches(f, seed=3), batches(local, seed=3))
         f.verify()
@@ -84,13 +105,14 @@ def test_an_ndf_and_an_nndataset_on_s3_read_as_the_local_files(s3):
     with fl.ndf.open(remote(s3, "rows.ndf")) as f, fl.ndf.open(s3.local / "rows.ndf") as g:
         idx = np.array([5, 2999, 0, 77])
         assert all(np.array_equal(p, q) for p, q in zip(f.rows(idx), g.rows(idx)))
-    with fl.nndataset.open(remote(s3, "text.nndataset")) as ds, \
-            fl.nndataset.open(s3.local / "text.nndataset") as local:
+    with (
+        fl.nndataset.open(remote(s3, "text.nndataset")) as ds,
+        fl.nndataset.open(s3.local / "text.nndataset") as local,
+    ):
         assert ds.info.num_docs == 50 and ds.info.test_docs == 10
         assert np.array_equal(ds.text_doc("test", 3).tokens, local.text_doc("test", 3).tokens)
         for subset in ("train", "test"):
-            w, v = fl.text.Windows(ds, 32, subset=subset), fl.text.Windows(local, 32,
-                                                                          subset=subset)
+            w, v = fl.text.Windows(ds, 32, subset=subset), fl.text.Windows(local, 32, subset=subset)
             assert same(batches(w, seed=1), batches(v, seed=1))
             w.close()
             v.close()
@@ -109,16 +131,19 @@ def test_a_plain_url_opens_with_the_default_options(s3, monkeypatch):
 
 def test_injected_failures_are_retried(s3):
     s3.proxy.plan = ["500", "drop", "500", "drop"]
-    with fl.recfile.open(remote(s3, "rows.flr", proxied=True, backoff=0.01)) as f, \
-            fl.recfile.open(s3.local / "rows.flr") as local:
+    with (
+        fl.recfile.open(remote(s3, "rows.flr", proxied=True, backoff=0.01)) as f,
+        fl.recfile.open(s3.local / "rows.flr") as local,
+    ):
         assert same(batches(f, seed=5), batches(local, seed=5))
     assert s3.proxy.plan == []
     assert sorted(s3.proxy.injected[-4:]) == ["500", "500", "drop", "drop"]
 
 
 def test_failures_past_the_retries_are_an_error_naming_the_url_and_range(s3):
-    f = fl.recfile.open(remote(s3, "rows.flr", proxied=True, block_size=4096, retries=1,
-                               backoff=0.01))
+    f = fl.recfile.open(
+        remote(s3, "rows.flr", proxied=True, block_size=4096, retries=1, backoff=0.01)
+    )
     s3.proxy.plan = ["500"] * 40  # s3fs retries some itself: more than both layers try
     with pytest.raises(OSError, match=r"s3://data/rows.flr: reading .* failed after 2"):
         f.getitems(np.array([2999]))
@@ -142,8 +167,7 @@ def test_a_missing_object_and_a_refused_one_are_clear_errors(s3):
 def test_the_cache_stays_within_its_bound(s3, tmp_path):
     limit = 6 * BLOCK
     local = fl.recfile.open(s3.local / "rows.flr")
-    with fl.recfile.open(remote(s3, "rows.flr", cache_dir=str(tmp_path),
-                                cache_bytes=limit)) as f:
+    with fl.recfile.open(remote(s3, "rows.flr", cache_dir=str(tmp_path), cache_bytes=limit)) as f:
         seen = 0
         for b in fl.Loader(f, 128, seed=2):
             # rows stay right while blocks are evicted and fetched again (y is the row)
@@ -171,9 +195,16 @@ def test_processes_sharing_a_cache_directory_read_correct_rows(s3, tmp_path):
         print("ok")
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(i)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(i)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and out.strip() == "ok", err[-2000:]
@@ -200,10 +231,10 @@ def test_a_handle_that_never_evicts_keeps_its_blocks_from_one_that_does(tmp_path
     small = fl.remote.open(url, block_size=SMALL, cache_dir=cache, cache_bytes=2 * SMALL)
     arr = big.array(np.uint8, 0, 4 * SMALL)
     with arr.spans(np.array([0]), np.array([4 * SMALL])) as local:  # blocks 0-3, held
-        assert small.pread(4 * SMALL, 4 * SMALL) == NEVER_ZERO[4 * SMALL:].tobytes()
-        assert small.pread(1, 4 * SMALL) == NEVER_ZERO[4 * SMALL:4 * SMALL + 1].tobytes()
-        got = np.array(local[:4 * SMALL])
-    assert np.array_equal(got, NEVER_ZERO[:4 * SMALL])
+        assert small.pread(4 * SMALL, 4 * SMALL) == NEVER_ZERO[4 * SMALL :].tobytes()
+        assert small.pread(1, 4 * SMALL) == NEVER_ZERO[4 * SMALL : 4 * SMALL + 1].tobytes()
+        got = np.array(local[: 4 * SMALL])
+    assert np.array_equal(got, NEVER_ZERO[: 4 * SMALL])
     # the eviction was put off, not lost: the next read, with no reader left, does it
     assert small.pread(SMALL, 0) == NEVER_ZERO[:SMALL].tobytes()
     assert np.count_nonzero(small._obj.index) <= 2
@@ -230,8 +261,14 @@ def test_a_reader_whose_budget_fits_the_object_holds_the_shared_lock(tmp_path):
         print("ok" if np.array_equal(got, want) else f"zeros: {{int((got == 0).sum())}}")
     """)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    reader = subprocess.Popen([sys.executable, "-c", script], env=env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert reader.stdout.readline().strip() == "ready", reader.stderr.read()[-2000:]
         (lock_path,) = cache.glob("*.lock")
@@ -241,13 +278,14 @@ def test_a_reader_whose_budget_fits_the_object_holds_the_shared_lock(tmp_path):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         finally:
             os.close(fd)
-        small = fl.remote.open(f"local://{data}", block_size=SMALL, cache_dir=str(cache),
-                               cache_bytes=2 * SMALL)
-        assert small.pread(4 * SMALL, 4 * SMALL) == NEVER_ZERO[4 * SMALL:].tobytes()
+        small = fl.remote.open(
+            f"local://{data}", block_size=SMALL, cache_dir=str(cache), cache_bytes=2 * SMALL
+        )
+        assert small.pread(4 * SMALL, 4 * SMALL) == NEVER_ZERO[4 * SMALL :].tobytes()
         reader.stdin.write("go\n")
         reader.stdin.flush()
         # this read evicts, once the reader has let go of its blocks
-        assert small.pread(1, 4 * SMALL) == NEVER_ZERO[4 * SMALL:4 * SMALL + 1].tobytes()
+        assert small.pread(1, 4 * SMALL) == NEVER_ZERO[4 * SMALL : 4 * SMALL + 1].tobytes()
         out, err = reader.communicate(timeout=120)
         assert reader.returncode == 0 and out.strip() == "ok", err[-2000:]
         assert np.count_nonzero(small._obj.index) <= 2
@@ -266,8 +304,10 @@ def test_an_nnvocab_at_a_url_opens_as_the_local_file(tmp_path):
     with fl.nndataset.open(url) as ds, fl.nndataset.open(path) as local:
         assert ds.info.kind == local.info.kind == "vocab"
         assert ds.vocab["merges"].tolist() == local.vocab["merges"].tolist() == [1, 2]
-        assert {k: v for k, v in ds.vocab.items() if k != "merges"} == {"size": 3,
-                                                                         "meta": {"x": "y"}}
+        assert {k: v for k, v in ds.vocab.items() if k != "merges"} == {
+            "size": 3,
+            "meta": {"x": "y"},
+        }
         with pytest.raises(fl.FormatError, match="vocabulary"):
             ds.load_text("train")
     truncated = in_memory(tmp_path / "t", path.read_bytes()[:-3])
@@ -312,8 +352,9 @@ def test_a_manifest_on_s3_opens_its_shards_beside_it(s3, tmp_path, monkeypatch):
     parts = []
     for i in range(2):
         part = tmp_path / f"part-{i}.flr"
-        fl.recfile.write(part, Row, {"x": np.zeros((50, 12), np.float32),
-                                     "y": np.arange(100 * i, 100 * i + 50)})
+        fl.recfile.write(
+            part, Row, {"x": np.zeros((50, 12), np.float32), "y": np.arange(100 * i, 100 * i + 50)}
+        )
         parts.append(part)
     write_manifest(tmp_path / "manifest.json", parts)
     import s3fs
@@ -336,8 +377,9 @@ def test_a_manifest_on_s3_opens_its_shards_beside_it(s3, tmp_path, monkeypatch):
 
 def flr_bytes(tmp_path, value: float, n: int = 3000) -> bytes:
     path = tmp_path / f"rows-{value}.flr"
-    fl.recfile.write(path, Row, {"x": np.full((n, 12), value, np.float32),
-                                 "y": np.arange(n, dtype=np.int64)})
+    fl.recfile.write(
+        path, Row, {"x": np.full((n, 12), value, np.float32), "y": np.arange(n, dtype=np.int64)}
+    )
     return path.read_bytes()
 
 
@@ -349,7 +391,7 @@ def test_a_memory_object_replaced_while_open_is_a_format_error_naming_the_url(tm
     url = in_memory(tmp_path, old)
     f = fl.recfile.open(fl.remote.open(url, block_size=SMALL))
     assert f.getitems(np.array([0]))["x"].max() == 1.0
-    fsspec.filesystem("memory").pipe(url[len("memory:/"):], new)  # same size, same name
+    fsspec.filesystem("memory").pipe(url[len("memory:/") :], new)  # same size, same name
     with pytest.raises(fl.FormatError, match="changed since it was opened") as info:
         f.getitems(np.array([2999]))  # a block not fetched yet
     assert info.value.path == url and url in str(info.value)
@@ -405,8 +447,9 @@ class Unversioned:
 
             @classmethod
             def _strip_protocol(cls, path):
-                return MemoryFileSystem._strip_protocol(path.replace("noversion://",
-                                                                     "memory://", 1))
+                return MemoryFileSystem._strip_protocol(
+                    path.replace("noversion://", "memory://", 1)
+                )
 
             def info(self, path, **kwargs):
                 out = dict(super().info(path, **kwargs))
@@ -427,22 +470,21 @@ def test_without_a_version_from_the_backend_the_cache_is_not_persisted(tmp_path)
     with fl.recfile.open(fl.remote.open(url, block_size=SMALL, cache_dir=str(cache))) as f:
         f.verify()
         assert f.getitems(np.array([5]))["x"].max() == 1.0
-    fsspec.filesystem("memory").pipe(url[len("noversion:/"):], new)
+    fsspec.filesystem("memory").pipe(url[len("noversion:/") :], new)
     with fl.recfile.open(fl.remote.open(url, block_size=SMALL, cache_dir=str(cache))) as f:
         assert f.getitems(np.arange(3000))["x"].min() == 2.0  # not the stale blocks
         f.verify()
     assert not cache.exists() or not any(cache.iterdir())  # nothing persisted
 
 
-def test_a_memory_object_replaced_between_handles_is_read_anew_from_a_persistent_cache(
-        tmp_path):
+def test_a_memory_object_replaced_between_handles_is_read_anew_from_a_persistent_cache(tmp_path):
     import fsspec
 
     url = in_memory(tmp_path, flr_bytes(tmp_path, 1.0))
     cache = str(tmp_path / "cache")
     with fl.recfile.open(fl.remote.open(url, block_size=SMALL, cache_dir=cache)) as f:
         f.verify()
-    fsspec.filesystem("memory").pipe(url[len("memory:/"):], flr_bytes(tmp_path, 2.0))
+    fsspec.filesystem("memory").pipe(url[len("memory:/") :], flr_bytes(tmp_path, 2.0))
     with fl.recfile.open(fl.remote.open(url, block_size=SMALL, cache_dir=cache)) as f:
         f.verify()
         assert f.getitems(np.arange(3000))["x"].min() == 2.0

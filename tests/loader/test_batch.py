@@ -40,10 +40,17 @@ class WithMeta(fl.Record):
 
 def padded(n: int = 5) -> fl.Dataset:
     i = np.arange(n)
-    return fl.Dataset(Padded, {
-        "tokens": i[:, None] * 3 + np.arange(3), "mask": (i[:, None] + np.arange(3)) % 2 == 0,
-        "size": 100 + i, "positions": i[:, None] * np.ones(3, np.int64),
-        "source_ordinals": (i / 2).astype(np.float32), "record_indices": 1000 + i})
+    return fl.Dataset(
+        Padded,
+        {
+            "tokens": i[:, None] * 3 + np.arange(3),
+            "mask": (i[:, None] + np.arange(3)) % 2 == 0,
+            "size": 100 + i,
+            "positions": i[:, None] * np.ones(3, np.int64),
+            "source_ordinals": (i / 2).astype(np.float32),
+            "record_indices": 1000 + i,
+        },
+    )
 
 
 def plain(n: int = 5) -> fl.Dataset:
@@ -196,8 +203,13 @@ def test_torch_batches_through_a_dataloader_worker_keep_their_metadata():
 
 def _run_jax(code: str) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                         text=True, env=env, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.strip()
 
@@ -205,7 +217,8 @@ def _run_jax(code: str) -> str:
 def test_under_jax_fields_and_metadata_never_share_keys():
     pytest.importorskip("jax")
     # JAX's runtime starts threads: it runs in its own process (other tests fork).
-    assert _run_jax("""
+    assert (
+        _run_jax("""
         import numpy as np, jax, feedline as fl
         class Padded(fl.Record, dims={"T": 3}):
             tokens = fl.field("T", "int32")
@@ -225,7 +238,9 @@ def test_under_jax_fields_and_metadata_never_share_keys():
         f = jax.jit(lambda b: (b.tokens * b.mask * b.meta.mask[:, None]).sum() + b.meta.size)
         assert int(f(last)) == 4 + 6 + 1, int(f(last))  # row 0: tokens 4, 5, 6 masked 1, 0, 1
         print("ok")
-    """) == "ok"
+    """)
+        == "ok"
+    )
 
 
 # -- next_into --------------------------------------------------------------------------
@@ -244,8 +259,12 @@ def test_next_into_fills_a_field_named_mask_as_a_field():
 def test_next_into_fills_the_metadata_it_is_given():
     ds = padded(5)
     out = {n: np.zeros((4, *f.shape), dtype=f.dtype) for n, f in Padded.fields.items()}
-    meta = {"mask": np.ones(4, bool), "positions": np.zeros(4, np.int64),
-            "source_ordinals": np.zeros(4, np.int64), "record_indices": np.zeros(4, np.int64)}
+    meta = {
+        "mask": np.ones(4, bool),
+        "positions": np.zeros(4, np.int64),
+        "source_ordinals": np.zeros(4, np.int64),
+        "record_indices": np.zeros(4, np.int64),
+    }
     loader = fl.Loader(ds, 4, pad=True)
     want = list(fl.Loader(ds, 4, pad=True))
     for w in want:
@@ -273,8 +292,7 @@ def test_next_into_refuses_metadata_it_does_not_know_or_cannot_write():
 
 def test_next_into_still_takes_the_mask_in_out_for_a_record_without_one():
     loader = fl.Loader(plain(3), 2, pad=True)
-    out = {"x": np.zeros((2, 2), np.float32), "y": np.zeros(2, np.int64),
-           "mask": np.zeros(2, bool)}
+    out = {"x": np.zeros((2, 2), np.float32), "y": np.zeros(2, np.int64), "mask": np.zeros(2, bool)}
     assert loader.next_into(out, meta={"mask": out["mask"]}) == 2
     with pytest.warns(DeprecationWarning, match=r"meta=\{'mask'"):
         assert loader.next_into(out) == 1

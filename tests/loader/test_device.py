@@ -27,8 +27,10 @@ def as_lists(batches):
 @pytest.mark.parametrize("pad", [False, True])
 def test_device_batches_equal_host_batches(pad):
     ds = fl.Dataset(R, tensor_dataset())
-    host = [(b.x.tolist(), b.y.tolist(), b.meta.mask.tolist())
-            for b in fl.Loader(ds, 7, seed=3, pad=pad)]
+    host = [
+        (b.x.tolist(), b.y.tolist(), b.meta.mask.tolist())
+        for b in fl.Loader(ds, 7, seed=3, pad=pad)
+    ]
     loader = fl.Loader(ds, 7, seed=3, pad=pad, device="cpu")
     got = list(loader)
     assert loader._device is not None  # gathered on the device, not batch by batch on host
@@ -41,8 +43,7 @@ def test_an_in_place_change_to_the_tensors_is_seen_by_the_next_batches():
     loader = fl.Loader(fl.Dataset(R, td), 5, device="cpu")
     assert [b.y.tolist() for b in loader] == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
     td.tensors[1].add_(100)
-    assert [b.y.tolist() for b in loader] == [[100, 101, 102, 103, 104],
-                                              [105, 106, 107, 108, 109]]
+    assert [b.y.tolist() for b in loader] == [[100, 101, 102, 103, 104], [105, 106, 107, 108, 109]]
 
 
 def test_a_subclass_that_changes_item_access_loads_as_any_dataset():
@@ -77,8 +78,13 @@ def test_domains_are_checked_once_on_the_device_path(monkeypatch):
     good = fl.Dataset(Small, {"y": np.arange(40) % 5})
     checks = []
     real = Small.check_columns.__func__
-    monkeypatch.setattr(Small, "check_columns", classmethod(
-        lambda cls, *a, **k: checks.append(k.get("check_values")) or real(cls, *a, **k)))
+    monkeypatch.setattr(
+        Small,
+        "check_columns",
+        classmethod(
+            lambda cls, *a, **k: checks.append(k.get("check_values")) or real(cls, *a, **k)
+        ),
+    )
     loader = fl.Loader(good, 4, device="cpu", check_values=True)
     batches = [b.y for b in loader] + [b.y for b in loader]  # two passes, 20 batches
     assert len(batches) == 20

@@ -45,6 +45,7 @@ def plain_loader(batch_size: int, even: bool, monkeypatch):
         monkeypatch.setenv("RANK", str(shard[0]))
         monkeypatch.setenv("WORLD_SIZE", str(shard[1]))
         return fl.Loader(ds, batch_size, seed=7, shard="auto", even=even)
+
     return make
 
 
@@ -76,10 +77,10 @@ def one_pass(make) -> list[int]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 4), st.integers(1, 5), st.integers(1, 9), st.integers(0, 8),
-       st.booleans())
-def test_a_pass_resumed_with_another_number_of_ranks_is_exactly_once(world, new_world,
-                                                                     batch_size, steps, even):
+@given(st.integers(1, 4), st.integers(1, 5), st.integers(1, 9), st.integers(0, 8), st.booleans())
+def test_a_pass_resumed_with_another_number_of_ranks_is_exactly_once(
+    world, new_world, batch_size, steps, even
+):
     make = seq_loader(batch_size, even)
     before, after, _ = run_elastic(make, world, new_world, steps)
     assert Counter(before + after) == Counter(one_pass(make))
@@ -138,8 +139,13 @@ def test_a_state_with_an_impossible_base_or_world_is_refused():
     make = seq_loader(4, False)
     loader = make((0, 2))
     state = loader.state_dict()
-    for bad in ({**state, "base": 10**9}, {**state, "world": 0}, {**state, "world": None},
-                {**state, "base": -1}, {**state, "base": "3"}):
+    for bad in (
+        {**state, "base": 10**9},
+        {**state, "world": 0},
+        {**state, "world": None},
+        {**state, "base": -1},
+        {**state, "base": "3"},
+    ):
         with pytest.raises(fl.StateError):
             loader.load_state_dict(bad)
     unsharded = fl.Loader(mixed(), 4, seed=5)

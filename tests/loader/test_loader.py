@@ -44,8 +44,10 @@ def items(n: int, base: int = 0) -> list[dict]:
 
 
 def buffers(rows: int, fill: float = -7) -> dict[str, np.ndarray]:
-    return {"x": np.full((rows, 3), fill, dtype=np.float32),
-            "y": np.full(rows, int(fill), dtype=np.int64)}
+    return {
+        "x": np.full((rows, 3), fill, dtype=np.float32),
+        "y": np.full(rows, int(fill), dtype=np.int64),
+    }
 
 
 def records(loader) -> np.ndarray:
@@ -71,8 +73,7 @@ def test_one_epoch_yields_every_example_of_the_shard_exactly_once(seed, shard):
     # Contract 2: data.nu's contiguous slice is split=(i, n); shard=(i, n) deals positions.
     n = 101
     loader = fl.Loader(dataset(n), 8, seed=seed, split=shard)
-    lo, hi = (0, n) if shard is None else (shard[0] * n // shard[1],
-                                           (shard[0] + 1) * n // shard[1])
+    lo, hi = (0, n) if shard is None else (shard[0] * n // shard[1], (shard[0] + 1) * n // shard[1])
     got = []
     for batch in loader:
         check_values(batch)
@@ -287,10 +288,13 @@ def test_next_into_and_iteration_give_the_same_stream_across_passes():
         assert into_loader.next_into(out) == 0
 
 
-@pytest.mark.parametrize("kind", [
-    "in memory",
-    "streamed",
-])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "in memory",
+        "streamed",
+    ],
+)
 def test_a_buffer_of_another_dtype_never_loses_a_batch(kind):
     ds = dataset(10) if kind == "in memory" else fl.Dataset(R, items(10))
     loader = fl.Loader(ds, 4)
@@ -324,8 +328,9 @@ def test_streamed_and_in_memory_sources_give_the_same_order_and_values(seed, sha
     n = 77
     in_memory = fl.Loader(fl.Dataset(R, arrays(n)), 10, seed=seed, shard=shard)
     streamed = fl.Loader(fl.Dataset(R, items(n)), 10, seed=seed, shard=shard)
-    tuples = fl.Loader(fl.Dataset(R, [(d["x"], d["y"]) for d in items(n)]), 10, seed=seed,
-                       shard=shard)
+    tuples = fl.Loader(
+        fl.Dataset(R, [(d["x"], d["y"]) for d in items(n)]), 10, seed=seed, shard=shard
+    )
     for _ in range(2):
         for a, b, c in zip(in_memory, streamed, tuples, strict=True):
             for other in (b, c):
@@ -358,11 +363,13 @@ def test_batch_metadata_follows_the_order():
     for batch in loader:
         assert len(batch) == batch.meta.size
         assert batch.meta.mask.dtype == np.bool_ and batch.meta.mask.all()
-        np.testing.assert_array_equal(batch.meta.positions,
-                                      np.arange(start, start + batch.meta.size))
+        np.testing.assert_array_equal(
+            batch.meta.positions, np.arange(start, start + batch.meta.size)
+        )
         np.testing.assert_array_equal(batch.meta.source_ordinals, np.zeros(batch.meta.size))
-        np.testing.assert_array_equal(batch.meta.record_indices,
-                                      order_recs[start:start + batch.meta.size])
+        np.testing.assert_array_equal(
+            batch.meta.record_indices, order_recs[start : start + batch.meta.size]
+        )
         assert set(batch.keys()) == {"x", "y"}
         np.testing.assert_array_equal(batch["x"], batch.x)
         with pytest.raises(AttributeError):
@@ -434,17 +441,18 @@ def test_a_mix_of_two_datasets_follows_its_order_exactly(seed, batch_size):
         np.testing.assert_array_equal(batch.meta.source_ordinals, ords[s])
         np.testing.assert_array_equal(batch.meta.record_indices, recs[s])
         np.testing.assert_array_equal(batch.meta.positions, np.arange(start, s.stop))
-        want_x = np.where((ords[s] == 0)[:, None], a.columns["x"][recs[s] % 23],
-                          b.columns["x"][recs[s] % 17])
-        want_y = np.where(ords[s] == 0, a.columns["y"][recs[s] % 23],
-                          b.columns["y"][recs[s] % 17])
+        want_x = np.where(
+            (ords[s] == 0)[:, None], a.columns["x"][recs[s] % 23], b.columns["x"][recs[s] % 17]
+        )
+        want_y = np.where(ords[s] == 0, a.columns["y"][recs[s] % 23], b.columns["y"][recs[s] % 17])
         np.testing.assert_array_equal(batch.x, want_x)
         np.testing.assert_array_equal(batch.y, want_y)
         start = s.stop
     assert start == 80
     # Each dataset's items twice.
     assert Counter(zip(ords.tolist(), recs.tolist())) == Counter(
-        {**{(0, i): 2 for i in range(23)}, **{(1, i): 2 for i in range(17)}})
+        {**{(0, i): 2 for i in range(23)}, **{(1, i): 2 for i in range(17)}}
+    )
 
 
 @pytest.mark.parametrize("pad", [False, True])
@@ -462,11 +470,12 @@ def test_a_mix_of_an_in_memory_and_a_streamed_dataset_gathers_from_each(pad):
         np.testing.assert_array_equal(batch.meta.record_indices[: batch.meta.size], recs[s])
         base = np.where(ords[s] == 0, 0, 1000)
         i = recs[s] + base
-        np.testing.assert_array_equal(batch.x[: batch.meta.size],
-                                      (i[:, None] * 10 + np.arange(3)).astype(np.float32))
+        np.testing.assert_array_equal(
+            batch.x[: batch.meta.size], (i[:, None] * 10 + np.arange(3)).astype(np.float32)
+        )
         np.testing.assert_array_equal(batch.y[: batch.meta.size], i % 5)
         assert len(batch) == (7 if pad else batch.meta.size)
-        assert (batch.x[batch.meta.size:] == 0).all()
+        assert (batch.x[batch.meta.size :] == 0).all()
         k = into.next_into(out)
         assert k == batch.meta.size
         np.testing.assert_array_equal(out["x"][:k], batch.x[:k])
@@ -502,10 +511,12 @@ def test_seq_shards_deal_the_positions_round_robin():
     ords, recs = order.lookup(np.arange(len(order), dtype=np.int64))
     for i in range(3):
         got = list(fl.Loader(seq, 4, shard=(i, 3)))
-        np.testing.assert_array_equal(np.concatenate([x.meta.source_ordinals for x in got]),
-                                      ords[i::3])
-        np.testing.assert_array_equal(np.concatenate([x.meta.record_indices for x in got]),
-                                      recs[i::3])
+        np.testing.assert_array_equal(
+            np.concatenate([x.meta.source_ordinals for x in got]), ords[i::3]
+        )
+        np.testing.assert_array_equal(
+            np.concatenate([x.meta.record_indices for x in got]), recs[i::3]
+        )
         want = list(seq.shard(i, 3).batches(4))
         for x, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(x.x, w.x)
@@ -517,8 +528,14 @@ def test_a_repeated_seq_reshuffles_every_pass_but_keeps_the_items():
     passes = []
     for _ in range(3):
         got = list(loader)
-        passes.append(list(zip(np.concatenate([x.meta.source_ordinals for x in got]).tolist(),
-                               np.concatenate([x.meta.record_indices for x in got]).tolist())))
+        passes.append(
+            list(
+                zip(
+                    np.concatenate([x.meta.source_ordinals for x in got]).tolist(),
+                    np.concatenate([x.meta.record_indices for x in got]).tolist(),
+                )
+            )
+        )
     assert Counter(passes[0]) == Counter(passes[1]) == Counter(passes[2])
     assert passes[0] != passes[1] != passes[2]
 
@@ -535,11 +552,13 @@ def rank_loaders(monkeypatch, source, world: int, b: int, **kw) -> list:
     return out
 
 
-@pytest.mark.parametrize("n, world, b", [(10, 3, 2), (37, 4, 5), (5, 4, 1), (3, 5, 2),
-                                         (64, 4, 16), (101, 8, 3)])
+@pytest.mark.parametrize(
+    "n, world, b", [(10, 3, 2), (37, 4, 5), (5, 4, 1), (3, 5, 2), (64, 4, 16), (101, 8, 3)]
+)
 @pytest.mark.parametrize("kind", ["dataset", "seq"])
 def test_shard_auto_with_even_gives_every_rank_the_same_steps_and_each_item_once(
-        monkeypatch, n, world, b, kind):
+    monkeypatch, n, world, b, kind
+):
     ds = dataset(n)
     source = ds if kind == "dataset" else ds.shuffle(4)
     loaders = rank_loaders(monkeypatch, source, world, b, even=True, seed=2)
@@ -664,8 +683,9 @@ def test_batch_transform_result_is_what_iteration_yields():
 
 def test_batch_transform_sees_torch_tensors():
     torch = pytest.importorskip("torch")
-    loader = fl.Loader(dataset(9), 3, output="torch",
-                       batch_transform=lambda b: {"x": b.x * 2, "y": b.y})
+    loader = fl.Loader(
+        dataset(9), 3, output="torch", batch_transform=lambda b: {"x": b.x * 2, "y": b.y}
+    )
     got = list(loader)
     assert len(got) == 3
     assert isinstance(got[0]["x"], torch.Tensor)
@@ -709,21 +729,24 @@ def test_check_values_passes_valid_data():
 # -- arguments and lifetime -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw, error", [
-    ({"batch_size": 0}, ValueError),
-    ({"batch_size": -3}, ValueError),
-    ({"batch_size": 2.0}, TypeError),
-    ({"batch_size": "4"}, TypeError),
-    ({"batch_size": None}, TypeError),
-    ({"shard": (3, 3)}, ValueError),
-    ({"shard": (5, 2)}, ValueError),
-    ({"shard": (-1, 2)}, ValueError),
-    ({"shard": (0, 0)}, ValueError),
-    ({"drop_last": True, "pad": True}, ValueError),
-    ({"workers": -1}, ValueError),
-    ({"output": "jax"}, ValueError),
-    ({"output": "tensorflow"}, ValueError),
-])
+@pytest.mark.parametrize(
+    "kw, error",
+    [
+        ({"batch_size": 0}, ValueError),
+        ({"batch_size": -3}, ValueError),
+        ({"batch_size": 2.0}, TypeError),
+        ({"batch_size": "4"}, TypeError),
+        ({"batch_size": None}, TypeError),
+        ({"shard": (3, 3)}, ValueError),
+        ({"shard": (5, 2)}, ValueError),
+        ({"shard": (-1, 2)}, ValueError),
+        ({"shard": (0, 0)}, ValueError),
+        ({"drop_last": True, "pad": True}, ValueError),
+        ({"workers": -1}, ValueError),
+        ({"output": "jax"}, ValueError),
+        ({"output": "tensorflow"}, ValueError),
+    ],
+)
 def test_invalid_arguments_are_refused(kw, error):
     kw = {"batch_size": 4, **kw}
     b = kw.pop("batch_size")

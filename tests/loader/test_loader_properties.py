@@ -30,8 +30,9 @@ class R(fl.Record, dims={"D": 2}):
 
 def dataset(n: int, base: int = 0) -> fl.Dataset:
     i = np.arange(base, base + n)
-    return fl.Dataset(R, {"x": (i[:, None] * 10 + np.arange(2)).astype(np.float32),
-                          "y": i.astype(np.int64)})
+    return fl.Dataset(
+        R, {"x": (i[:, None] * 10 + np.arange(2)).astype(np.float32), "y": i.astype(np.int64)}
+    )
 
 
 def tail_options(tail: str) -> dict:
@@ -62,7 +63,8 @@ def one_pass(loader, b: int, tail: str) -> list[tuple[int, int]]:
 @FAST
 @given(n=SIZES, b=BATCHES, count=COUNTS, seed=SEEDS, tail=TAILS)
 def test_every_pass_of_every_shard_yields_its_items_once_and_the_shards_cover_all(
-        n, b, count, seed, tail):
+    n, b, count, seed, tail
+):
     ds = dataset(n)
     union: Counter = Counter()
     for i in range(count):
@@ -88,10 +90,17 @@ def test_every_pass_of_every_shard_yields_its_items_once_and_the_shards_cover_al
 
 
 @FAST
-@given(n_a=st.integers(1, 150), n_b=st.integers(0, 150), b=BATCHES, count=COUNTS,
-       seed=st.integers(0, 2**63 - 1), repeat=st.integers(1, 2))
+@given(
+    n_a=st.integers(1, 150),
+    n_b=st.integers(0, 150),
+    b=BATCHES,
+    count=COUNTS,
+    seed=st.integers(0, 2**63 - 1),
+    repeat=st.integers(1, 2),
+)
 def test_shards_of_a_mix_deal_its_order_round_robin_and_cover_it_once(
-        n_a, n_b, b, count, seed, repeat):
+    n_a, n_b, b, count, seed, repeat
+):
     a, c = dataset(n_a), dataset(n_b, base=10_000)
     parts = [a.shuffle(1)] + ([c.shuffle(2)] if n_b else [])
     seq = fl.Seq.mix(parts).repeat(repeat)
@@ -103,14 +112,18 @@ def test_shards_of_a_mix_deal_its_order_round_robin_and_cover_it_once(
         got = one_pass(loader, b, "keep")
         assert got == list(zip(ords[i::count].tolist(), recs[i::count].tolist()))
         union.update(got)
-    want = Counter({**{(0, r): repeat for r in range(n_a)},
-                    **{(1, r): repeat for r in range(n_b)}})
+    want = Counter({**{(0, r): repeat for r in range(n_a)}, **{(1, r): repeat for r in range(n_b)}})
     assert union == want
 
 
 @FAST
-@given(n=st.integers(0, 200), world=st.integers(1, 6), b=st.integers(1, 16),
-       seed=SEEDS, kind=st.sampled_from(["dataset", "seq"]))
+@given(
+    n=st.integers(0, 200),
+    world=st.integers(1, 6),
+    b=st.integers(1, 16),
+    seed=SEEDS,
+    kind=st.sampled_from(["dataset", "seq"]),
+)
 def test_even_ranks_take_the_same_steps_and_cover_every_item_once(n, world, b, seed, kind):
     ds = dataset(n)
     source = ds if kind == "dataset" else ds.shuffle(3)
@@ -134,19 +147,24 @@ def test_even_ranks_take_the_same_steps_and_cover_every_item_once(n, world, b, s
 
 
 @FAST
-@given(n=st.integers(0, 120), b=st.integers(1, 20), seed=SEEDS, tail=TAILS,
-       data=st.data())
+@given(n=st.integers(0, 120), b=st.integers(1, 20), seed=SEEDS, tail=TAILS, data=st.data())
 def test_a_state_saved_anywhere_resumes_the_rest_of_two_passes(n, b, seed, tail, data):
     def make():
-        return fl.Loader(fl.Seq.mix([dataset(n).to_seq(), dataset(7, 500).shuffle(9)]), b,
-                         seed=seed, **tail_options(tail))
+        return fl.Loader(
+            fl.Seq.mix([dataset(n).to_seq(), dataset(7, 500).shuffle(9)]),
+            b,
+            seed=seed,
+            **tail_options(tail),
+        )
 
     loader = make()
     steps = len(loader)
     stream = []
     for _ in range(2):
-        stream.extend((x.meta.source_ordinals.tolist(), x.meta.record_indices.tolist(),
-                       x.y.tolist()) for x in loader)
+        stream.extend(
+            (x.meta.source_ordinals.tolist(), x.meta.record_indices.tolist(), x.y.tolist())
+            for x in loader
+        )
     assert len(stream) == 2 * steps
     k = data.draw(st.integers(0, 2 * steps), label="batches before the save")
     loader = make()
@@ -163,8 +181,10 @@ def test_a_state_saved_anywhere_resumes_the_rest_of_two_passes(n, b, seed, tail,
     fresh.load_state_dict(state)
     rest = []
     for _ in range(2 if k < steps else 1):
-        rest.extend((x.meta.source_ordinals.tolist(), x.meta.record_indices.tolist(), x.y.tolist())
-                    for x in fresh)
+        rest.extend(
+            (x.meta.source_ordinals.tolist(), x.meta.record_indices.tolist(), x.y.tolist())
+            for x in fresh
+        )
     assert rest == stream[k:]
 
 
@@ -186,8 +206,13 @@ def test_next_into_delivers_the_same_rows_as_iteration(n, b, seed, tail):
 
 
 @FAST
-@given(n=st.integers(2, 200), b=BATCHES, first=st.integers(1, 2**63 - 1),
-       second=st.integers(1, 2**63 - 1), history=st.integers(0, 30))
+@given(
+    n=st.integers(2, 200),
+    b=BATCHES,
+    first=st.integers(1, 2**63 - 1),
+    second=st.integers(1, 2**63 - 1),
+    history=st.integers(0, 30),
+)
 def test_reset_is_a_pure_function_of_the_seed(n, b, first, second, history):
     ds = dataset(n)
     loader = fl.Loader(ds, b, seed=first)

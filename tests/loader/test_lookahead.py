@@ -40,8 +40,7 @@ def test_a_shuffled_pass_is_the_orders_positions_with_blocks_made_ahead(ds):
 def test_a_mix_continues_its_walk_across_blocks_and_matches_lookups():
     a = fl.Dataset.from_arrays(x=np.arange(200_000, dtype=np.int64))
     b = fl.Dataset.from_arrays(x=np.arange(200_000, 300_000, dtype=np.int64))
-    seq = Seq.mix([(Seq.source(a).shuffle(1), Schedule.ramp(0.2, 0.8)),
-                   Seq.source(b).shuffle(2)])
+    seq = Seq.mix([(Seq.source(a).shuffle(1), Schedule.ramp(0.2, 0.8)), Seq.source(b).shuffle(2)])
     order = Order(seq, seed=3)
     loader = fl.Loader(order, 4096)
     got = np.concatenate([batch.x for batch in loader])
@@ -85,8 +84,7 @@ def test_a_forked_child_makes_its_own_blocks(ds):
     np.testing.assert_array_equal(records_of(loader), full[60_000:])
 
 
-def test_a_failure_making_a_block_ahead_reaches_the_caller_and_loses_no_batch(
-        ds, monkeypatch):
+def test_a_failure_making_a_block_ahead_reaches_the_caller_and_loses_no_batch(ds, monkeypatch):
     full = records_of(fl.Loader(ds, 1000, seed=3))
     real = _ahead.Ahead.make
     calls = {"n": 0}
@@ -111,15 +109,17 @@ def test_a_failure_making_a_block_ahead_reaches_the_caller_and_loses_no_batch(
 def test_a_share_of_the_batches_uses_every_block_made_ahead(ds, share, monkeypatch):
     made = []
     real = _ahead.Ahead.make
-    monkeypatch.setattr(_ahead.Ahead, "make",
-                        staticmethod(lambda cursor, length: made.append(cursor.offset)
-                                     or real(cursor, length)))
+    monkeypatch.setattr(
+        _ahead.Ahead,
+        "make",
+        staticmethod(lambda cursor, length: made.append(cursor.offset) or real(cursor, length)),
+    )
     whole = [b.meta.record_indices.tolist() for b in fl.Loader(ds, 1000, seed=6)]
     made.clear()
     loader = fl.Loader(ds, 1000, seed=6)
     loader.share_batches(*share)
     got = [b.meta.record_indices.tolist() for b in loader]
-    assert got == whole[share[0]::share[1]]
+    assert got == whole[share[0] :: share[1]]
     assert len(made) == len(set(made))  # no block made twice (a look-ahead that missed)
     blocks = -(-N // (-(-_loader._BLOCK // 1000) * 1000))
     assert len(made) <= blocks

@@ -37,8 +37,7 @@ class R64(fl.Record, dims={"D": 3}):
 
 def arrays(n: int, base: int = 0) -> dict[str, np.ndarray]:
     i = np.arange(base, base + n)
-    return {"x": (i[:, None] * 10 + np.arange(3)).astype(np.float32),
-            "y": (i % 5).astype(np.int64)}
+    return {"x": (i[:, None] * 10 + np.arange(3)).astype(np.float32), "y": (i % 5).astype(np.int64)}
 
 
 def mixed(n_a: int = 23, n_b: int = 17, shuffle: int = 1) -> fl.Seq:
@@ -65,9 +64,15 @@ CONFIGS = {
 
 def snap(batch) -> tuple:
     """What identifies a delivered batch: its rows' origin and values."""
-    return (batch.meta.size, len(batch), batch.meta.source_ordinals.tolist(),
-            batch.meta.record_indices.tolist(), batch.meta.positions.tolist(), batch.x.tolist(),
-            batch.y.tolist())
+    return (
+        batch.meta.size,
+        len(batch),
+        batch.meta.source_ordinals.tolist(),
+        batch.meta.record_indices.tolist(),
+        batch.meta.positions.tolist(),
+        batch.x.tolist(),
+        batch.y.tolist(),
+    )
 
 
 def stream(loader, total: int):
@@ -93,8 +98,7 @@ def roundtrip(state: dict) -> dict:
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("batch_size", [7, 16])
-def test_a_state_saved_at_every_batch_boundary_resumes_the_rest_of_the_stream(config,
-                                                                             batch_size):
+def test_a_state_saved_at_every_batch_boundary_resumes_the_rest_of_the_stream(config, batch_size):
     factory, options = CONFIGS[config]
     loader = fl.Loader(factory(), batch_size, **options)
     passes = 3
@@ -182,8 +186,7 @@ def test_the_state_is_small_json_ready_data():
     loader = fl.Loader(mixed(), 4, seed=3)
     next(iter(loader))
     state = loader.state_dict()
-    assert set(state) >= {"format", "version", "fingerprint", "seed", "epoch", "batches",
-                          "ended"}
+    assert set(state) >= {"format", "version", "fingerprint", "seed", "epoch", "batches", "ended"}
     assert roundtrip(state) == state
     assert len(json.dumps(state)) < 1000
     assert state["batches"] == 1 and state["epoch"] == 0 and state["seed"] == 3
@@ -232,20 +235,37 @@ OTHER_CONFIGS = {
     "other dataset length": lambda: fl.Loader(mixed(n_b=16), 8, seed=2),
     "shuffle seed in the order": lambda: fl.Loader(mixed(shuffle=2), 8, seed=2),
     "order": lambda: fl.Loader(
-        fl.Seq.concat([fl.Dataset(R, arrays(23)).shuffle(1),
-                       fl.Dataset(R, arrays(17, 1000)).to_seq()]).repeat(2), 8, seed=2),
+        fl.Seq.concat(
+            [fl.Dataset(R, arrays(23)).shuffle(1), fl.Dataset(R, arrays(17, 1000)).to_seq()]
+        ).repeat(2),
+        8,
+        seed=2,
+    ),
     "no repeat": lambda: fl.Loader(
-        fl.Seq.mix([fl.Dataset(R, arrays(23)).shuffle(1),
-                    fl.Dataset(R, arrays(17, 1000)).to_seq()]), 8, seed=2),
+        fl.Seq.mix(
+            [fl.Dataset(R, arrays(23)).shuffle(1), fl.Dataset(R, arrays(17, 1000)).to_seq()]
+        ),
+        8,
+        seed=2,
+    ),
     "shard": lambda: fl.Loader(mixed(), 8, seed=2, shard=(0, 2)),
     "record": lambda: fl.Loader(
-        fl.Seq.mix([fl.Dataset(Other, {"x": arrays(23)["x"], "z": np.zeros(23, np.int64)})
-                    .shuffle(1),
-                    fl.Dataset(Other, {"x": arrays(17)["x"], "z": np.zeros(17, np.int64)})
-                    .to_seq()]).repeat(2), 8, seed=2),
+        fl.Seq.mix(
+            [
+                fl.Dataset(Other, {"x": arrays(23)["x"], "z": np.zeros(23, np.int64)}).shuffle(1),
+                fl.Dataset(Other, {"x": arrays(17)["x"], "z": np.zeros(17, np.int64)}).to_seq(),
+            ]
+        ).repeat(2),
+        8,
+        seed=2,
+    ),
     "field dtype": lambda: fl.Loader(
-        fl.Seq.mix([fl.Dataset(R64, arrays(23)).shuffle(1),
-                    fl.Dataset(R64, arrays(17, 1000)).to_seq()]).repeat(2), 8, seed=2),
+        fl.Seq.mix(
+            [fl.Dataset(R64, arrays(23)).shuffle(1), fl.Dataset(R64, arrays(17, 1000)).to_seq()]
+        ).repeat(2),
+        8,
+        seed=2,
+    ),
 }
 
 
@@ -291,13 +311,15 @@ MALFORMED = [
     pytest.param(lambda s: {**s, "ordering_version": 3}, id="ordering version 3"),
     pytest.param(lambda s: {**s, "ahead": None}, id="ahead None"),
     pytest.param(lambda s: {**s, "ahead": [s["batches"]]}, id="ahead at the count"),
-    pytest.param(lambda s: {**s, "ahead": [s["batches"] + 3, s["batches"] + 2]},
-                 id="ahead decreasing"),
+    pytest.param(
+        lambda s: {**s, "ahead": [s["batches"] + 3, s["batches"] + 2]}, id="ahead decreasing"
+    ),
     pytest.param(lambda s: {**s, "ahead": [s["batches"] + 2] * 2}, id="ahead twice"),
     pytest.param(lambda s: {**s, "ahead": [s["batches"] + 1.0]}, id="ahead float"),
     pytest.param(lambda s: {**s, "ahead": [10_000]}, id="ahead past the pass"),
-    pytest.param(lambda s: {**s, "ahead": [s["batches"] + 1], "ended": True},
-                 id="ahead in an ended pass"),
+    pytest.param(
+        lambda s: {**s, "ahead": [s["batches"] + 1], "ended": True}, id="ahead in an ended pass"
+    ),
     pytest.param(lambda s: {**s, "version": 1}, id="version 1"),
     pytest.param(lambda s: {**s, "version": "2.0"}, id="version text"),
     pytest.param(lambda s: {**s, "fingerprint": "0" * 64}, id="fingerprint"),

@@ -21,9 +21,15 @@ def geometry(n: int, b: int, shard=None, even=False, drop_last=False) -> _state.
     return _state.Geometry(b, drop_last, even, shard, n if shard else -1, order_len)
 
 
-@pytest.mark.parametrize(("n", "b", "drop_last", "want"), [
-    (10, 3, False, 4), (10, 3, True, 3), (9, 3, False, 3), (0, 3, False, 0),
-])
+@pytest.mark.parametrize(
+    ("n", "b", "drop_last", "want"),
+    [
+        (10, 3, False, 4),
+        (10, 3, True, 3),
+        (9, 3, False, 3),
+        (0, 3, False, 0),
+    ],
+)
 def test_the_steps_of_a_pass_follow_the_batch_size_and_the_tail(n, b, drop_last, want):
     assert geometry(n, b, drop_last=drop_last).steps() == want
 
@@ -39,25 +45,43 @@ def test_even_ranks_take_the_steps_of_the_longest_and_drop_last_those_of_the_sho
 
 def _state_of(n=100, b=10, seed=3, delivered=4, ahead=(), ended=False, shard=None):
     led = Ledger(seed, geometry(n, b, shard).steps())
-    led.delivered, led.next, led.ahead, led.ended = delivered, delivered + len(ahead), \
-        set(ahead), ended
-    opts = {"batch_size": b, "drop_last": False, "pad": False, "even": False, "split": None,
-            "sharded": shard is not None}
+    led.delivered, led.next, led.ahead, led.ended = (
+        delivered,
+        delivered + len(ahead),
+        set(ahead),
+        ended,
+    )
+    opts = {
+        "batch_size": b,
+        "drop_last": False,
+        "pad": False,
+        "even": False,
+        "split": None,
+        "sharded": shard is not None,
+    }
     return _state.to_dict(led, "f" * 64, opts, shard[1] if shard else None), opts
 
 
 def test_a_state_parses_back_to_the_ledger_it_came_from():
     state, opts = _state_of(delivered=4, ahead=(6,))
     got = _state.parse(state, "f" * 64, opts, geometry(100, 10), (0, 1))
-    assert (got.seed, got.epoch, got.base, got.steps, got.batches, got.ahead, got.ended) == \
-        (3, 0, 0, 10, 4, (6,), False)
+    assert (got.seed, got.epoch, got.base, got.steps, got.batches, got.ahead, got.ended) == (
+        3,
+        0,
+        0,
+        10,
+        4,
+        (6,),
+        False,
+    )
 
 
 def test_a_refusal_names_every_option_that_differs():
     state, opts = _state_of()
     with pytest.raises(fl.StateError) as info:
-        _state.parse(state, "f" * 64, {**opts, "batch_size": 20, "pad": True},
-                     geometry(100, 20), (0, 1))
+        _state.parse(
+            state, "f" * 64, {**opts, "batch_size": 20, "pad": True}, geometry(100, 20), (0, 1)
+        )
     assert "batch_size 10 saved, 20 here" in str(info.value)
     assert "pad false saved, true here" in str(info.value)
 

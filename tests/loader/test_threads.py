@@ -22,8 +22,7 @@ class R(fl.Record, dims={"D": 3}):
 
 def arrays(n: int, base: int = 0) -> dict[str, np.ndarray]:
     i = np.arange(base, base + n)
-    return {"x": (i[:, None] * 10 + np.arange(3)).astype(np.float32),
-            "y": (i % 5).astype(np.int64)}
+    return {"x": (i[:, None] * 10 + np.arange(3)).astype(np.float32), "y": (i % 5).astype(np.int64)}
 
 
 def run_threads(work, count: int = THREADS) -> list:
@@ -52,8 +51,9 @@ def run_threads(work, count: int = THREADS) -> list:
 
 def check_batch(batch, base: int = 0) -> None:
     i = batch.meta.record_indices[: batch.meta.size] + base
-    np.testing.assert_array_equal(batch.x[: batch.meta.size],
-                                  (i[:, None] * 10 + np.arange(3)).astype(np.float32))
+    np.testing.assert_array_equal(
+        batch.x[: batch.meta.size], (i[:, None] * 10 + np.arange(3)).astype(np.float32)
+    )
     np.testing.assert_array_equal(batch.y[: batch.meta.size], i % 5)
 
 
@@ -71,8 +71,9 @@ def test_threads_sharing_a_loader_each_get_whole_batches_and_every_item_once(see
             except StopIteration:
                 return got
             check_batch(batch)
-            got.append((int(batch.meta.positions[0]), batch.meta.size,
-                        batch.meta.record_indices.tolist()))
+            got.append(
+                (int(batch.meta.positions[0]), batch.meta.size, batch.meta.record_indices.tolist())
+            )
 
     results = run_threads(work)
     batches = sorted(b for r in results for b in r)
@@ -170,9 +171,13 @@ def test_threads_over_a_mix_each_get_every_position_once():
                 sel = batch.meta.source_ordinals[: batch.meta.size] == o
                 i = batch.meta.record_indices[: batch.meta.size][sel] + base
                 np.testing.assert_array_equal(batch.y[: batch.meta.size][sel], i % 5)
-            assert (batch.x[batch.meta.size:] == 0).all()
-            got.extend(zip(batch.meta.source_ordinals[batch.meta.mask].tolist(),
-                           batch.meta.record_indices[batch.meta.mask].tolist()))
+            assert (batch.x[batch.meta.size :] == 0).all()
+            got.extend(
+                zip(
+                    batch.meta.source_ordinals[batch.meta.mask].tolist(),
+                    batch.meta.record_indices[batch.meta.mask].tolist(),
+                )
+            )
         return got
 
     results = run_threads(work)
@@ -200,15 +205,16 @@ def test_threads_can_save_state_while_others_read():
     assert max(s["batches"] for s in states) == len(loader)
     # every state, saved while other threads were mid-batch, resumes exactly: the batches
     # it names as delivered, plus those a restored loader makes, are the pass, once each
-    want = [b.meta.record_indices.tolist() for b in fl.Loader(fl.Dataset(R, arrays(2_000)),
-                                                          BATCH, seed=2)]
+    want = [
+        b.meta.record_indices.tolist()
+        for b in fl.Loader(fl.Dataset(R, arrays(2_000)), BATCH, seed=2)
+    ]
     for state in states[::7]:
         resumed = fl.Loader(fl.Dataset(R, arrays(2_000)), BATCH, seed=2)
         resumed.load_state_dict(state)
         made = [b.meta.record_indices.tolist() for b in resumed]
         delivered = list(range(state["batches"])) + state["ahead"]
-        assert sorted(map(tuple, made + [want[i] for i in delivered])) == sorted(
-            map(tuple, want))
+        assert sorted(map(tuple, made + [want[i] for i in delivered])) == sorted(map(tuple, want))
 
 
 def test_a_batch_finished_out_of_order_is_not_lost_by_a_state_saved_meanwhile():

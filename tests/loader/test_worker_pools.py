@@ -95,8 +95,9 @@ def test_an_item_by_item_source_is_loaded_by_workers_by_default(setting):
 def test_plain_gathers_stay_in_the_calling_process_by_default(setting, tmp_path):
     fl.loader_workers(None)
     ds = fl.Dataset.from_arrays(x=np.arange(30.0).reshape(10, 3))
-    fl.recfile.write(tmp_path / "r.flr", Rows, {"x": np.zeros((10, 3), np.float32),
-                                                 "y": np.arange(10)})
+    fl.recfile.write(
+        tmp_path / "r.flr", Rows, {"x": np.zeros((10, 3), np.float32), "y": np.arange(10)}
+    )
     with fl.recfile.open(tmp_path / "r.flr") as f:
         for source in (ds, f):
             loader = fl.Loader(source, 4, seed=2)
@@ -131,8 +132,7 @@ def test_the_seeds_epoch_loop_starts_its_workers_once_and_stays_exact(setting, m
         assert sorted(r for b in stream for r in b) == list(range(40))
 
 
-def test_a_finished_loaders_workers_serve_the_next_loader_and_a_closed_ones_stop(setting,
-                                                                                mapped):
+def test_a_finished_loaders_workers_serve_the_next_loader_and_a_closed_ones_stop(setting, mapped):
     ds = mapped
     got = pids(ds.batches(8, seed=1, workers=2))
     second = ds.batches(8, seed=2, workers=2)

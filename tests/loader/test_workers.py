@@ -47,8 +47,10 @@ def shm_segments() -> set[str]:
 
 
 def stream(loader) -> list[tuple]:
-    return [(b.meta.record_indices.tolist(), b.x.tolist(), b.y.tolist(), b.meta.mask.tolist())
-            for b in loader]
+    return [
+        (b.meta.record_indices.tolist(), b.x.tolist(), b.y.tolist(), b.meta.mask.tolist())
+        for b in loader
+    ]
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -70,8 +72,9 @@ def test_a_mix_of_file_sources_gives_the_same_stream_with_workers(tmp_path):
     paths = []
     for k, n in enumerate((120, 70)):
         path = tmp_path / f"{k}.flr"
-        fl.recfile.write(path, Rows, {"x": np.full((n, 3), k, np.float32),
-                                      "y": np.arange(n) + 1000 * k})
+        fl.recfile.write(
+            path, Rows, {"x": np.full((n, 3), k, np.float32), "y": np.arange(n) + 1000 * k}
+        )
         paths.append(path)
     files = [fl.recfile.open(p) for p in paths]
     seq = fl.Seq.mix([fl.Dataset(f.record, f).shuffle(k + 1) for k, f in enumerate(files)])
@@ -160,7 +163,8 @@ def test_in_memory_arrays_are_gathered_in_process_even_with_workers():
 
 def test_a_dataset_that_refers_to_main_loads_in_process_with_a_warning(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import warnings
         import numpy as np
         import feedline as fl
@@ -180,9 +184,15 @@ def test_a_dataset_that_refers_to_main_loads_in_process_with_a_warning(tmp_path)
             loader = fl.Loader(fl.Dataset(R, Local()), 8, workers=2)
             rows = sum(b.meta.size for b in loader)
         print(rows, [str(w.message) for w in caught if w.category is RuntimeWarning])
-    """))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    """)
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert out.stdout.startswith("20 ")
     assert "defined in __main__" in out.stdout
 
@@ -229,7 +239,8 @@ def test_a_mapped_stream_is_reproducible_and_the_same_with_workers(workers):
 
 def test_a_mapped_stream_resumes_exactly():
     ds = fl.Dataset.from_arrays(x=np.zeros((40, 3), np.float32)).map(
-        lambda e, rng: {"x": rng.random(3).astype(np.float32)}, seed=5)
+        lambda e, rng: {"x": rng.random(3).astype(np.float32)}, seed=5
+    )
     want = [b.x.tolist() for b in fl.Loader(ds, 6, seed=2)]
     loader = fl.Loader(ds, 6, seed=2)
     it = iter(loader)
@@ -270,8 +281,9 @@ def test_a_batch_transform_on_arrays_in_memory_runs_in_the_workers_too():
 
 def noise_by_record(loader) -> dict[int, list]:
     """Each example's augmented features, by record (the noise is x minus the record's)."""
-    return {int(r): np.round(x, 5).tolist()
-            for b in loader for r, x in zip(b.meta.record_indices, b.x)}
+    return {
+        int(r): np.round(x, 5).tolist() for b in loader for r, x in zip(b.meta.record_indices, b.x)
+    }
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -281,8 +293,9 @@ def test_ranks_draw_their_own_augmentation_the_whole_runs_draw(workers):
     for count in (2, 3):  # dealt shards, also after an elastic change of rank count
         got = {}
         for index in range(count):
-            with fl.Loader(fl.Seq.source(ds).shuffle(1), 4, shard=(index, count),
-                           workers=workers) as loader:
+            with fl.Loader(
+                fl.Seq.source(ds).shuffle(1), 4, shard=(index, count), workers=workers
+            ) as loader:
                 part = noise_by_record(loader)
             assert not set(part) & set(got)
             got.update(part)
@@ -290,8 +303,11 @@ def test_ranks_draw_their_own_augmentation_the_whole_runs_draw(workers):
     # a plain source's contiguous slices draw differently from one another too
     first = noise_by_record(fl.Loader(ds, 4, seed=1, shard=(0, 2), workers=0))
     second = noise_by_record(fl.Loader(ds, 4, seed=1, shard=(1, 2), workers=0))
-    offsets = [np.round(np.subtract(v, ItemSource(64)[r]["x"]), 4).tolist()
-               for part in (first, second) for r, v in part.items()]
+    offsets = [
+        np.round(np.subtract(v, ItemSource(64)[r]["x"]), 4).tolist()
+        for part in (first, second)
+        for r, v in part.items()
+    ]
     assert len({tuple(o) for o in offsets}) == 64  # no two examples share their noise
 
 
@@ -317,8 +333,9 @@ def test_threads_that_start_a_loader_together_all_wait_for_its_workers(monkeypat
 
     in_process = []
     real = fl.Loader.gather
-    monkeypatch.setattr(fl.Loader, "gather",
-                        lambda self, *a, **k: in_process.append(1) or real(self, *a, **k))
+    monkeypatch.setattr(
+        fl.Loader, "gather", lambda self, *a, **k: in_process.append(1) or real(self, *a, **k)
+    )
     ds = fl.Dataset(Rows, ItemSource(400))
     with fl.Loader(ds, 8, seed=1, workers=2) as loader:
         iter(loader)

@@ -131,17 +131,21 @@ def test_a_mix_of_exactly_two_to_the_46_and_concats_of_valid_mixes_are_allowed()
     assert len(fl.Order(mix.repeat(4))) == 2**48
 
 
-@pytest.mark.parametrize("schedule", [
-    fl.Schedule.delayed(2.0),
-    fl.Schedule.delayed(1.0),
-    fl.Schedule.until(0.0),
-    fl.Schedule.trapezoid(0.0, math.nan, 0.5, 1.0),
-    fl.Schedule.trapezoid(0.0, 0.2, 0.5, math.inf),
-    fl.Schedule.trapezoid(0.5, 0.5, 0.5, 0.5),
-    fl.Schedule.trapezoid(0.1, 0.5, 0.4, 0.9),
-    fl.Schedule.trapezoid(-0.1, 0.0, 0.5, 1.0),
-    fl.Schedule.ramp(0.6, 0.4),
-], ids=repr)
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        fl.Schedule.delayed(2.0),
+        fl.Schedule.delayed(1.0),
+        fl.Schedule.until(0.0),
+        fl.Schedule.trapezoid(0.0, math.nan, 0.5, 1.0),
+        fl.Schedule.trapezoid(0.0, 0.2, 0.5, math.inf),
+        fl.Schedule.trapezoid(0.5, 0.5, 0.5, 0.5),
+        fl.Schedule.trapezoid(0.1, 0.5, 0.4, 0.9),
+        fl.Schedule.trapezoid(-0.1, 0.0, 0.5, 1.0),
+        fl.Schedule.ramp(0.6, 0.4),
+    ],
+    ids=repr,
+)
 def test_an_invalid_schedule_is_an_error_at_its_part(schedule):
     err = order_error(fl.Seq.mix([S(10), (S(5), schedule)]), Kind.INVALID_SCHEDULE, (1,))
     assert err.where == "mix[1].source"
@@ -149,10 +153,12 @@ def test_an_invalid_schedule_is_an_error_at_its_part(schedule):
 
 
 def test_an_invalid_schedule_is_an_error_even_when_its_part_is_empty():
-    order_error(fl.Seq.mix([S(10), (S(0), fl.Schedule.delayed(2.0))]), Kind.INVALID_SCHEDULE,
-                (1,))
-    order_error(fl.Seq.mix([(S(4).take(0), fl.Schedule.trapezoid(0.3, 0.3, 0.3, 0.3)), S(3)]),
-                Kind.INVALID_SCHEDULE, (0,))
+    order_error(fl.Seq.mix([S(10), (S(0), fl.Schedule.delayed(2.0))]), Kind.INVALID_SCHEDULE, (1,))
+    order_error(
+        fl.Seq.mix([(S(4).take(0), fl.Schedule.trapezoid(0.3, 0.3, 0.3, 0.3)), S(3)]),
+        Kind.INVALID_SCHEDULE,
+        (0,),
+    )
 
 
 def test_an_invalid_schedule_in_a_nested_mix_has_the_full_path():
@@ -178,12 +184,16 @@ def test_cycling_an_empty_sequence_to_zero_is_empty():
     assert len(fl.Order(S(0).cycle_to(0))) == 0
 
 
-@pytest.mark.parametrize("seq", [
-    fl.Seq.mix([S(3), S(4)]).shuffle(1),
-    fl.Seq.mix([S(3)]).shuffle(1),
-    fl.Seq.mix([]).shuffle(1),
-    fl.Seq.concat([S(3), fl.Seq.mix([S(2), S(2)]).take(3)]).shuffle(1),
-], ids=["two parts", "one part", "empty", "nested"])
+@pytest.mark.parametrize(
+    "seq",
+    [
+        fl.Seq.mix([S(3), S(4)]).shuffle(1),
+        fl.Seq.mix([S(3)]).shuffle(1),
+        fl.Seq.mix([]).shuffle(1),
+        fl.Seq.concat([S(3), fl.Seq.mix([S(2), S(2)]).take(3)]).shuffle(1),
+    ],
+    ids=["two parts", "one part", "empty", "nested"],
+)
 def test_a_shuffle_over_any_mix_is_an_error_as_in_the_crate_0_4(seq):
     # Ordering version 2: the seed's README says "Order::new rejects a shuffle containing
     # any mix, including empty or single-part mixes and mixes nested beneath other
@@ -211,41 +221,74 @@ def test_a_shard_past_the_end_of_a_short_sequence_is_empty():
     assert len(fl.Order(S(2).split(3, 5))) == 0
 
 
-@pytest.mark.parametrize("build", [
-    lambda: S(-1),
-    lambda: S(2**64),
-    lambda: S(10).skip(-1),
-    lambda: S(10).take(-1),
-    lambda: S(10).step_by(-1),
-    lambda: S(10).repeat(-1),
-    lambda: S(10).cycle_to(-1),
-    lambda: S(10).shuffle(-1),
-    lambda: S(10).shuffle(2**64),
-    lambda: S(10).shard(-1, 2),
-    lambda: S(10).shard(0, -2),
-    lambda: S(10).split(-1, 2),
-    lambda: S(10).split(0, -2),
-], ids=["source", "huge source", "skip", "take", "step_by", "repeat", "cycle_to", "shuffle",
-        "huge seed", "shard index", "shard count", "split index", "split count"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: S(-1),
+        lambda: S(2**64),
+        lambda: S(10).skip(-1),
+        lambda: S(10).take(-1),
+        lambda: S(10).step_by(-1),
+        lambda: S(10).repeat(-1),
+        lambda: S(10).cycle_to(-1),
+        lambda: S(10).shuffle(-1),
+        lambda: S(10).shuffle(2**64),
+        lambda: S(10).shard(-1, 2),
+        lambda: S(10).shard(0, -2),
+        lambda: S(10).split(-1, 2),
+        lambda: S(10).split(0, -2),
+    ],
+    ids=[
+        "source",
+        "huge source",
+        "skip",
+        "take",
+        "step_by",
+        "repeat",
+        "cycle_to",
+        "shuffle",
+        "huge seed",
+        "shard index",
+        "shard count",
+        "split index",
+        "split count",
+    ],
+)
 def test_a_negative_or_too_large_argument_is_an_error(build):
     build_error(Kind.INVALID_ARGUMENT, build)
 
 
-@pytest.mark.parametrize("build", [
-    lambda: S(1.5),
-    lambda: S(None),
-    lambda: S(S(3)),
-    lambda: S(10).skip(1.5),
-    lambda: S(10).take("3"),
-    lambda: S(10).step_by(2.0),
-    lambda: S(10).repeat(None),
-    lambda: S(10).cycle_to(3.0),
-    lambda: S(10).shuffle(1.0),
-    lambda: S(10).shard(0.0, 2),
-    lambda: S(10).split(0, "2"),
-    lambda: fl.Seq.mix([(S(3), "uniform")]),
-], ids=["float source", "None source", "Seq source", "skip", "take", "step_by", "repeat",
-        "cycle_to", "shuffle", "shard", "split", "schedule"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: S(1.5),
+        lambda: S(None),
+        lambda: S(S(3)),
+        lambda: S(10).skip(1.5),
+        lambda: S(10).take("3"),
+        lambda: S(10).step_by(2.0),
+        lambda: S(10).repeat(None),
+        lambda: S(10).cycle_to(3.0),
+        lambda: S(10).shuffle(1.0),
+        lambda: S(10).shard(0.0, 2),
+        lambda: S(10).split(0, "2"),
+        lambda: fl.Seq.mix([(S(3), "uniform")]),
+    ],
+    ids=[
+        "float source",
+        "None source",
+        "Seq source",
+        "skip",
+        "take",
+        "step_by",
+        "repeat",
+        "cycle_to",
+        "shuffle",
+        "shard",
+        "split",
+        "schedule",
+    ],
+)
 def test_a_non_integer_argument_is_a_type_error(build):
     with pytest.raises(TypeError):
         build()
@@ -264,37 +307,88 @@ def test_a_source_whose_length_or_salt_changed_is_rejected_on_load():
 
     seq = fl.Seq.concat([S(Named(10, 7)), S(5)]).shuffle(1)
     text = seq.to_json()
-    for sources in ([Named(11, 7), 5], [Named(10, 8), 5], [Named(10, 7), 6], [Named(10, 7)],
-                    [Named(10, 7), 5, 5]):
+    for sources in (
+        [Named(11, 7), 5],
+        [Named(10, 8), 5],
+        [Named(10, 7), 6],
+        [Named(10, 7)],
+        [Named(10, 7), 5, 5],
+    ):
         build_error(Kind.SOURCE_CHANGED, lambda sources=sources: fl.Seq.from_json(text, sources))
     assert len(fl.Order(fl.Seq.from_json(text, [Named(10, 7), 5]))) == 15
 
 
-@pytest.mark.parametrize("doc", [
-    "not json",
-    "[1, 2]",
-    {"format": "other", "ordering_version": 2, "seq": {"source": {"len": 1, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 2, "seq": {"source": {"len": 1}}},
-    {"format": "feedline.order", "ordering_version": 2, "seq": {"spin": {"seq": {}}}},
-    {"format": "feedline.order", "ordering_version": 2,
-     "seq": {"source": {"len": -1, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 2,
-     "seq": {"source": {"len": 1.5, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 2,
-     "seq": {"source": {"len": True, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 2, "extra": 0,
-     "seq": {"source": {"len": 1, "salt": 0}}},
-    {"format": "feedline.order", "ordering_version": 2,
-     "seq": {"take": {"n": 1, "seq": {"source": {"len": 1, "salt": 0}}, "m": 2}}},
-    {"format": "feedline.order", "ordering_version": 2,
-     "seq": {"mix": [{"seq": {"source": {"len": 1, "salt": 0}}, "schedule": {"linear": {}}}]}},
-    {"format": "feedline.order", "ordering_version": 2,
-     "seq": {"mix": [{"seq": {"source": {"len": 1, "salt": 0}},
-                      "schedule": {"trapezoid": [0, 10**400, 0.5, 1]}}]}},
-    '{"seq": ' * 5000 + "1" + "}" * 5000,
-], ids=["not json", "not an object", "format", "missing field", "unknown op",
-        "negative", "float", "bool", "extra top field", "extra node field", "unknown schedule",
-        "a point no float holds", "nested 5000 deep"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "not json",
+        "[1, 2]",
+        {"format": "other", "ordering_version": 2, "seq": {"source": {"len": 1, "salt": 0}}},
+        {"format": "feedline.order", "ordering_version": 2, "seq": {"source": {"len": 1}}},
+        {"format": "feedline.order", "ordering_version": 2, "seq": {"spin": {"seq": {}}}},
+        {
+            "format": "feedline.order",
+            "ordering_version": 2,
+            "seq": {"source": {"len": -1, "salt": 0}},
+        },
+        {
+            "format": "feedline.order",
+            "ordering_version": 2,
+            "seq": {"source": {"len": 1.5, "salt": 0}},
+        },
+        {
+            "format": "feedline.order",
+            "ordering_version": 2,
+            "seq": {"source": {"len": True, "salt": 0}},
+        },
+        {
+            "format": "feedline.order",
+            "ordering_version": 2,
+            "extra": 0,
+            "seq": {"source": {"len": 1, "salt": 0}},
+        },
+        {
+            "format": "feedline.order",
+            "ordering_version": 2,
+            "seq": {"take": {"n": 1, "seq": {"source": {"len": 1, "salt": 0}}, "m": 2}},
+        },
+        {
+            "format": "feedline.order",
+            "ordering_version": 2,
+            "seq": {
+                "mix": [{"seq": {"source": {"len": 1, "salt": 0}}, "schedule": {"linear": {}}}]
+            },
+        },
+        {
+            "format": "feedline.order",
+            "ordering_version": 2,
+            "seq": {
+                "mix": [
+                    {
+                        "seq": {"source": {"len": 1, "salt": 0}},
+                        "schedule": {"trapezoid": [0, 10**400, 0.5, 1]},
+                    }
+                ]
+            },
+        },
+        '{"seq": ' * 5000 + "1" + "}" * 5000,
+    ],
+    ids=[
+        "not json",
+        "not an object",
+        "format",
+        "missing field",
+        "unknown op",
+        "negative",
+        "float",
+        "bool",
+        "extra top field",
+        "extra node field",
+        "unknown schedule",
+        "a point no float holds",
+        "nested 5000 deep",
+    ],
+)
 def test_an_invalid_json_document_is_rejected(doc):
     text = doc if isinstance(doc, str) else json.dumps(doc)
     build_error(Kind.INVALID_JSON, lambda: fl.Seq.from_json(text))
@@ -349,8 +443,9 @@ def test_a_lookup_of_non_integer_positions_is_a_type_error(order):
         order.lookup(np.array([0.0, 1.0]))
 
 
-@pytest.mark.parametrize(("start", "stop"), [(11, None), (0, 11), (11, 12), (-1, 5), (0, -1),
-                                             (5, 3), (10, 9)])
+@pytest.mark.parametrize(
+    ("start", "stop"), [(11, None), (0, 11), (11, 12), (-1, 5), (0, -1), (5, 3), (10, 9)]
+)
 def test_a_cursor_range_outside_the_order_or_reversed_is_a_bounds_error(order, start, stop):
     with pytest.raises(fl.BoundsError) as info:
         order.cursor(start, stop)
@@ -384,8 +479,10 @@ def test_a_failed_reset_leaves_the_cursor_unchanged(order, start, stop):
 
 
 def test_a_json_document_with_a_duplicate_key_is_refused():
-    text = ('{"format": "feedline.order", "ordering_version": 2, '
-            '"seq": {"take": {"n": 3, "n": 5, "seq": {"source": {"len": 10, "salt": 0}}}}}')
+    text = (
+        '{"format": "feedline.order", "ordering_version": 2, '
+        '"seq": {"take": {"n": 3, "n": 5, "seq": {"source": {"len": 10, "salt": 0}}}}}'
+    )
     err = build_error(Kind.INVALID_JSON, lambda: fl.Seq.from_json(text))
     assert "'n'" in str(err) and "twice" in str(err)
 

@@ -172,8 +172,12 @@ def test_golden_orders_match_the_crate(build, seed: int, expected: int) -> None:
 
 def test_the_crate_golden_shuffle_of_a_mix_is_refused_in_version_2() -> None:
     # Version 1's "mix-of-concat-shuffled" case shuffled a mix; the crate 0.4 refuses it.
-    seq = fl.Seq.mix([fl.Seq.concat([src(0, 200), src(1, 300)]).cycle_to(250),
-                      src(2, 50).shuffle(1).cycle_to(250)]).shuffle(2)
+    seq = fl.Seq.mix(
+        [
+            fl.Seq.concat([src(0, 200), src(1, 300)]).cycle_to(250),
+            src(2, 50).shuffle(1).cycle_to(250),
+        ]
+    ).shuffle(2)
     with pytest.raises(fl.OrderError) as info:
         fl.Order(seq)
     assert info.value.kind is fl.OrderErrorKind.SHUFFLE_CONTAINS_MIX

@@ -68,7 +68,8 @@ def _big_configs() -> list[fl.Seq]:
         fl.Seq.source(10**9).shuffle(5).repeat(3),
         fl.Seq.concat([fl.Seq.source(1000).shuffle(1), scheduled]).repeat(2),
         fl.Seq.concat([fl.Seq.source(10**6).shuffle(1).repeat(3), fl.Seq.source(77_777)])
-        .repeat(2).shuffle(9),
+        .repeat(2)
+        .shuffle(9),
     ]
 
 
@@ -125,8 +126,7 @@ def test_fixture_path_is_the_oracles():
     assert json.loads((ROOT / "tests" / "fixtures" / "order_oracle.json").read_text())
 
 
-def test_a_fork_while_the_kernels_load_waits_for_them_so_the_child_can_import(
-        compiled_path):
+def test_a_fork_while_the_kernels_load_waits_for_them_so_the_child_can_import(compiled_path):
     # A fresh interpreter starts loading numba on a thread and forks at once, as a torch
     # DataLoader forking its workers after a first feedline batch would. The child must
     # not inherit an import lock held by a thread it does not have.
@@ -146,6 +146,5 @@ def test_a_fork_while_the_kernels_load_waits_for_them_so_the_child_can_import(
         sys.exit(os.waitstatus_to_exitcode(status))
     """)
     # A liveness bound, not a timing: a deadlocked child never returns.
-    done = subprocess.run([sys.executable, "-c", code], timeout=120, capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-c", code], timeout=120, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -172,8 +172,14 @@ def test_configurations_the_oracle_refuses_are_refused_at_the_same_node(case: di
 
 def test_the_fixture_covers_the_rules_of_ordering_version_2() -> None:
     names = {c["name"] for c in ALL_CASES}
-    for prefix in ("salt-empty", "salt-selected-away", "salt-nested-concat",
-                   "repeat-nested-equals-flat", "mix-of-nested-repeats", "error-shuffle-of"):
+    for prefix in (
+        "salt-empty",
+        "salt-selected-away",
+        "salt-nested-concat",
+        "repeat-nested-equals-flat",
+        "mix-of-nested-repeats",
+        "error-shuffle-of",
+    ):
         assert any(n.startswith(prefix) for n in names), prefix
     assert len(REFUSALS) >= 8
 

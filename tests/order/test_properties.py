@@ -70,8 +70,9 @@ class Tree:
     def shifted(self, k: int) -> Tree:
         """The same tree with every ordinal moved up by ``k`` (a later child's view)."""
         exact = None if self.exact is None else tuple((o + k, r) for o, r in self.exact)
-        bag = None if self.bag is None else Counter({(o + k, r): c
-                                                     for (o, r), c in self.bag.items()})
+        bag = (
+            None if self.bag is None else Counter({(o + k, r): c for (o, r), c in self.bag.items()})
+        )
         return Tree(self.seq, self.n, self.sources, exact, bag, self.has_mix)
 
 
@@ -199,8 +200,9 @@ def schedules(draw) -> tuple[fl.Schedule, tuple[float, float, float, float] | No
         b = max(b, 0.02)
         a = b if b - a < 0.01 else a
         return fl.Schedule.fade(a, b), (0.0, 0.0, a, b)
-    s, f, d, o = sorted(draw(st.lists(UNIT, min_size=4, max_size=4).filter(
-        lambda v: max(v) - min(v) >= 0.02)))
+    s, f, d, o = sorted(
+        draw(st.lists(UNIT, min_size=4, max_size=4).filter(lambda v: max(v) - min(v) >= 0.02))
+    )
     f = edge(s, f)
     d = max(d, f)
     d = o if o - d < 0.01 else d
@@ -215,15 +217,15 @@ def trees(draw, depth: int = 4, max_len: int = 1500, top: bool = True) -> Tree:
     op = draw(st.sampled_from(["concat", "mix", "unary", "unary", "unary"]))
     if op in ("concat", "mix"):
         k = draw(st.integers(0, 3))
-        children = [draw(trees(depth - 1, max(max_len // max(k, 1), 1), top=False))
-                    for _ in range(k)]
+        children = [
+            draw(trees(depth - 1, max(max_len // max(k, 1), 1), top=False)) for _ in range(k)
+        ]
         if op == "concat":
             return combine("concat", children)
         return combine("mix", children, [draw(schedules())[0] for _ in children])
     child = draw(trees(depth - 1, max_len, top=False))
     n = child.n
-    ops = ["repeat", "repeat", "cycle_to", "cycle_to", "skip", "take", "step_by", "shard",
-           "split"]
+    ops = ["repeat", "repeat", "cycle_to", "cycle_to", "skip", "take", "step_by", "shard", "split"]
     if not child.has_mix:  # a shuffle may not contain a mix
         ops += ["shuffle"] * 4
     op = draw(st.sampled_from(ops))
@@ -291,14 +293,14 @@ def test_every_epoch_of_a_repeated_shuffle_is_a_permutation(n, times, seed, orde
     order = fl.Order(fl.Seq.source(n).shuffle(seed).repeat(times)).with_seed(order_seed)
     _, recs = items(order)  # one lookup spanning every epoch
     for e in range(times):
-        epoch = recs[e * n:(e + 1) * n]
+        epoch = recs[e * n : (e + 1) * n]
         assert np.array_equal(np.sort(epoch), np.arange(n))
         # The same epoch looked up on its own (one context) agrees with the joint lookup.
         _, alone = order.lookup(np.arange(e * n, (e + 1) * n))
         assert np.array_equal(alone, epoch)
     if n >= 10:
         # Each later pass is reshuffled (equal passes would take a 1 in 10! coincidence).
-        assert not np.array_equal(recs[:n], recs[n:2 * n])
+        assert not np.array_equal(recs[:n], recs[n : 2 * n])
 
 
 # -- (b) multiplicities --------------------------------------------------------------------
@@ -360,12 +362,12 @@ def check_cursor(order: fl.Order, ref: list[tuple[int, int]], data) -> None:
             assert m <= min(k, end - at)
             if k and at < end:
                 assert m >= 1
-            assert pairs(o, r) == ref[at:at + m]
+            assert pairs(o, r) == ref[at : at + m]
             at += m
         else:
             m = data.draw(st.integers(0, 80), label="items")
             got = [(it.source_ordinal, it.record_index) for it in itertools.islice(cur, m)]
-            assert got == ref[at:min(at + m, end)]
+            assert got == ref[at : min(at + m, end)]
             at += len(got)
     assert cur.offset == at
     rest = [(it.source_ordinal, it.record_index) for it in cur]
@@ -414,12 +416,16 @@ def test_get_lookup_iteration_and_cursors_agree(tree, data):
 MIX = fl.Seq.mix([fl.Seq.source(1), fl.Seq.source(1)])
 
 
-@pytest.mark.parametrize("seq", [
-    fl.Seq.source(0),
-    fl.Seq.source(5).shuffle(1).repeat(2),
-    fl.Seq.concat([MIX, fl.Seq.source(3)]),
-    MIX,
-], ids=["empty", "shuffle", "concat of a mix", "mix"])
+@pytest.mark.parametrize(
+    "seq",
+    [
+        fl.Seq.source(0),
+        fl.Seq.source(5).shuffle(1).repeat(2),
+        fl.Seq.concat([MIX, fl.Seq.source(3)]),
+        MIX,
+    ],
+    ids=["empty", "shuffle", "concat of a mix", "mix"],
+)
 def test_a_lookup_of_no_positions_is_empty(seq):
     order = fl.Order(seq)
     for positions in ([], np.zeros(0, np.int64), np.zeros((0, 3), np.uint64)):
@@ -583,8 +589,7 @@ def test_an_outer_repeat_keeps_the_first_pass(tree, times, order_seed):
 # -- (h) mixes -----------------------------------------------------------------------------
 
 
-def reference_keys(params: tuple[float, float, float, float] | None,
-                   y: np.ndarray) -> np.ndarray:
+def reference_keys(params: tuple[float, float, float, float] | None, y: np.ndarray) -> np.ndarray:
     """``Q(y)`` of a schedule for every share in ``y``, from the algorithm's description."""
     if params is None:
         return y
@@ -685,8 +690,10 @@ def large_mixes(draw):
         times = draw(st.integers(1, 2))
         schedule, params = draw(schedules())
         parts.append((seq.repeat(times), schedule, (1, n * times, params)))
-    return (fl.Seq.mix([(seq, schedule) for seq, schedule, _ in parts]),
-            [info for _, _, info in parts])
+    return (
+        fl.Seq.mix([(seq, schedule) for seq, schedule, _ in parts]),
+        [info for _, _, info in parts],
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -702,9 +709,12 @@ def test_long_mixes_agree_under_scattered_lookups_and_seeks(mix, data):
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="rng"))
     # Scattered positions, some clustered, looked up unsorted in one call.
     centres = rng.integers(0, n, size=8)
-    pos = np.concatenate([rng.integers(0, n, size=100),
-                          np.clip(centres[:, None] + rng.integers(-50, 50, size=(8, 10)),
-                                  0, n - 1).ravel()])
+    pos = np.concatenate(
+        [
+            rng.integers(0, n, size=100),
+            np.clip(centres[:, None] + rng.integers(-50, 50, size=(8, 10)), 0, n - 1).ravel(),
+        ]
+    )
     o, r = order.lookup(pos)
     assert np.array_equal(o, ords[pos]) and np.array_equal(r, recs[pos])
     cur = order.cursor()
@@ -713,15 +723,17 @@ def test_long_mixes_agree_under_scattered_lookups_and_seeks(mix, data):
         at = start
         for k in (1, 4097, 9000):
             o, r = cur.next_block(k)
-            assert np.array_equal(o, ords[at:at + k]) and np.array_equal(r, recs[at:at + k])
+            assert np.array_equal(o, ords[at : at + k]) and np.array_equal(r, recs[at : at + k])
             at += len(o)
 
 
 def test_the_published_delayed_mix_starts_its_delayed_part_near_position_375():
-    seq = fl.Seq.mix([
-        (fl.Seq.source(300).shuffle(1).cycle_to(750), fl.Schedule.uniform()),
-        (fl.Seq.source(100).shuffle(2).cycle_to(250), fl.Schedule.delayed(0.5)),
-    ])
+    seq = fl.Seq.mix(
+        [
+            (fl.Seq.source(300).shuffle(1).cycle_to(750), fl.Schedule.uniform()),
+            (fl.Seq.source(100).shuffle(2).cycle_to(250), fl.Schedule.delayed(0.5)),
+        ]
+    )
     order = fl.Order(seq)
     assert len(order) == 1000
     ords, _ = items(order)
@@ -732,8 +744,9 @@ def test_the_published_delayed_mix_starts_its_delayed_part_near_position_375():
 
 def test_a_uniform_schedule_orders_like_delayed_zero():
     def order_with(schedule):
-        seq = fl.Seq.mix([fl.Seq.source(37).shuffle(1), (fl.Seq.source(23), schedule),
-                          fl.Seq.source(11)])
+        seq = fl.Seq.mix(
+            [fl.Seq.source(37).shuffle(1), (fl.Seq.source(23), schedule), fl.Seq.source(11)]
+        )
         return items(fl.Order(seq))
 
     uniform = order_with(fl.Schedule.uniform())
@@ -744,8 +757,12 @@ def test_a_uniform_schedule_orders_like_delayed_zero():
 def test_a_shard_of_a_mix_over_many_ranks_walks_in_bounded_memory():
     import tracemalloc
 
-    seq = fl.Seq.mix([fl.Seq.source(10**9).shuffle(1),
-                      (fl.Seq.source(3 * 10**8).shuffle(2), fl.Schedule.ramp(0.1, 0.5))])
+    seq = fl.Seq.mix(
+        [
+            fl.Seq.source(10**9).shuffle(1),
+            (fl.Seq.source(3 * 10**8).shuffle(2), fl.Schedule.ramp(0.1, 0.5)),
+        ]
+    )
     count, index, at = 1024, 3, 12_345
     order = fl.Order(seq.shard(index, count))
     order.cursor(0).next_block(16)  # the kernels (or numpy's path) loaded beforehand

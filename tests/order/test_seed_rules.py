@@ -68,8 +68,7 @@ def check_access(order: fl.Order, expected: list[tuple[int, int]]) -> None:
     n = len(expected)
     for pos in (n - 1, 0, n // 2, 1):
         cursor = order.cursor(pos)
-        got = [(order.sources[it.source_ordinal].id, it.record_index)
-               for it in list(cursor)[:9]]
+        got = [(order.sources[it.source_ordinal].id, it.record_index) for it in list(cursor)[:9]]
         assert got == expected[pos : pos + 9]
     walked = [(order.sources[it.source_ordinal].id, it.record_index) for it in order]
     assert walked == expected
@@ -99,8 +98,8 @@ def test_nested_repeats_match_flat_repeats(base: str, seed: int) -> None:
         "source": lambda: src(0, 37),
         "shuffled-concat": lambda: fl.Seq.concat([src(0, 37), src(1, 19).repeat(2)]).shuffle(11),
         "scheduled-mix": lambda: fl.Seq.mix(
-            [(src(0, 37).repeat(2), fl.Schedule.uniform()),
-             (src(1, 19), fl.Schedule.delayed(0.3))]),
+            [(src(0, 37).repeat(2), fl.Schedule.uniform()), (src(1, 19), fl.Schedule.delayed(0.3))]
+        ),
     }
     build = bases[base]
     expected = records(fl.Order(build().repeat(24), seed=seed))
@@ -159,8 +158,13 @@ def test_mixture_edits_preserve_existing_streams_in_every_epoch(seed: int) -> No
         fl.Seq.mix([deep, b, a]),
         fl.Seq.mix([fl.Seq.mix([a, deep]), b]),
         fl.Seq.mix([fl.Seq.mix([a, b]), deep]),
-        fl.Seq.mix([(b, fl.Schedule.ramp(0.1, 0.8)), (a, fl.Schedule.delayed(0.2)),
-                    (deep, fl.Schedule.uniform())]),
+        fl.Seq.mix(
+            [
+                (b, fl.Schedule.ramp(0.1, 0.8)),
+                (a, fl.Schedule.delayed(0.2)),
+                (deep, fl.Schedule.uniform()),
+            ]
+        ),
         fl.Seq.mix([src(2, 7).repeat(2).repeat(3).take(0), a, b]),
     ]
     expected_a = stream(records(fl.Order(a.repeat(3), seed=seed)), 0)
@@ -196,8 +200,9 @@ def test_concat_grouping_changes_the_shuffle_above_it() -> None:
 
 def test_an_empty_source_still_salts_the_shuffle_above_it() -> None:
     alone = records_plain(fl.Order(fl.Seq.source(40).shuffle(1)))
-    with_empty = records_plain(fl.Order(fl.Seq.concat([fl.Seq.source(0),
-                                                       fl.Seq.source(40)]).shuffle(1)))
+    with_empty = records_plain(
+        fl.Order(fl.Seq.concat([fl.Seq.source(0), fl.Seq.source(40)]).shuffle(1))
+    )
     assert with_empty != alone
     cfg = oracle.C.concat([oracle.src(0), oracle.src(40)]).shuffle(1)
     assert with_empty == [r for _, r in oracle.Config(cfg.d).evaluate(0)]
@@ -225,18 +230,33 @@ def test_a_source_salt_uses_its_original_length_under_a_take() -> None:
 S = fl.Seq.source
 
 
-@pytest.mark.parametrize(("seq", "path", "where"), [
-    (fl.Seq.mix([S(3), S(4)]).shuffle(1), (), "shuffle"),
-    (fl.Seq.mix([S(3)]).shuffle(1), (), "shuffle"),
-    (fl.Seq.mix([]).shuffle(1), (), "shuffle"),
-    (fl.Seq.mix([S(3), S(3)]).take(2).shuffle(1), (), "shuffle"),
-    (fl.Seq.mix([S(3), S(3)]).repeat(2).shuffle(1), (), "shuffle"),
-    (fl.Seq.concat([S(3), fl.Seq.mix([S(2), S(2)]).take(3)]).shuffle(1), (), "shuffle"),
-    (fl.Seq.concat([S(3), fl.Seq.mix([S(2)]).shuffle(2)]).shuffle(1), (0, 1),
-     "shuffle.concat[1].shuffle"),
-    (fl.Seq.mix([S(5), fl.Seq.mix([S(1), S(1)]).shuffle(2)]), (1,), "mix[1].shuffle"),
-], ids=["mix", "single-part", "empty", "under-take", "under-repeat", "in-concat",
-        "nearest-shuffle", "inside-a-mix"])
+@pytest.mark.parametrize(
+    ("seq", "path", "where"),
+    [
+        (fl.Seq.mix([S(3), S(4)]).shuffle(1), (), "shuffle"),
+        (fl.Seq.mix([S(3)]).shuffle(1), (), "shuffle"),
+        (fl.Seq.mix([]).shuffle(1), (), "shuffle"),
+        (fl.Seq.mix([S(3), S(3)]).take(2).shuffle(1), (), "shuffle"),
+        (fl.Seq.mix([S(3), S(3)]).repeat(2).shuffle(1), (), "shuffle"),
+        (fl.Seq.concat([S(3), fl.Seq.mix([S(2), S(2)]).take(3)]).shuffle(1), (), "shuffle"),
+        (
+            fl.Seq.concat([S(3), fl.Seq.mix([S(2)]).shuffle(2)]).shuffle(1),
+            (0, 1),
+            "shuffle.concat[1].shuffle",
+        ),
+        (fl.Seq.mix([S(5), fl.Seq.mix([S(1), S(1)]).shuffle(2)]), (1,), "mix[1].shuffle"),
+    ],
+    ids=[
+        "mix",
+        "single-part",
+        "empty",
+        "under-take",
+        "under-repeat",
+        "in-concat",
+        "nearest-shuffle",
+        "inside-a-mix",
+    ],
+)
 def test_a_shuffle_containing_any_mix_is_an_error(seq, path, where) -> None:
     with pytest.raises(fl.OrderError) as info:
         fl.Order(seq)
@@ -283,12 +303,18 @@ def gsrc(id_: int, length: int) -> fl.Seq:
     return fl.Seq.source(Src(id_, length))
 
 
-@pytest.mark.parametrize(("build", "expected"), [
-    (lambda: fl.Seq.concat([gsrc(0, 300), gsrc(1, 500).shuffle(2)]).shuffle(3),
-     1077492288285509245),
-    (lambda: gsrc(0, 100).shuffle(3).repeat(3).repeat(2), 5178620365869428389),
-    (lambda: gsrc(0, 300).shuffle(5).repeat(2).cycle_to(1000), 5043228978147298754),
-], ids=["shuffle-of-concat", "nested-repeats", "cycle-of-a-shuffled-repeat"])
+@pytest.mark.parametrize(
+    ("build", "expected"),
+    [
+        (
+            lambda: fl.Seq.concat([gsrc(0, 300), gsrc(1, 500).shuffle(2)]).shuffle(3),
+            1077492288285509245,
+        ),
+        (lambda: gsrc(0, 100).shuffle(3).repeat(3).repeat(2), 5178620365869428389),
+        (lambda: gsrc(0, 300).shuffle(5).repeat(2).cycle_to(1000), 5043228978147298754),
+    ],
+    ids=["shuffle-of-concat", "nested-repeats", "cycle-of-a-shuffled-repeat"],
+)
 def test_the_changed_golden_orders_match_the_crate(build, expected: int) -> None:
     # The crate's tests/golden.rs at the seed's state: these three entries were recomputed
     # there from total epochs and configuration salts.
@@ -303,8 +329,10 @@ def test_the_ordering_version_is_2() -> None:
 
 
 def test_a_configuration_saved_with_ordering_version_1_is_refused_naming_both() -> None:
-    text = ('{"format": "feedline.order", "ordering_version": 1, '
-            '"seq": {"source": {"len": 5, "salt": 0}}}')
+    text = (
+        '{"format": "feedline.order", "ordering_version": 1, '
+        '"seq": {"source": {"len": 5, "salt": 0}}}'
+    )
     with pytest.raises(fl.OrderError) as info:
         fl.Seq.from_json(text)
     assert info.value.kind is fl.OrderErrorKind.VERSION_MISMATCH
@@ -402,11 +430,14 @@ def test_max_depth_is_exported_and_enforced() -> None:
     assert info.value.kind is fl.OrderErrorKind.TOO_DEEP
 
 
-@pytest.mark.parametrize(("schedule", "reason"), [
-    (fl.Schedule.delayed(float("nan")), "NON_FINITE"),
-    (fl.Schedule.trapezoid(0.5, 0.4, 0.6, 0.9), "INVALID_BREAKPOINTS"),
-    (fl.Schedule.trapezoid(0.0, 1e-320, 1e-320, 1e-320), "COEFFICIENT_OVERFLOW"),
-])
+@pytest.mark.parametrize(
+    ("schedule", "reason"),
+    [
+        (fl.Schedule.delayed(float("nan")), "NON_FINITE"),
+        (fl.Schedule.trapezoid(0.5, 0.4, 0.6, 0.9), "INVALID_BREAKPOINTS"),
+        (fl.Schedule.trapezoid(0.0, 1e-320, 1e-320, 1e-320), "COEFFICIENT_OVERFLOW"),
+    ],
+)
 def test_an_invalid_schedule_carries_a_schedule_reason(schedule, reason) -> None:
     with pytest.raises(fl.OrderError) as info:
         fl.Order(fl.Seq.mix([S(3), (S(3), schedule)]))

@@ -116,12 +116,14 @@ SOURCES = {
     "dict of numpy arrays": (lambda: {"img": IMGS, "label": LABELS, "extra": np.zeros(3)}, True),
     "dict of torch tensors": (
         lambda: {"img": torch.tensor(IMGS, requires_grad=True), "label": torch.tensor(LABELS)},
-        True),
+        True,
+    ),
     "TensorDataset": (lambda: TensorDataset(torch.tensor(IMGS), torch.tensor(LABELS)), True),
-    "plain TensorDataset subclass": (
-        lambda: Plain(torch.tensor(IMGS), torch.tensor(LABELS)), True),
+    "plain TensorDataset subclass": (lambda: Plain(torch.tensor(IMGS), torch.tensor(LABELS)), True),
     "augmenting TensorDataset subclass": (
-        lambda: Augmented(torch.tensor(IMGS), torch.tensor(LABELS)), False),
+        lambda: Augmented(torch.tensor(IMGS), torch.tensor(LABELS)),
+        False,
+    ),
     "list of dicts": (dict_items, False),
     "list of tuples": (lambda: [(IMGS[i], LABELS[i]) for i in range(N)], False),
     "list of lists": (lambda: [[IMGS[i].tolist(), int(LABELS[i])] for i in range(N)], False),
@@ -179,10 +181,10 @@ def test_an_item_outside_the_dataset_is_an_index_error(source_kind, i):
         make(source_kind)[i]
 
 
-@pytest.mark.parametrize(("indices", "bad"), [([-1], -1), ([3, -N], -N), ([0, N], N),
-                                              ([N + 5, -2], -2)])
-def test_getitems_outside_the_dataset_is_a_bounds_error_naming_the_index(source_kind, indices,
-                                                                          bad):
+@pytest.mark.parametrize(
+    ("indices", "bad"), [([-1], -1), ([3, -N], -N), ([0, N], N), ([N + 5, -2], -2)]
+)
+def test_getitems_outside_the_dataset_is_a_bounds_error_naming_the_index(source_kind, indices, bad):
     # A negative index does not count from the end, in getitems as in ds[i].
     ds = make(source_kind)
     want = f"item {bad} is outside the dataset of {N} items"
@@ -253,8 +255,11 @@ def count_checks(monkeypatch, record) -> list:
     """The calls of ``record.check_columns`` from now on (one per check of columns)."""
     calls: list = []
     real = record.check_columns.__func__
-    monkeypatch.setattr(record, "check_columns", classmethod(
-        lambda cls, *a, **k: calls.append(1) or real(cls, *a, **k)))
+    monkeypatch.setattr(
+        record,
+        "check_columns",
+        classmethod(lambda cls, *a, **k: calls.append(1) or real(cls, *a, **k)),
+    )
     return calls
 
 
@@ -300,8 +305,10 @@ def test_domains_of_arrays_are_checked_on_demand_naming_the_item():
     assert ds.getitems([8])["label"].tolist() == [10]
     with pytest.raises(fl.DomainError) as info:
         ds.check_values()
-    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 8 should "
-                               f"be in Index[C] = [0, 10), got 10")
+    assert str(info.value) == (
+        f"{declared_at('label')}: Digit field `label` of item 8 should "
+        f"be in Index[C] = [0, 10), got 10"
+    )
     with pytest.raises(fl.DomainError, match="of item 8 "):
         ds.getitems([7, 8], check_values=True)
 
@@ -317,8 +324,11 @@ def test_ragged_arrays_are_a_shape_error_naming_the_field():
         x = fl.field("D", "float32")
         y = fl.field((), "int64")
 
-    with pytest.raises(fl.ShapeError, match=r"P field `x` of the dict is not a rectangular "
-                                            r"array: .*inhomogeneous") as info:
+    with pytest.raises(
+        fl.ShapeError,
+        match=r"P field `x` of the dict is not a rectangular "
+        r"array: .*inhomogeneous",
+    ) as info:
         fl.Dataset(P, {"x": [[1, 2], [3]], "y": [1, 2]})
     assert isinstance(info.value.__cause__, ValueError)
     with pytest.raises(fl.ShapeError, match="from_arrays: `x` is not a rectangular array"):
@@ -374,8 +384,8 @@ def test_refresh_takes_the_length_of_a_list_again():
 
 
 @pytest.mark.parametrize(
-    "kind", ["list of dicts", "list of tuples", "list of lists", "__getitems__",
-             "getitems columns"])
+    "kind", ["list of dicts", "list of tuples", "list of lists", "__getitems__", "getitems columns"]
+)
 def test_check_values_reads_a_source_not_in_memory_naming_the_bad_item(kind):
     ds = make(kind)
     ds.check_values()  # every value fits
@@ -389,8 +399,10 @@ def test_check_values_reads_a_source_not_in_memory_naming_the_bad_item(kind):
     ds = fl.Dataset(Digit, source)
     with pytest.raises(fl.DomainError) as info:
         ds.check_values()
-    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 9 should "
-                               f"be in Index[C] = [0, 10), got 10")
+    assert str(info.value) == (
+        f"{declared_at('label')}: Digit field `label` of item 9 should "
+        f"be in Index[C] = [0, 10), got 10"
+    )
     with pytest.raises(fl.DomainError, match="of item 9 "):
         ds.map(lambda ex: ex).check_values()  # a mapped dataset checks its source's items
 
@@ -403,7 +415,10 @@ def test_check_values_reads_a_source_not_in_memory_in_batches_once(monkeypatch):
     ds = fl.Dataset(Digit, source)
     ds.check_values()
     assert [c.tolist() for c in source.calls] == [
-        list(range(0, 5)), list(range(5, 10)), list(range(10, N))]
+        list(range(0, 5)),
+        list(range(5, 10)),
+        list(range(10, N)),
+    ]
     ds.check_values()  # once, until refresh
     assert len(source.calls) == 3
     ds.refresh()
@@ -498,8 +513,10 @@ def test_an_in_place_change_is_checked_again_when_value_checks_are_on():
     td.tensors[1][9] = 10
     with pytest.raises(fl.DomainError) as info:
         list(loader)
-    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 9 should "
-                               f"be in Index[C] = [0, 10), got 10")
+    assert str(info.value) == (
+        f"{declared_at('label')}: Digit field `label` of item 9 should "
+        f"be in Index[C] = [0, 10), got 10"
+    )
     with pytest.raises(fl.DomainError, match="of item 9 "):
         list(fl.Loader(ds, 5, check_values=True))
     assert ds.getitems([9])["label"].tolist() == [10]  # rows read without a value check
@@ -577,8 +594,11 @@ def test_every_item_of_the_wrong_shape_names_the_first_in_the_batch():
 @pytest.mark.parametrize("wrap", [list, Batched])
 def test_items_of_mixed_integer_types_stack_to_the_field_dtype(wrap):
     # np.stack alone would promote uint64 with int64 to float64.
-    items = [{"img": IMGS[0], "label": np.uint64(1)}, {"img": IMGS[1], "label": np.int64(2)},
-             {"img": IMGS[2].astype(np.float32), "label": True}]
+    items = [
+        {"img": IMGS[0], "label": np.uint64(1)},
+        {"img": IMGS[1], "label": np.int64(2)},
+        {"img": IMGS[2].astype(np.float32), "label": True},
+    ]
     ds = fl.Dataset(Digit, wrap(items))
     batch = ds.getitems([0, 1, 2], check_values=True)
     assert batch["label"].dtype == np.int64 and batch["label"].tolist() == [1, 2, 1]
@@ -589,8 +609,11 @@ def test_items_of_mixed_integer_types_stack_to_the_field_dtype(wrap):
 
 def test_an_item_of_mixed_integer_types_that_does_not_fit_is_named():
     items = [{"img": IMGS[0], "label": np.int64(1)}, {"img": IMGS[1], "label": np.uint64(2**63)}]
-    with pytest.raises(fl.ShapeError, match=r"`label` of item 1: 9223372036854775808 does not "
-                                            r"fit int64"):
+    with pytest.raises(
+        fl.ShapeError,
+        match=r"`label` of item 1: 9223372036854775808 does not "
+        r"fit int64",
+    ):
         fl.Dataset(Digit, items).getitems([0, 1])
 
 
@@ -600,8 +623,10 @@ def test_an_item_outside_its_domain_is_a_domain_error_naming_its_index_when_chec
     assert ds[7]["label"] == 17
     with pytest.raises(fl.DomainError) as info:
         ds.getitems([6, 7, 8], check_values=True)
-    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 7 should "
-                               f"be in Index[C] = [0, 10), got 17")
+    assert str(info.value) == (
+        f"{declared_at('label')}: Digit field `label` of item 7 should "
+        f"be in Index[C] = [0, 10), got 17"
+    )
 
 
 def test_getitems_of_a_batched_source_is_one_call_per_batch():
@@ -736,8 +761,9 @@ def test_the_salt_changes_the_shuffle_but_the_seed_fixes_it():
 
 
 def test_from_arrays_builds_a_record_named_by_the_keywords():
-    ds = fl.Dataset.from_arrays(x=np.zeros((10, 3), np.float32), y=np.arange(10),
-                                m=np.ones((10, 2, 2), bool))
+    ds = fl.Dataset.from_arrays(
+        x=np.zeros((10, 3), np.float32), y=np.arange(10), m=np.ones((10, 2, 2), bool)
+    )
     rec = ds.record
     assert issubclass(rec, fl.Record)
     assert list(rec.fields) == ["x", "y", "m"]
@@ -786,46 +812,85 @@ def test_from_arrays_takes_data_nus_flat_vectors_given_n_d_and_l():
     assert got.getitems([1])["x"].tolist() == [[3.0, 4.0, 5.0]]
     assert got.getitems([4])["y"].tolist() == [[0.8, 0.9]]
     assert_same_dataset(
-        fl.Dataset.from_arrays(x=torch.tensor(flat_x), y=list(flat_y), n=np.int64(n), d=d,
-                               l=labels, name="nu"),
-        fl.Dataset.from_arrays(x=flat_x.reshape(n, d), y=flat_y.reshape(n, labels), name="nu"))
+        fl.Dataset.from_arrays(
+            x=torch.tensor(flat_x), y=list(flat_y), n=np.int64(n), d=d, l=labels, name="nu"
+        ),
+        fl.Dataset.from_arrays(x=flat_x.reshape(n, d), y=flat_y.reshape(n, labels), name="nu"),
+    )
 
 
 def test_from_arrays_flat_without_labels_is_the_2d_form_without_labels():
     flat_x = np.arange(8.0)
-    assert_same_dataset(fl.Dataset.from_arrays(x=flat_x, n=4, d=2),
-                        fl.Dataset.from_arrays(x=flat_x.reshape(4, 2)))
-    assert_same_dataset(fl.Dataset.from_arrays(x=flat_x, n=4, d=2, l=0),
-                        fl.Dataset.from_arrays(x=flat_x.reshape(4, 2)))
+    assert_same_dataset(
+        fl.Dataset.from_arrays(x=flat_x, n=4, d=2), fl.Dataset.from_arrays(x=flat_x.reshape(4, 2))
+    )
+    assert_same_dataset(
+        fl.Dataset.from_arrays(x=flat_x, n=4, d=2, l=0),
+        fl.Dataset.from_arrays(x=flat_x.reshape(4, 2)),
+    )
     # l = 0 with a y of no numbers: labels of no values, as data.nu's empty y
-    assert_same_dataset(fl.Dataset.from_arrays(x=flat_x, y=np.zeros(0), n=4, d=2, l=0),
-                        fl.Dataset.from_arrays(x=flat_x.reshape(4, 2), y=np.zeros((4, 0))))
+    assert_same_dataset(
+        fl.Dataset.from_arrays(x=flat_x, y=np.zeros(0), n=4, d=2, l=0),
+        fl.Dataset.from_arrays(x=flat_x.reshape(4, 2), y=np.zeros((4, 0))),
+    )
 
 
-@pytest.mark.parametrize(("arrays", "error", "message"), [
-    (dict(x=np.zeros(11), n=4, d=3), fl.ShapeError,
-     "from_arrays: `x` should hold n*d = 4*3 = 12 numbers, got 11"),
-    (dict(x=np.zeros(12), y=np.zeros(7), n=4, d=3, l=2), fl.ShapeError,
-     "from_arrays: `y` should hold n*l = 4*2 = 8 numbers, got 7"),
-    (dict(x=np.zeros((4, 3)), n=4, d=3), fl.ShapeError,
-     "from_arrays: `x` should be a flat vector of n*d = 4*3 = 12 numbers, got shape (4, 3)"),
-    (dict(x=np.zeros(12), n=4, d=3, l=2), fl.ShapeError,
-     "from_arrays: l = 2 labels per example, but no `y`"),
-    (dict(x=np.zeros(12), y=np.zeros(8), n=4, d=3), fl.RecordError,
-     "from_arrays: the flat form (n=...) needs l, the labels per example of `y`"),
-    (dict(x=np.zeros(12), n=4), fl.RecordError,
-     "from_arrays: the flat form (n=...) needs d, the features per example of `x`"),
-    (dict(x=np.zeros(12), d=3), fl.RecordError,
-     "from_arrays: the flat form needs n, the number of examples (given: d)"),
-    (dict(x=np.zeros(12), n=4.0, d=3), fl.RecordError,
-     "from_arrays: n must be an int, got 4.0"),
-    (dict(x=np.zeros(12), n=True, d=3), fl.RecordError,
-     "from_arrays: n must be an int, got True"),
-    (dict(x=np.zeros(12), n=4, d=np.zeros(3)), fl.RecordError,
-     "from_arrays: d must be an int, got an array of shape (3,)"),
-    (dict(x=np.zeros(12), n=-4, d=-3), fl.ShapeError,
-     "from_arrays: n must be >= 0, got -4"),
-])
+@pytest.mark.parametrize(
+    ("arrays", "error", "message"),
+    [
+        (
+            dict(x=np.zeros(11), n=4, d=3),
+            fl.ShapeError,
+            "from_arrays: `x` should hold n*d = 4*3 = 12 numbers, got 11",
+        ),
+        (
+            dict(x=np.zeros(12), y=np.zeros(7), n=4, d=3, l=2),
+            fl.ShapeError,
+            "from_arrays: `y` should hold n*l = 4*2 = 8 numbers, got 7",
+        ),
+        (
+            dict(x=np.zeros((4, 3)), n=4, d=3),
+            fl.ShapeError,
+            "from_arrays: `x` should be a flat vector of n*d = 4*3 = 12 numbers, got shape (4, 3)",
+        ),
+        (
+            dict(x=np.zeros(12), n=4, d=3, l=2),
+            fl.ShapeError,
+            "from_arrays: l = 2 labels per example, but no `y`",
+        ),
+        (
+            dict(x=np.zeros(12), y=np.zeros(8), n=4, d=3),
+            fl.RecordError,
+            "from_arrays: the flat form (n=...) needs l, the labels per example of `y`",
+        ),
+        (
+            dict(x=np.zeros(12), n=4),
+            fl.RecordError,
+            "from_arrays: the flat form (n=...) needs d, the features per example of `x`",
+        ),
+        (
+            dict(x=np.zeros(12), d=3),
+            fl.RecordError,
+            "from_arrays: the flat form needs n, the number of examples (given: d)",
+        ),
+        (
+            dict(x=np.zeros(12), n=4.0, d=3),
+            fl.RecordError,
+            "from_arrays: n must be an int, got 4.0",
+        ),
+        (
+            dict(x=np.zeros(12), n=True, d=3),
+            fl.RecordError,
+            "from_arrays: n must be an int, got True",
+        ),
+        (
+            dict(x=np.zeros(12), n=4, d=np.zeros(3)),
+            fl.RecordError,
+            "from_arrays: d must be an int, got an array of shape (3,)",
+        ),
+        (dict(x=np.zeros(12), n=-4, d=-3), fl.ShapeError, "from_arrays: n must be >= 0, got -4"),
+    ],
+)
 def test_from_arrays_flat_vectors_that_do_not_fit_n_d_l_are_refused(arrays, error, message):
     with pytest.raises(error) as info:
         fl.Dataset.from_arrays(**arrays)
@@ -848,7 +913,8 @@ def test_shuffle_is_a_seeded_seq_over_every_item():
     assert sorted(it.record_index for it in order) == list(range(N))
     assert [it.record_index for it in order] == [it.record_index for it in fl.Order(ds.shuffle(1))]
     assert fl.Order(ds.shuffle(np.int64(1))).lookup(np.arange(N))[1].tolist() == [
-        it.record_index for it in order]
+        it.record_index for it in order
+    ]
 
 
 @pytest.mark.parametrize("seed", [1.5, True, False, "1", None, 1.0])
@@ -914,8 +980,9 @@ def test_the_repr_says_what_the_dataset_is():
 # -- hostile indices and names (issue 15) -----------------------------------------------------
 
 
-@pytest.mark.parametrize("indices", [[1.5], np.array([1.0]), [True], ["1"]],
-                         ids=["float", "float array", "bool", "str"])
+@pytest.mark.parametrize(
+    "indices", [[1.5], np.array([1.0]), [True], ["1"]], ids=["float", "float array", "bool", "str"]
+)
 def test_getitems_refuses_indices_that_are_not_integers(indices):
     ds = fl.Dataset.from_arrays(x=np.arange(10.0).reshape(5, 2))
     with pytest.raises(TypeError, match="integer"):

@@ -63,8 +63,10 @@ def domain_error(record, item, index=None) -> str:
 
 def test_an_index_error_reads_like_shapescripts():
     msg = domain_error(Digit, (np.zeros(4), 12), 37)
-    assert msg == (f"{declared_at('label')}: Digit field `label` of item 37 should be in "
-                   f"Index[C] = [0, 10), got 12")
+    assert msg == (
+        f"{declared_at('label')}: Digit field `label` of item 37 should be in "
+        f"Index[C] = [0, 10), got 12"
+    )
 
 
 def test_an_index_error_without_an_index_speaks_of_an_item():
@@ -254,8 +256,9 @@ def test_columns_are_checked_and_converted_batch_first():
 
 
 def test_columns_take_torch_tensors_and_lists():
-    out = Digit.check_columns({"img": torch.ones(2, 4, dtype=torch.float64),
-                               "label": [3, 4]}, check_values=True)
+    out = Digit.check_columns(
+        {"img": torch.ones(2, 4, dtype=torch.float64), "label": [3, 4]}, check_values=True
+    )
     assert out["img"].dtype == np.float32 and out["label"].tolist() == [3, 4]
 
 
@@ -266,21 +269,28 @@ def test_columns_skip_domains_unless_asked():
 
 def test_a_column_domain_error_names_the_first_offending_rows_item():
     with pytest.raises(fl.DomainError) as info:
-        Digit.check_columns(columns(3, np.array([1, 13, 12])), np.array([5, 6, 7]),
-                            check_values=True)
-    assert str(info.value) == (f"{declared_at('label')}: Digit field `label` of item 6 should "
-                               f"be in Index[C] = [0, 10), got 13")
+        Digit.check_columns(
+            columns(3, np.array([1, 13, 12])), np.array([5, 6, 7]), check_values=True
+        )
+    assert str(info.value) == (
+        f"{declared_at('label')}: Digit field `label` of item 6 should "
+        f"be in Index[C] = [0, 10), got 13"
+    )
 
 
 def test_the_first_offending_row_is_first_in_the_batch_not_lowest_in_the_source():
     with pytest.raises(fl.DomainError, match=r"of item 9 .* got -1$"):
-        Digit.check_columns(columns(3, np.array([1, -1, 10])), np.array([4, 9, 2]),
-                            check_values=True)
+        Digit.check_columns(
+            columns(3, np.array([1, -1, 10])), np.array([4, 9, 2]), check_values=True
+        )
 
 
 def test_a_column_domain_error_in_a_field_with_axes_names_the_row_and_its_value():
-    cols = {"ids": np.array([[0, 1, 2], [4, 4, 4], [0, 1, 7]]),
-            "mask": np.ones((3, 3), bool), "prob": np.array([0.1, 0.2, 0.3])}
+    cols = {
+        "ids": np.array([[0, 1, 2], [4, 4, 4], [0, 1, 7]]),
+        "mask": np.ones((3, 3), bool),
+        "prob": np.array([0.1, 0.2, 0.3]),
+    }
     with pytest.raises(fl.DomainError, match=r"`ids` of item 12 should be in .* got 7$"):
         Tokens.check_columns(cols, np.array([10, 11, 12]), check_values=True)
 
@@ -291,16 +301,21 @@ def test_a_column_domain_error_without_indices_speaks_of_an_item():
 
 
 def test_an_empty_batch_of_columns_is_fine():
-    out = Digit.check_columns({"img": np.zeros((0, 4)), "label": np.zeros(0, np.int64)},
-                              np.zeros(0, np.int64), check_values=True)
+    out = Digit.check_columns(
+        {"img": np.zeros((0, 4)), "label": np.zeros(0, np.int64)},
+        np.zeros(0, np.int64),
+        check_values=True,
+    )
     assert out["img"].shape == (0, 4) and out["label"].shape == (0,)
 
 
 def test_a_column_with_the_wrong_item_shape_is_a_batch_shape_error():
     with pytest.raises(fl.ShapeError) as info:
         Digit.check_columns({"img": np.zeros((3, 5)), "label": np.arange(3)}, np.array([5, 6, 7]))
-    assert str(info.value) == (f"{declared_at('img')}: Digit field `img` of items from item 5 "
-                               f"should be [D] = (4,), got shape (5,)")
+    assert str(info.value) == (
+        f"{declared_at('img')}: Digit field `img` of items from item 5 "
+        f"should be [D] = (4,), got shape (5,)"
+    )
 
 
 @pytest.mark.parametrize("img", [np.zeros(4), np.zeros((3,)), np.zeros((3, 4, 1)), np.float32(1)])
@@ -327,8 +342,9 @@ def test_a_missing_column_is_a_shape_error_naming_the_field():
 
 
 def test_a_column_of_the_wrong_kind_is_a_shape_error_naming_the_batch():
-    with pytest.raises(fl.ShapeError,
-                       match=r"`label` of the batch of items from 5 should be int64"):
+    with pytest.raises(
+        fl.ShapeError, match=r"`label` of the batch of items from 5 should be int64"
+    ):
         Digit.check_columns(columns(3, np.arange(3.0)), np.array([5, 6, 7]))
 
 

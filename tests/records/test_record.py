@@ -68,9 +68,21 @@ def test_fields_keep_their_declaration_order_shape_dtype_domain_and_doc():
     img, label = Digit.fields.values()
     assert isinstance(img, fl.Field)
     assert (img.name, img.shape, img.dtype, img.domain, img.doc, img.dims) == (
-        "img", (64,), np.dtype("float32"), None, "pixels", ("D",))
+        "img",
+        (64,),
+        np.dtype("float32"),
+        None,
+        "pixels",
+        ("D",),
+    )
     assert (label.name, label.shape, label.dtype, label.domain, label.doc, label.dims) == (
-        "label", (), np.dtype("int64"), fl.Index("C"), None, ())
+        "label",
+        (),
+        np.dtype("int64"),
+        fl.Index("C"),
+        None,
+        (),
+    )
 
 
 def test_a_field_knows_the_file_and_line_that_declared_it():
@@ -78,8 +90,9 @@ def test_a_field_knows_the_file_and_line_that_declared_it():
     assert Digit.label.where == declared_at("label")
 
 
-needs_columns = pytest.mark.skipif(sys.version_info < (3, 11),
-                                   reason="Python 3.10 gives no columns")
+needs_columns = pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="Python 3.10 gives no columns"
+)
 
 
 def column_of(marker: str, text: str) -> str:
@@ -100,7 +113,8 @@ def test_a_field_is_located_at_its_name_as_shapescript_does():
 def test_a_field_declared_over_several_lines_is_located_at_its_name():
     class Wide(fl.Record):
         a: object = fl.field(  # <wide>
-            (), "int64")
+            (), "int64"
+        )
 
     assert Wide.a.where == column_of("wide", "a: object")
 
@@ -119,20 +133,27 @@ def test_a_field_not_assigned_to_a_name_is_located_at_its_call():
 @needs_columns
 def test_a_field_without_source_text_is_located_by_the_code_alone():
     namespace: dict = {"fl": fl}
-    exec(compile("class R(fl.Record):\n    x = fl.field((), 'int64')\n", "<made>", "exec"),
-         namespace)
+    exec(
+        compile("class R(fl.Record):\n    x = fl.field((), 'int64')\n", "<made>", "exec"), namespace
+    )
     assert namespace["R"].x.where == "<made>:2:5"
 
 
 def test_without_columns_a_field_is_located_at_its_line():
     import subprocess
 
-    code = ("import feedline as fl\n"
-            "class R(fl.Record):\n"
-            "    x = fl.field((), 'int64')\n"
-            "print(R.x.where)\n")
-    out = subprocess.run([sys.executable, "-X", "no_debug_ranges", "-c", code],
-                         capture_output=True, text=True, check=True)
+    code = (
+        "import feedline as fl\n"
+        "class R(fl.Record):\n"
+        "    x = fl.field((), 'int64')\n"
+        "print(R.x.where)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-X", "no_debug_ranges", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "<string>:3"
 
 
@@ -169,10 +190,20 @@ def test_a_list_shape_reads_like_a_tuple():
 
 
 def test_dtypes_are_given_as_anything_numpy_reads():
-    R = record({"a": fl.field((), np.float16), "b": fl.field((), "u1"), "c": fl.field((), bool),
-                "d": fl.field((), "complex64")})
+    R = record(
+        {
+            "a": fl.field((), np.float16),
+            "b": fl.field((), "u1"),
+            "c": fl.field((), bool),
+            "d": fl.field((), "complex64"),
+        }
+    )
     assert [f.dtype for f in R.fields.values()] == [
-        np.dtype("float16"), np.dtype("uint8"), np.dtype("bool"), np.dtype("complex64")]
+        np.dtype("float16"),
+        np.dtype("uint8"),
+        np.dtype("bool"),
+        np.dtype("complex64"),
+    ]
 
 
 def test_methods_properties_and_classmethods_may_live_in_the_body():
@@ -378,11 +409,17 @@ def test_a_schema_rebuilds_the_record_it_came_from():
     assert rebuilt.schema() == Digit.schema() and rebuilt.same_schema(Digit)
 
 
-@pytest.mark.parametrize(("name", "class_name"), [
-    ("mnist-train", "mnist_train"), ("my data.v2", "my_data_v2"), ("3d", "_3d"),
-    ("", "_"), ("Arrays", "Arrays")])
-def test_a_run_time_record_is_named_by_an_identifier_and_keeps_the_name_in_where(name,
-                                                                               class_name):
+@pytest.mark.parametrize(
+    ("name", "class_name"),
+    [
+        ("mnist-train", "mnist_train"),
+        ("my data.v2", "my_data_v2"),
+        ("3d", "_3d"),
+        ("", "_"),
+        ("Arrays", "Arrays"),
+    ],
+)
+def test_a_run_time_record_is_named_by_an_identifier_and_keeps_the_name_in_where(name, class_name):
     R = make_record(name, {"x": ((2,), "float32")})
     assert R.__name__ == class_name and R.fields["x"].where == f"<{name}>"
 
@@ -401,7 +438,8 @@ def test_a_pickled_run_time_record_keeps_where_its_fields_came_from():
     for rec in (R, from_file):
         again = pickle.loads(pickle.dumps(rec))
         assert {k: f.where for k, f in again.fields.items()} == {
-            k: f.where for k, f in rec.fields.items()}
+            k: f.where for k, f in rec.fields.items()
+        }
     with pytest.raises(fl.ShapeError, match=r"^<m>: m field `x` of item 0 should be"):
         pickle.loads(pickle.dumps(R)).check({"x": [1], "y": 0}, 0)
 
@@ -434,8 +472,11 @@ def test_a_schema_without_stored_shapes_rebuilds_from_the_dims():
     assert record_from_schema(schema, "digit.json").img.shape == (64,)
 
 
-@pytest.mark.parametrize("dims", [[float("inf")], [float("nan")], [2.7], [64.0], [True],
-                                  [-1], [None], [[64]], "D", None], ids=repr)
+@pytest.mark.parametrize(
+    "dims",
+    [[float("inf")], [float("nan")], [2.7], [64.0], [True], [-1], [None], [[64]], "D", None],
+    ids=repr,
+)
 def test_schema_dims_that_are_not_names_or_ints_are_a_record_error(dims):
     # int(d) used to turn 2.7 into 2, True into 1 and Infinity into an OverflowError.
     msg = schema_error(lambda s: s["fields"][0].update(dims=dims, shape=dims))
@@ -448,8 +489,9 @@ def test_a_stored_shape_that_the_dims_do_not_resolve_to_is_a_record_error(shape)
     assert "`img`" in msg and "stored shape" in msg and "[64]" in msg
 
 
-@pytest.mark.parametrize("name", [5, None, "_img", "__slots__", "fields", "dims", "check"],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "name", [5, None, "_img", "__slots__", "fields", "dims", "check"], ids=repr
+)
 def test_a_schema_field_name_a_record_cannot_hold_is_a_record_error(name):
     assert repr(name) in schema_error(lambda s: s["fields"][0].update(name=name))
 
@@ -580,7 +622,8 @@ def test_a_kind_error_names_the_field_the_item_and_the_values_dtype():
         Digit.check((image(), 2.0), 11)
     assert str(info.value) == (
         f"{declared_at('label')}: Digit field `label` of item 11 should be int64 "
-        f"(integers or booleans), got float64 values")
+        f"(integers or booleans), got float64 values"
+    )
 
 
 def test_values_are_converted_to_the_field_dtype():
@@ -598,15 +641,18 @@ class Half(fl.Record):
 def test_a_number_that_overflows_a_float_field_is_a_shape_error_not_inf(value):
     with pytest.raises(fl.ShapeError) as info:
         Half.check({"x": value}, 5)
-    assert str(info.value) == (f"{declared_at('half')}: Half field `x` of item 5: "
-                               f"{np.asarray(value).item()!r} does not fit float16")
+    assert str(info.value) == (
+        f"{declared_at('half')}: Half field `x` of item 5: "
+        f"{np.asarray(value).item()!r} does not fit float16"
+    )
 
 
 def test_a_column_that_overflows_a_float_field_names_the_first_bad_rows_item():
     with pytest.raises(fl.ShapeError) as info:
         Half.check_columns({"x": np.array([1, 70000, -70000])}, np.array([4, 9, 2]))
-    assert str(info.value) == (f"{declared_at('half')}: Half field `x` of item 9: "
-                               f"70000 does not fit float16")
+    assert str(info.value) == (
+        f"{declared_at('half')}: Half field `x` of item 9: 70000 does not fit float16"
+    )
 
 
 def test_an_infinite_value_is_not_an_overflow():
@@ -621,8 +667,9 @@ class Byte(fl.Record):
 def test_a_column_that_overflows_an_integer_field_names_the_first_bad_rows_item():
     with pytest.raises(fl.ShapeError) as info:
         Byte.check_columns({"y": np.array([1, 2, 300])}, np.array([10, 11, 12]))
-    assert str(info.value) == (f"{declared_at('byte')}: Byte field `y` of item 12: "
-                               f"300 does not fit uint8")
+    assert str(info.value) == (
+        f"{declared_at('byte')}: Byte field `y` of item 12: 300 does not fit uint8"
+    )
 
 
 def test_an_overflow_in_a_field_with_axes_names_the_row_and_its_value():
@@ -640,8 +687,8 @@ def test_a_shape_error_reads_like_shapescripts():
     with pytest.raises(fl.ShapeError) as info:
         Digit.check({"img": np.zeros(63), "label": 1}, 37)
     assert str(info.value) == (
-        f"{declared_at('img')}: Digit field `img` of item 37 should be [D] = (64,), "
-        f"got shape (63,)")
+        f"{declared_at('img')}: Digit field `img` of item 37 should be [D] = (64,), got shape (63,)"
+    )
 
 
 def test_a_shape_error_without_an_index_speaks_of_an_item():
@@ -720,11 +767,13 @@ def test_converting_a_value_does_not_touch_the_item():
     assert img[0] == 0 and item["img"] is img
 
 
-
 def test_a_record_can_be_built_programmatically_with_type():
     # Issue 14: type("Row", (fl.Record,), attrs, dims=...) raised AttributeError.
-    attrs = {"x": fl.field("D", "float32"), "y": fl.field((), "int64", domain=fl.Index("C")),
-             "__doc__": "A row built at run time."}
+    attrs = {
+        "x": fl.field("D", "float32"),
+        "y": fl.field((), "int64", domain=fl.Index("C")),
+        "__doc__": "A row built at run time.",
+    }
     Row = type("Row", (fl.Record,), attrs, dims={"D": 3, "C": 4})
     assert list(Row.fields) == ["x", "y"]
     assert Row.fields["x"].shape == (3,)

@@ -56,8 +56,9 @@ def snap(batch: Any, case: Case) -> tuple:
     assert (i[:size] == recs[:size]).all(), "a row holds another record than it names"
     want_x = np.stack([src[:size], i[:size], src[:size] * 1000 + i[:size]], axis=1)
     assert (x[:size] == want_x).all()
-    assert not src[size:].any() and not i[size:].any() and not x[size:].any(), \
+    assert not src[size:].any() and not i[size:].any() and not x[size:].any(), (
         "padding rows are not zero"
+    )
     return (size, rows, pos[:size].tolist(), ords[:size].tolist(), recs[:size].tolist())
 
 
@@ -89,8 +90,14 @@ def take(loader: fl.Loader, count: int | None, case: Case, limit: int) -> list[t
     return out
 
 
-def resumed_stream(case: Case, cuts: tuple[int, ...], total: int, *,
-                   shard: tuple[int, int] | None = None, workers: int = 0) -> list[tuple]:
+def resumed_stream(
+    case: Case,
+    cuts: tuple[int, ...],
+    total: int,
+    *,
+    shard: tuple[int, int] | None = None,
+    workers: int = 0,
+) -> list[tuple]:
     """The stream of ``total`` batches read by a chain of fresh loaders, each resumed
     from the previous one's state (through JSON) after the batches up to each cut."""
     got: list[tuple] = []
@@ -141,8 +148,7 @@ def check_counts(got: list[tuple[int, int]], case: Case) -> None:
     """The pass holds the records the count model predicts (when it can tell)."""
     if case.counts is None or case.tail == "drop_last":
         return
-    want = Counter({(k, r): int(c) for k, v in case.counts.items() for r, c in enumerate(v)
-                    if c})
+    want = Counter({(k, r): int(c) for k, v in case.counts.items() for r, c in enumerate(v) if c})
     assert Counter((case.ids[o], r) for o, r in got) == want, "a pass lost or repeated records"
 
 
@@ -165,7 +171,7 @@ def check_case(case: Case) -> dict[str, int]:
         order = case.source() if case.as_order else fl.Order(case.seq, seed=case.seed or 0)
         assert order.length == case.length
         want0 = [(it.source_ordinal, it.record_index) for it in order]
-        assert got0 == want0[:len(got0)], "pass 0 is not the order"
+        assert got0 == want0[: len(got0)], "pass 0 is not the order"
     else:
         recs = [r for _, r in got0]
         if case.tail != "drop_last":
@@ -193,19 +199,24 @@ def check_case(case: Case) -> dict[str, int]:
             # round-robin: shard position j is position i + j*k (of a plain dataset's
             # shuffled order too: contract 2, shard deals; split is data.nu's slice)
             whole_items = items(whole[e])
-            assert all(got[j] == whole_items[i + j * k] for j in range(len(got))
-                       if i + j * k < len(whole_items)), "a shard is not its positions"
+            assert all(
+                got[j] == whole_items[i + j * k]
+                for j in range(len(got))
+                if i + j * k < len(whole_items)
+            ), "a shard is not its positions"
             seen.update((e, i + j * k) for j in range(len(got)))
         if i == case.resume_shard:
             flat_i = [s for p in passes for s in p]
-            assert resumed_stream(case, (case.shard_cut,), len(flat_i), shard=(i, k)) == flat_i, \
+            assert resumed_stream(case, (case.shard_cut,), len(flat_i), shard=(i, k)) == flat_i, (
                 "a resumed shard differs"
+            )
             stats["resumes"] += 1
         stats["shards"] += 1
     assert all(c == 1 for c in seen.values()), "shards overlap"
     if case.tail != "drop_last":
-        assert set(seen) == {(e, p) for e in range(case.passes) for p in range(case.length)}, \
+        assert set(seen) == {(e, p) for e in range(case.passes) for p in range(case.length)}, (
             "the shards do not cover the pass"
+        )
     if case.tail != "drop_last":
         check_elastic(case, items(whole[0]))
         stats["elastic resumes"] += 1
@@ -246,8 +257,13 @@ def check_workers_case(case: Case) -> dict[str, int]:
         segments = {s.name.lstrip("/") for s in loader._workers_pool().slots}
         got = [s for p in run_passes(loader, case.passes, case) for s in p]
     assert got == want, "workers changed the stream"
-    assert resumed_stream(case, case.cuts, len(want), shard=shard, workers=case.workers) == want, \
+    assert resumed_stream(case, case.cuts, len(want), shard=shard, workers=case.workers) == want, (
         "a resumed stream with workers differs"
+    )
     assert not segments & set(os.listdir("/dev/shm")), "shared memory left after close"
-    return {"cases": 1, "batches": len(want), "resumes": len(case.cuts),
-            "shards": int(shard is not None)}
+    return {
+        "cases": 1,
+        "batches": len(want),
+        "resumes": len(case.cuts),
+        "shards": int(shard is not None),
+    }

@@ -21,16 +21,23 @@ def fuzz_formats() -> ModuleType:
     module = sys.modules.get("fuzz_formats")
     if module is None:
         spec = importlib.util.spec_from_file_location(
-            "fuzz_formats", ROOT / "benchmarks" / "fuzz_formats.py")
+            "fuzz_formats", ROOT / "benchmarks" / "fuzz_formats.py"
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules["fuzz_formats"] = module
         spec.loader.exec_module(module)
     return module
 
 
-def sample(fmt: str, cases: int, seed: int, directory: Path, timeout: float = 5.0,
-           fs_share: float = 0.05, by_kind: Counter | None = None
-           ) -> tuple[Counter, list[tuple[int, str, BaseException]]]:
+def sample(
+    fmt: str,
+    cases: int,
+    seed: int,
+    directory: Path,
+    timeout: float = 5.0,
+    fs_share: float = 0.05,
+    by_kind: Counter | None = None,
+) -> tuple[Counter, list[tuple[int, str, BaseException]]]:
     """Outcomes of ``cases`` fuzz cases of ``fmt`` (the run ``--seed seed --fs-share
     fs_share`` of the script would make), and the failures as (case seed, mutation,
     exception); ``by_kind`` (if given) counts (mutation, outcome) pairs;
@@ -44,8 +51,7 @@ def sample(fmt: str, cases: int, seed: int, directory: Path, timeout: float = 5.
     try:
         for i in range(cases):
             case_seed = seed * 1_000_000_007 + i
-            outcome, kind, exc = fuzz.run_case(fmt, bases[fmt], case_seed, path, timeout,
-                                               fs_share)
+            outcome, kind, exc = fuzz.run_case(fmt, bases[fmt], case_seed, path, timeout, fs_share)
             counts[outcome] += 1
             if by_kind is not None:
                 by_kind[kind, outcome] += 1

@@ -50,15 +50,23 @@ class Big(fl.Record, dims={"D": 64}):
 
 def flr_columns(seed: int, rows: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"x": rng.standard_normal((rows, 64)).astype(np.float32),
-            "y": np.arange(rows, dtype=np.int64) + seed}
+    return {
+        "x": rng.standard_normal((rows, 64)).astype(np.float32),
+        "y": np.arange(rows, dtype=np.int64) + seed,
+    }
 
 
 def nndataset_build(seed: int, docs: int) -> fl.nndataset.Build:
     rng = np.random.default_rng(seed)
     train = [rng.integers(0, 50_000, 20_000 + k) for k in range(docs)]
-    return fl.nndataset.Build({"tokens": 50_000, "name": "bytes", "ids": [1, 2, 3]},
-                              "corpus.txt", "ab" * 32, docs, train_docs=train, created=1)
+    return fl.nndataset.Build(
+        {"tokens": 50_000, "name": "bytes", "ids": [1, 2, 3]},
+        "corpus.txt",
+        "ab" * 32,
+        docs,
+        train_docs=train,
+        created=1,
+    )
 
 
 def prepare(kind: str, seed: int, size: int) -> Callable[[str | os.PathLike[str]], object]:
@@ -70,7 +78,8 @@ def prepare(kind: str, seed: int, size: int) -> Callable[[str | os.PathLike[str]
     if kind == "flr-stream":  # items streamed through one spool per field
         cols = flr_columns(seed, size)
         return lambda path: fl.recfile.write(
-            path, Big, ({"x": cols["x"][i], "y": cols["y"][i]} for i in range(size)))
+            path, Big, ({"x": cols["x"][i], "y": cols["y"][i]} for i in range(size))
+        )
     build = nndataset_build(seed, size)
     return lambda path: fl.nndataset.write(path, build)
 
@@ -111,9 +120,13 @@ class Outcome:
 
 def _child(kind: str, target: Path, seed: int, size: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, kind, str(target), str(seed),
-                             str(size)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, kind, str(target), str(seed), str(size)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
     ready, _, _ = select.select([proc.stdout], [], [], 60)
     line = proc.stdout.readline() if ready else b""
     if line.strip() != b"go":
@@ -172,9 +185,11 @@ def classify(kind: str, target: Path, old: bytes | None, new: bytes, killed: boo
         if data == new:
             state = "new"
         else:
-            assert data == old, (f"the target is partial: {len(data)} bytes, neither the old "
-                                 f"({None if old is None else len(old)}) nor the new "
-                                 f"({len(new)}) file")
+            assert data == old, (
+                f"the target is partial: {len(data)} bytes, neither the old "
+                f"({None if old is None else len(old)}) nor the new "
+                f"({len(new)}) file"
+            )
             state = "old"
         check_file(kind, target)
     if not killed:

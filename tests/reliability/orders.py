@@ -29,8 +29,11 @@ def source_dataset(k: int, n: int, workers: bool) -> fl.Dataset:
     when the case runs with workers."""
     i = np.arange(n, dtype=np.int64)
     ds = fl.Dataset.from_arrays(
-        name=f"s{k}", src=np.full(n, k, np.int64), i=i,
-        x=np.stack([np.full(n, k), i, k * 1000 + i], axis=1).astype(np.float32).reshape(n, 3))
+        name=f"s{k}",
+        src=np.full(n, k, np.int64),
+        i=i,
+        x=np.stack([np.full(n, k), i, k * 1000 + i], axis=1).astype(np.float32).reshape(n, 3),
+    )
     return ds.map(maps.identity) if workers else ds
 
 
@@ -63,8 +66,7 @@ class Node:
 @st.composite
 def schedules(draw) -> fl.Schedule:
     kind = draw(st.sampled_from(["uniform", "delayed", "ramp", "until", "fade", "trapezoid"]))
-    s, f, d, o = sorted(p / 20 for p in draw(st.lists(st.integers(0, 20), min_size=4,
-                                                       max_size=4)))
+    s, f, d, o = sorted(p / 20 for p in draw(st.lists(st.integers(0, 20), min_size=4, max_size=4)))
     if kind == "uniform":
         return fl.Schedule.uniform()
     if kind == "delayed":
@@ -90,11 +92,13 @@ def _node(draw, depth: int, leaves: list[fl.Dataset], workers: bool) -> Node:
         if draw(st.booleans()):
             seq = seq.shuffle(draw(SEEDS))
         return Node(seq, n, {k: np.ones(n, np.int64)}, False)
-    op = draw(st.sampled_from(["shuffle", "concat", "mix", "mix", "repeat", "cycle_to", "take",
-                               "skip", "step_by"]))
+    op = draw(
+        st.sampled_from(
+            ["shuffle", "concat", "mix", "mix", "repeat", "cycle_to", "take", "skip", "step_by"]
+        )
+    )
     if op in ("concat", "mix"):
-        parts = [_node(draw, depth - 1, leaves, workers)
-                 for _ in range(draw(st.integers(1, 3)))]
+        parts = [_node(draw, depth - 1, leaves, workers) for _ in range(draw(st.integers(1, 3)))]
         length = sum(p.length for p in parts)
         if length > MAX_LEN:  # too long: keep the first part alone
             return parts[0]
@@ -116,8 +120,12 @@ def _node(draw, depth: int, leaves: list[fl.Dataset], workers: bool) -> Node:
     if op == "cycle_to":
         if n == 0:  # cycling an empty sequence to a positive length is an error
             return Node(child.seq.cycle_to(0), 0, _scaled(child.counts, 0), child.has_mix)
-        length = draw(st.one_of(st.integers(0, min(2 * n, MAX_LEN)),
-                                st.sampled_from([n * m for m in (1, 2, 3) if n * m <= MAX_LEN])))
+        length = draw(
+            st.one_of(
+                st.integers(0, min(2 * n, MAX_LEN)),
+                st.sampled_from([n * m for m in (1, 2, 3) if n * m <= MAX_LEN]),
+            )
+        )
         counts = _scaled(child.counts, length // n) if length % n == 0 else None
         return Node(child.seq.cycle_to(length), length, counts, child.has_mix)
     if op in ("take", "skip"):
@@ -205,11 +213,36 @@ def cases(draw, workers: int = 0) -> Case:
     # Resume points anywhere in the stream, its ends included (estimated from the
     # unsharded length; points past the end resume an exhausted loader).
     steps = n // b if tail == "drop_last" else -(-n // b)
-    cuts = tuple(sorted(draw(st.lists(st.integers(0, steps * passes + 1), min_size=1,
-                                      max_size=1 if mapped else 3))))
+    cuts = tuple(
+        sorted(
+            draw(
+                st.lists(
+                    st.integers(0, steps * passes + 1), min_size=1, max_size=1 if mapped else 3
+                )
+            )
+        )
+    )
     resume_shard = draw(st.integers(0, shards - 1))
     shard_cut = draw(st.integers(0, -(-steps // shards) * passes + 1))
     new_shards = draw(st.integers(1, 5))
     elastic_step = draw(st.integers(0, -(-steps // shards) + 1))
-    return Case(ds, seq, as_order, n, counts, ids, b, seed, tail, even, passes, cuts,
-                shards, resume_shard, shard_cut, new_shards, elastic_step, workers)
+    return Case(
+        ds,
+        seq,
+        as_order,
+        n,
+        counts,
+        ids,
+        b,
+        seed,
+        tail,
+        even,
+        passes,
+        cuts,
+        shards,
+        resume_shard,
+        shard_cut,
+        new_shards,
+        elastic_step,
+        workers,
+    )

@@ -57,20 +57,31 @@ class Soak:
 def mixed_seq(web_rows: int, code_rows: int) -> fl.Seq:
     """A mix of two sources: ``code`` cycled to two passes and ramped in; shuffled."""
     rng = np.random.default_rng(0)
-    web = fl.Dataset.from_arrays(name="web", x=rng.standard_normal((web_rows, 16))
-                                 .astype(np.float32), i=np.arange(web_rows))
-    code = fl.Dataset(web.record, {"x": rng.standard_normal((code_rows, 16)).astype(np.float32),
-                                   "i": np.arange(code_rows)}, name="code")
-    return fl.Seq.mix([web.map(maps.jitter, seed=1).shuffle(1),
-                       (code.map(maps.identity).shuffle(2).cycle_to(2 * code_rows),
-                        fl.Schedule.ramp(0.2, 0.5))])
+    web = fl.Dataset.from_arrays(
+        name="web", x=rng.standard_normal((web_rows, 16)).astype(np.float32), i=np.arange(web_rows)
+    )
+    code = fl.Dataset(
+        web.record,
+        {"x": rng.standard_normal((code_rows, 16)).astype(np.float32), "i": np.arange(code_rows)},
+        name="code",
+    )
+    return fl.Seq.mix(
+        [
+            web.map(maps.jitter, seed=1).shuffle(1),
+            (
+                code.map(maps.identity).shuffle(2).cycle_to(2 * code_rows),
+                fl.Schedule.ramp(0.2, 0.5),
+            ),
+        ]
+    )
 
 
 def run(epochs: int, web_rows: int = 600, code_rows: int = 200, batch_size: int = 32) -> Soak:
     seq = mixed_seq(web_rows, code_rows)
     length = web_rows + 2 * code_rows
-    want = Counter({**{(0, r): 1 for r in range(web_rows)},
-                    **{(1, r): 2 for r in range(code_rows)}})
+    want = Counter(
+        {**{(0, r): 1 for r in range(web_rows)}, **{(1, r): 2 for r in range(code_rows)}}
+    )
     out = Soak(epochs)
     gc.collect()
     out.fds_before = fds()
@@ -81,8 +92,9 @@ def run(epochs: int, web_rows: int = 600, code_rows: int = 200, batch_size: int 
             got: Counter = Counter()
             for batch in loader:
                 positions.extend(batch.meta.positions.tolist())
-                got.update(zip(batch.meta.source_ordinals.tolist(),
-                               batch.meta.record_indices.tolist()))
+                got.update(
+                    zip(batch.meta.source_ordinals.tolist(), batch.meta.record_indices.tolist())
+                )
                 out.batches += 1
             assert positions == list(range(length)), "an epoch lost or repeated positions"
             assert got == want, "an epoch holds other records than the mix"
@@ -98,7 +110,8 @@ def run(epochs: int, web_rows: int = 600, code_rows: int = 200, batch_size: int 
     finally:
         loader.close()
     gc.collect()
-    out.segments_left = len(out.segments[-1] & frozenset(os.listdir("/dev/shm"))) \
-        if out.segments else 0
+    out.segments_left = (
+        len(out.segments[-1] & frozenset(os.listdir("/dev/shm"))) if out.segments else 0
+    )
     out.fds_after_close = fds()
     return out

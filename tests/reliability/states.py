@@ -42,16 +42,17 @@ def loader(kind: str = "mix", workers: int = 0) -> fl.Loader:
     """The reference loader: a repeated scheduled mix (``shard``: rank 1 of 3 of it, its
     state then records the ranks), or a plain dataset, shuffled."""
     if kind == "plain":
-        return fl.Loader(fl.Dataset.from_arrays(name="p", i=np.arange(90)), BATCH, seed=3,
-                         workers=workers)
+        return fl.Loader(
+            fl.Dataset.from_arrays(name="p", i=np.arange(90)), BATCH, seed=3, workers=workers
+        )
     shard = (1, 3) if kind == "shard" else None
-    return fl.Loader(mixed(workers > 0), BATCH, seed=2, shard=shard, workers=workers,
-                     prefetch=2)
+    return fl.Loader(mixed(workers > 0), BATCH, seed=2, shard=shard, workers=workers, prefetch=2)
 
 
 def snaps(batches: Any) -> list[tuple]:
-    return [(b.meta.positions.tolist(), b.meta.source_ordinals.tolist(), b.i.tolist())
-            for b in batches]
+    return [
+        (b.meta.positions.tolist(), b.meta.source_ordinals.tolist(), b.i.tolist()) for b in batches
+    ]
 
 
 def rest(loader: fl.Loader) -> list[tuple]:
@@ -158,7 +159,7 @@ def fingerprint_variants(state: dict) -> list[dict]:
     out = []
     for k, ch in enumerate(fp):
         other = "0123456789abcdef"[("0123456789abcdef".index(ch) + 1) % 16]
-        out.append({**state, "fingerprint": fp[:k] + other + fp[k + 1:]})
+        out.append({**state, "fingerprint": fp[:k] + other + fp[k + 1 :]})
     return out
 
 
@@ -219,8 +220,9 @@ def plausible(state: dict) -> bool:
     return state["batches"] <= -(-longest // BATCH)
 
 
-def mutations(count: int, seed: int,
-              kind: str = "mix") -> tuple[Counter, list[tuple[int, str, str]]]:
+def mutations(
+    count: int, seed: int, kind: str = "mix"
+) -> tuple[Counter, list[tuple[int, str, str]]]:
     """Random JSON mutations of a saved state: (outcome counts, failures).
 
     Outcomes: "refused" (StateError, loader unchanged); "accepted" (the loader then
@@ -258,8 +260,13 @@ def mutations(count: int, seed: int,
             now = target.state_dict()
             if same(now, bad) and now["ended"] and now["batches"] < steps:
                 counts["accepted, ended mid-pass"] += 1
-                failures.append((i, "accepted, ended mid-pass", f"{json.dumps(bad)[:300]}: "
-                                 f"ended after {now['batches']} of {steps} batches"))
+                failures.append(
+                    (
+                        i,
+                        "accepted, ended mid-pass",
+                        f"{json.dumps(bad)[:300]}: ended after {now['batches']} of {steps} batches",
+                    )
+                )
             elif same(now, bad):
                 counts["accepted"] += 1
             elif kind == "shard" and same(now, elastic(bad)):
@@ -267,13 +274,23 @@ def mutations(count: int, seed: int,
                     counts["accepted as saved by other ranks"] += 1  # an elastic resume
                 else:
                     counts["accepted, impossible for its ranks"] += 1
-                    failures.append((i, "accepted, impossible for its ranks",
-                                     f"{json.dumps(bad)[:300]}: its batches do not fit a pass "
-                                     f"dealt to its ranks"))
+                    failures.append(
+                        (
+                            i,
+                            "accepted, impossible for its ranks",
+                            f"{json.dumps(bad)[:300]}: its batches do not fit a pass "
+                            f"dealt to its ranks",
+                        )
+                    )
             else:
                 counts["accepted, altered"] += 1
-                failures.append((i, "accepted, altered", f"{json.dumps(bad)[:300]} loaded as "
-                                 f"{json.dumps(now)[:300]}"))
+                failures.append(
+                    (
+                        i,
+                        "accepted, altered",
+                        f"{json.dumps(bad)[:300]} loaded as {json.dumps(now)[:300]}",
+                    )
+                )
             try:
                 next(iter(target), None)
             except Exception as e:

@@ -46,7 +46,14 @@ def test_the_file_system_around_a_file_never_blocks_or_kills_a_reader(fmt):
     # could block it, which would take the test run with it
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run([sys.executable, "-c", FS_SCRIPT, root, fmt], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", FS_SCRIPT, root, fmt],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and proc.stdout.split() == ["ok", "300"], (
-        proc.returncode, proc.stderr[-3000:])
+        proc.returncode,
+        proc.stderr[-3000:],
+    )

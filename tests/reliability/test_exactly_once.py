@@ -11,8 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from .exactly_once import Case, cases, check_case, check_workers_case
 
 CI = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-CI_WORKERS = settings(max_examples=3, deadline=None,
-                      suppress_health_check=[HealthCheck.too_slow])
+CI_WORKERS = settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @CI

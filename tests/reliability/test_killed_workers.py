@@ -10,10 +10,13 @@ from .workers import kill_one
 SOON = 30.0
 
 
-@pytest.mark.parametrize("moment, before, which", [
-    ("busy", 1, 0), ("busy", 13, 1), ("idle", 5, 0), ("between passes", 0, 1)])
+@pytest.mark.parametrize(
+    "moment, before, which",
+    [("busy", 1, 0), ("busy", 13, 1), ("idle", 5, 0), ("between passes", 0, 1)],
+)
 def test_a_killed_worker_is_a_worker_error_and_its_loader_leaves_no_shared_memory(
-        moment, before, which):
+    moment, before, which
+):
     killed = kill_one(before, which, moment)
     assert killed.raised == "WorkerError", killed
     assert "SIGKILL" in killed.message

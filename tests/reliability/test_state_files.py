@@ -34,8 +34,9 @@ def test_the_ranks_of_a_sharded_state_are_checked_and_the_loader_reads_on():
     state, want = saved("shard")
     assert state["world"] == states.RANKS
     with started("shard") as target:
-        refused = {label: refuses(target, change(state))
-                   for label, change in INVALID_SHARDED.items()}
+        refused = {
+            label: refuses(target, change(state)) for label, change in INVALID_SHARDED.items()
+        }
         assert {label: what for label, (ok, what) in refused.items() if not ok} == {}
         assert rest(target) == want
 
@@ -83,9 +84,16 @@ def test_a_state_with_an_unknown_key_is_refused():
         assert refuses(target, {**state, "position": 12}) == (True, "")
 
 
-@pytest.mark.parametrize("kind, key, value", [
-    ("mix", "seed", True), ("mix", "epoch", True), ("mix", "batches", True),
-    ("mix", "version", 2.0), ("shard", "world", True)])
+@pytest.mark.parametrize(
+    "kind, key, value",
+    [
+        ("mix", "seed", True),
+        ("mix", "epoch", True),
+        ("mix", "batches", True),
+        ("mix", "version", 2.0),
+        ("shard", "world", True),
+    ],
+)
 def test_a_bool_or_a_float_where_a_state_holds_an_int_is_refused(kind, key, value):
     state, _ = saved(kind)
     with started(kind) as target:

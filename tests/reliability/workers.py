@@ -42,8 +42,14 @@ class Killed:
 MOMENTS = ("busy", "idle", "between passes")
 
 
-def kill_one(batches_before: int, which: int, moment: str, rows: int = 2000,
-             batch_size: int = 8, deadline: float = 60.0) -> Killed:
+def kill_one(
+    batches_before: int,
+    which: int,
+    moment: str,
+    rows: int = 2000,
+    batch_size: int = 8,
+    deadline: float = 60.0,
+) -> Killed:
     """Kill worker ``which`` after ``batches_before`` batches, read on, close the loader.
 
     ``moment``: "busy" (the workers' map sleeps 2 ms an example, so each has a batch in
@@ -51,8 +57,9 @@ def kill_one(batches_before: int, which: int, moment: str, rows: int = 2000,
     "between passes" (after a whole pass, when no batch is in flight).
     """
     fn = maps.identity if moment != "busy" else maps.slow_identity
-    ds = fl.Dataset.from_arrays(name="killed", x=np.arange(rows * 2, dtype=np.float32)
-                                .reshape(rows, 2)).map(fn)
+    ds = fl.Dataset.from_arrays(
+        name="killed", x=np.arange(rows * 2, dtype=np.float32).reshape(rows, 2)
+    ).map(fn)
     loader = fl.Loader(ds, batch_size, seed=5, workers=2, prefetch=2)
     raised, message, after = "", "", 0
     try:

@@ -82,42 +82,72 @@ def kvrec_v2(fields: list, base: int) -> bytes:
     return head + body
 
 
-def layout(vocab: list, source: tuple[str, str, int], scope: str, train: list, test: list,
-           masks: dict[str, list] | None) -> bytes:
+def layout(
+    vocab: list,
+    source: tuple[str, str, int],
+    scope: str,
+    train: list,
+    test: list,
+    masks: dict[str, list] | None,
+) -> bytes:
     """The .nndataset bytes, from shared/reference/nndataset-layout.md alone."""
 
     def blocks(docs: list, subset: str) -> list[bytes]:
-        return [u64(len(d), *d) + (bytes(masks[subset][i]) if masks else b"")
-                for i, d in enumerate(docs)]
+        return [
+            u64(len(d), *d) + (bytes(masks[subset][i]) if masks else b"")
+            for i, d in enumerate(docs)
+        ]
 
     def root(train_index: list[int], test_index: list[int]) -> list:
-        gen = [(b"loss_scope", 1, scope.encode()), (b"tool", 1, b"feedline"),
-               (b"created", 0, u64(CREATED))]
-        src = [(b"path", 1, source[0].encode()), (b"sha256", 1, source[1].encode()),
-               (b"docs", 0, u64(source[2]))]
-        fields = [(b"kind", 0, u64(0)),
-                  (b"companion", 3, [(b"vocab", 3, vocab), (b"source", 3, src),
-                                     (b"gen", 3, gen)]),
-                  (b"train", 3, [(b"num_docs", 0, u64(len(train))),
-                                 (b"doc_index", 2, u64(*train_index))])]
+        gen = [
+            (b"loss_scope", 1, scope.encode()),
+            (b"tool", 1, b"feedline"),
+            (b"created", 0, u64(CREATED)),
+        ]
+        src = [
+            (b"path", 1, source[0].encode()),
+            (b"sha256", 1, source[1].encode()),
+            (b"docs", 0, u64(source[2])),
+        ]
+        fields = [
+            (b"kind", 0, u64(0)),
+            (b"companion", 3, [(b"vocab", 3, vocab), (b"source", 3, src), (b"gen", 3, gen)]),
+            (
+                b"train",
+                3,
+                [(b"num_docs", 0, u64(len(train))), (b"doc_index", 2, u64(*train_index))],
+            ),
+        ]
         if test:
-            fields.append((b"test", 3, [(b"num_docs", 0, u64(len(test))),
-                                        (b"doc_index", 2, u64(*test_index))]))
+            fields.append(
+                (
+                    b"test",
+                    3,
+                    [(b"num_docs", 0, u64(len(test))), (b"doc_index", 2, u64(*test_index))],
+                )
+            )
         return fields
 
     train_blocks, test_blocks = blocks(train, "train"), blocks(test, "test")
     # first pass: zero offsets, to learn where the documents start
     start = 8 + len(kvrec_v2(root([0] * (len(train) + 1), [0] * (len(test) + 1)), 8))
     offsets = np.cumsum([start] + [len(b) for b in train_blocks + test_blocks]).tolist()
-    train_index = offsets[:len(train) + 1]
-    test_index = offsets[len(train):]
-    return (b"NNDS" + u32(1) + kvrec_v2(root(train_index, test_index), 8)
-            + b"".join(train_blocks + test_blocks))
+    train_index = offsets[: len(train) + 1]
+    test_index = offsets[len(train) :]
+    return (
+        b"NNDS"
+        + u32(1)
+        + kvrec_v2(root(train_index, test_index), 8)
+        + b"".join(train_blocks + test_blocks)
+    )
 
 
 def byte_vocab() -> list:
-    return [(b"tokenizer", 1, b"byte"), (b"size", 0, u64(258)),
-            (b"specials", 3, [(A.encode(), 0, u64(256)), (E.encode(), 0, u64(257))])]
+    return [
+        (b"tokenizer", 1, b"byte"),
+        (b"size", 0, u64(258)),
+        (b"specials", 3, [(A.encode(), 0, u64(256)), (E.encode(), 0, u64(257))]),
+    ]
 
 
 def byte_ids(doc: str) -> list[int]:
@@ -126,7 +156,7 @@ def byte_ids(doc: str) -> list[int]:
         for special, i in ((A, 256), (E, 257)):
             if raw.startswith(special.encode()):
                 out.append(i)
-                raw = raw[len(special.encode()):]
+                raw = raw[len(special.encode()) :]
                 break
         else:
             out.append(raw[0])
@@ -150,8 +180,16 @@ def walk(ids: list[int]) -> list[int]:
 @pytest.mark.parametrize("split", ["random", "last"])
 def test_the_file_is_byte_for_byte_the_reference_layout(corpus, tmp_path, scope, split):
     out = tmp_path / "out.nndataset"
-    build(corpus, out, ByteTokenizer(), test_docs=2, test_split=split, loss_scope=scope,
-          seed=3, created=CREATED)
+    build(
+        corpus,
+        out,
+        ByteTokenizer(),
+        test_docs=2,
+        test_split=split,
+        loss_scope=scope,
+        seed=3,
+        created=CREATED,
+    )
     docs = [byte_ids(d) for d in read_text_docs(corpus)]
     test_ids = set(_build._test_choice(len(docs), 2, split, 3).tolist())
     if split == "last":
@@ -177,12 +215,24 @@ def test_the_file_equals_nndataset_write_of_the_same_documents(corpus, tmp_path,
     test = [d for i, d in enumerate(docs) if i in test_ids]
     masks = {}
     if scope == "assistant":
-        masks = {"train_masks": [mark_assistant_span(d, 256, 257) for d in train],
-                 "test_masks": [mark_assistant_span(d, 256, 257) for d in test]}
-    nnd.write(ref, nnd.Build(tok.vocab_record(), str(corpus),
-                             hashlib.sha256(TEXT.encode()).hexdigest(), len(docs),
-                             loss_scope=scope, train_docs=train, test_docs=test,
-                             created=CREATED, **masks))
+        masks = {
+            "train_masks": [mark_assistant_span(d, 256, 257) for d in train],
+            "test_masks": [mark_assistant_span(d, 256, 257) for d in test],
+        }
+    nnd.write(
+        ref,
+        nnd.Build(
+            tok.vocab_record(),
+            str(corpus),
+            hashlib.sha256(TEXT.encode()).hexdigest(),
+            len(docs),
+            loss_scope=scope,
+            train_docs=train,
+            test_docs=test,
+            created=CREATED,
+            **masks,
+        ),
+    )
     assert out.read_bytes() == ref.read_bytes()
 
 
@@ -192,8 +242,16 @@ def test_parallel_output_equals_sequential(corpus, tmp_path, scope):
     for workers in (0, 1, 3):
         for chunk_bytes in (1, 40, 1 << 20):
             out = tmp_path / f"{workers}-{chunk_bytes}.nndataset"
-            build(corpus, out, ByteTokenizer(), test_docs=2, loss_scope=scope,
-                  workers=workers, created=CREATED, chunk_bytes=chunk_bytes)
+            build(
+                corpus,
+                out,
+                ByteTokenizer(),
+                test_docs=2,
+                loss_scope=scope,
+                workers=workers,
+                created=CREATED,
+                chunk_bytes=chunk_bytes,
+            )
             outputs.add(out.read_bytes())
     assert len(outputs) == 1
 
@@ -209,9 +267,12 @@ def test_both_ways_of_laying_out_masked_blocks_give_the_same_bytes(monkeypatch):
         monkeypatch.setattr(_build, "_SLICES_FROM", slices_from)
         blocks, starts = _build._blocks(flow, counts, mask)
         layouts.append(blocks.tobytes())
-    expected = b"".join(u64(c) + flow[t:t + c].astype("<u8").tobytes()
-                        + mask[t:t + c].astype(np.uint8).tobytes()
-                        for t, c in zip(np.cumsum(counts) - counts, counts))
+    expected = b"".join(
+        u64(c)
+        + flow[t : t + c].astype("<u8").tobytes()
+        + mask[t : t + c].astype(np.uint8).tobytes()
+        for t, c in zip(np.cumsum(counts) - counts, counts)
+    )
     assert layouts == [expected, expected]
     assert starts[-1] == len(expected)
 
@@ -220,8 +281,7 @@ def test_both_ways_of_laying_out_masked_blocks_give_the_same_bytes(monkeypatch):
 
 
 @pytest.mark.parametrize("scope", ["all", "assistant"])
-def test_documents_round_trip_with_masks_doc_ids_and_an_empty_document(corpus, tmp_path,
-                                                                       scope):
+def test_documents_round_trip_with_masks_doc_ids_and_an_empty_document(corpus, tmp_path, scope):
     tok = SkipTilde()
     out = tmp_path / "out.nndataset"
     summary = build(corpus, out, tok, test_docs=2, test_split="last", loss_scope=scope)
@@ -277,8 +337,8 @@ def test_the_random_test_choice_is_seeded_and_keeps_corpus_order(tmp_path):
         build(path, tmp_path / "o.nndataset", ByteTokenizer(), test_docs=20, seed=seed)
         with nnd.open(tmp_path / "o.nndataset") as ds:
             chosen.setdefault(seed, []).append(
-                [bytes(ds.text_doc("test", i).tokens.astype(np.uint8)).decode()
-                 for i in range(20)])
+                [bytes(ds.text_doc("test", i).tokens.astype(np.uint8)).decode() for i in range(20)]
+            )
     assert chosen[0][0] == chosen[0][1] != chosen[1][0]
     numbers = [int(d.split()[1]) for d in chosen[0][0]]
     assert numbers == sorted(numbers) and numbers != list(range(180, 200))
@@ -306,8 +366,7 @@ def test_memory_stays_bounded_by_the_chunk_not_the_corpus(tmp_path):
     path.write_bytes(line * 4000)  # 4 MB of text, 32 MB of tokens
     tracemalloc.start()
     try:
-        build(path, tmp_path / "o.nndataset", ByteTokenizer(), workers=0,
-              chunk_bytes=64 << 10)
+        build(path, tmp_path / "o.nndataset", ByteTokenizer(), workers=0, chunk_bytes=64 << 10)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -334,13 +393,16 @@ def test_loss_scope_assistant_needs_the_marker_tokens(corpus, tmp_path):
         build(corpus, tmp_path / "o.nndataset", ByteTokenizer(()), loss_scope="assistant")
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    ({"loss_scope": "some"}, ValueError, "loss_scope must be 'all' or 'assistant', got 'some'"),
-    ({"test_split": "first"}, ValueError, "test_split must be 'random' or 'last'"),
-    ({"test_docs": -1}, ValueError, "test_docs must be an int >= 0, got -1"),
-    ({"workers": -2}, ValueError, "workers must be None or an int >= 0, got -2"),
-    ({"tokenizer": object()}, TypeError, r"tokenizer must have encode_batch\(\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"loss_scope": "some"}, ValueError, "loss_scope must be 'all' or 'assistant', got 'some'"),
+        ({"test_split": "first"}, ValueError, "test_split must be 'random' or 'last'"),
+        ({"test_docs": -1}, ValueError, "test_docs must be an int >= 0, got -1"),
+        ({"workers": -2}, ValueError, "workers must be None or an int >= 0, got -2"),
+        ({"tokenizer": object()}, TypeError, r"tokenizer must have encode_batch\(\)"),
+    ],
+)
 def test_bad_arguments_are_refused(corpus, tmp_path, kwargs, error, message):
     kwargs = {"tokenizer": ByteTokenizer(), **kwargs}
     with pytest.raises(error, match=message):
@@ -357,8 +419,9 @@ def test_token_ids_outside_the_vocabulary_are_refused(corpus, tmp_path):
     class Wide(SkipTilde):
         vocab_size = 100
 
-    with pytest.raises(ValueError, match="document 0: token id 112 is outside the "
-                                         "tokenizer's vocab_size 100"):
+    with pytest.raises(
+        ValueError, match="document 0: token id 112 is outside the tokenizer's vocab_size 100"
+    ):
         build(corpus, tmp_path / "o.nndataset", Wide())
 
 
@@ -392,15 +455,18 @@ def test_a_corpus_that_changes_while_read_is_a_format_error(corpus, tmp_path, mo
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
 
 
-@pytest.mark.parametrize("offset, value, message", [
-    (0, b"NNDX", "byte 0: expected magic b'NNDS'"),
-    (4, b"\x02\x00\x00\x00", "byte 4: expected NNDS version 1, found 2"),
-])
+@pytest.mark.parametrize(
+    "offset, value, message",
+    [
+        (0, b"NNDX", "byte 0: expected magic b'NNDS'"),
+        (4, b"\x02\x00\x00\x00", "byte 4: expected NNDS version 1, found 2"),
+    ],
+)
 def test_a_built_file_with_a_bad_label_does_not_open(corpus, tmp_path, offset, value, message):
     out = tmp_path / "o.nndataset"
     build(corpus, out, ByteTokenizer())
     data = bytearray(out.read_bytes())
-    data[offset:offset + 4] = value
+    data[offset : offset + 4] = value
     out.write_bytes(bytes(data))
     with pytest.raises(FormatError, match=message):
         nnd.open(out)
@@ -411,15 +477,32 @@ def test_a_built_file_with_a_bad_label_does_not_open(corpus, tmp_path, offset, v
 
 def test_the_command_line_builds_and_prints_the_summary(corpus, tmp_path, capsys):
     out = tmp_path / "o.nndataset"
-    rc = main(["text", "build", str(corpus), "-o", str(out), "--loss-scope", "assistant",
-               "--test-docs", "2", "--seed", "3", "--created", str(CREATED),
-               "--vocab", str(tmp_path / "v.nnvocab")])
+    rc = main(
+        [
+            "text",
+            "build",
+            str(corpus),
+            "-o",
+            str(out),
+            "--loss-scope",
+            "assistant",
+            "--test-docs",
+            "2",
+            "--seed",
+            "3",
+            "--created",
+            str(CREATED),
+            "--vocab",
+            str(tmp_path / "v.nnvocab"),
+        ]
+    )
     printed = capsys.readouterr().out
     assert rc == 0
     assert f"wrote {out}" in printed and "documents 7 (train 5, test 2" in printed
     ref = tmp_path / "ref.nndataset"
-    build(corpus, ref, ByteTokenizer(), loss_scope="assistant", test_docs=2, seed=3,
-          created=CREATED)
+    build(
+        corpus, ref, ByteTokenizer(), loss_scope="assistant", test_docs=2, seed=3, created=CREATED
+    )
     assert out.read_bytes() == ref.read_bytes()
     assert fl.text.load_tokenizer(tmp_path / "v.nnvocab").vocab_size == 258
 
@@ -439,8 +522,10 @@ def test_the_command_line_reports_a_missing_corpus_in_one_line(tmp_path, capsys)
     rc = main(["text", "build", str(tmp_path / "nope.txt"), "-o", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err.strip() == (f"feedline text build: {tmp_path / 'nope.txt'}: no such corpus file "
-                           "(expected a text file with one document a line)")
+    assert err.strip() == (
+        f"feedline text build: {tmp_path / 'nope.txt'}: no such corpus file "
+        "(expected a text file with one document a line)"
+    )
 
 
 class TextOnly(SkipTilde):
@@ -448,14 +533,16 @@ class TextOnly(SkipTilde):
 
 
 @pytest.mark.parametrize("chunk", [3, 4, 5, 1 << 20])  # the bad byte inside or cut
-def test_invalid_utf8_is_refused_with_its_offset_for_a_tokenizer_that_needs_text(
-        tmp_path, chunk):
+def test_invalid_utf8_is_refused_with_its_offset_for_a_tokenizer_that_needs_text(tmp_path, chunk):
     data = "ok é\n".encode() + b"bad \xe9t\xc3\n" + "fine ü\n".encode()
     path = tmp_path / "c.txt"
     path.write_bytes(data)
     out = tmp_path / "c.nndataset"
-    with pytest.raises(FormatError, match=r"byte 10: expected UTF-8 text, found the byte "
-                                          r"0xe9"):
+    with pytest.raises(
+        FormatError,
+        match=r"byte 10: expected UTF-8 text, found the byte "
+        r"0xe9",
+    ):
         build(path, out, TextOnly(), chunk_bytes=chunk)
     assert not out.exists()
 
@@ -499,10 +586,14 @@ def test_a_corpus_edited_in_place_while_built_is_a_format_error(tmp_path):
             return super().encode_flow(docs)
 
     for workers in (0, 2):
-        with pytest.raises(FormatError, match=r"the corpus changed while it was read: SHA-256 "
-                                              r"[0-9a-f]{16}\.\.\. when counted"):
-            build(corpus, tmp_path / "o.nndataset", EditsTheCorpus(), chunk_bytes=10,
-                  workers=workers)
+        with pytest.raises(
+            FormatError,
+            match=r"the corpus changed while it was read: SHA-256 "
+            r"[0-9a-f]{16}\.\.\. when counted",
+        ):
+            build(
+                corpus, tmp_path / "o.nndataset", EditsTheCorpus(), chunk_bytes=10, workers=workers
+            )
         assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
         corpus.write_bytes(original)
 
@@ -515,14 +606,15 @@ class EmptyForTilde(SkipTilde):
         self.kind = kind
 
     def encode_batch(self, docs):
-        return [self.kind([]) if d == b"~~~" else a.astype(np.int64)
-                for d, a in zip(docs, super().encode_batch(docs))]
+        return [
+            self.kind([]) if d == b"~~~" else a.astype(np.int64)
+            for d, a in zip(docs, super().encode_batch(docs))
+        ]
 
 
 @pytest.mark.parametrize("chunk", [1, 16, 1 << 20])  # the empty document alone or not
 @pytest.mark.parametrize("kind", [list, np.array])
-def test_an_empty_list_for_a_document_is_a_document_without_tokens(corpus, tmp_path, chunk,
-                                                                    kind):
+def test_an_empty_list_for_a_document_is_a_document_without_tokens(corpus, tmp_path, chunk, kind):
     out, ref = tmp_path / "o.nndataset", tmp_path / "ref.nndataset"
     s = build(corpus, out, EmptyForTilde(kind), chunk_bytes=chunk, created=CREATED)
     assert s.empty_docs == 1
@@ -530,48 +622,68 @@ def test_an_empty_list_for_a_document_is_a_document_without_tokens(corpus, tmp_p
     assert out.read_bytes() == ref.read_bytes()
 
 
-@pytest.mark.parametrize("target, error, message", [
-    ("", IsADirectoryError, "is a directory (expected the name of a file to write)"),
-    ("missing/o.nndataset", FileNotFoundError, "no such directory"),
-])
+@pytest.mark.parametrize(
+    "target, error, message",
+    [
+        ("", IsADirectoryError, "is a directory (expected the name of a file to write)"),
+        ("missing/o.nndataset", FileNotFoundError, "no such directory"),
+    ],
+)
 def test_an_out_path_that_cannot_be_written_is_refused_before_any_work(
-        corpus, tmp_path, monkeypatch, target, error, message):
+    corpus, tmp_path, monkeypatch, target, error, message
+):
     def no_scan(*args, **kwargs):
         raise AssertionError("the corpus was read")
 
     monkeypatch.setattr(_build, "scan_text_docs", no_scan)
     out = tmp_path / target
-    with pytest.raises(error, match=re.escape(f"out_path {str(out)!r}") + ".*"
-                       + re.escape(message)):
+    with pytest.raises(
+        error, match=re.escape(f"out_path {str(out)!r}") + ".*" + re.escape(message)
+    ):
         build(corpus, out, ByteTokenizer())
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
 
 
 @pytest.mark.parametrize("flag", ["-o", "--vocab"])
 def test_the_command_line_refuses_a_target_in_a_missing_directory_before_building(
-        corpus, tmp_path, capsys, flag):
+    corpus, tmp_path, capsys, flag
+):
     bad = str(tmp_path / "missing" / "x")
     paths = {"-o": str(tmp_path / "o.nndataset"), "--vocab": str(tmp_path / "v.nnvocab")}
     paths[flag] = bad
     rc = main(["text", "build", str(corpus), "-o", paths["-o"], "--vocab", paths["--vocab"]])
     err = capsys.readouterr().err
     assert rc == 2
-    assert err == (f"feedline text build: {flag} {bad!r}: no such directory "
-                   f"{str(tmp_path / 'missing')!r} to write into\n")
+    assert err == (
+        f"feedline text build: {flag} {bad!r}: no such directory "
+        f"{str(tmp_path / 'missing')!r} to write into\n"
+    )
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
 
 
 def test_the_command_line_refuses_an_output_that_is_a_directory(corpus, tmp_path, capsys):
     assert main(["text", "build", str(corpus), "-o", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == (f"feedline text build: -o {str(tmp_path)!r} is a "
-                                       "directory (expected the name of a file to write)\n")
+    assert capsys.readouterr().err == (
+        f"feedline text build: -o {str(tmp_path)!r} is a "
+        "directory (expected the name of a file to write)\n"
+    )
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
 
 
 def test_the_command_line_refuses_a_bpe_size_beyond_32_bit_ids(corpus, tmp_path, capsys):
     pytest.importorskip("tokenizers")
-    rc = main(["text", "build", str(corpus), "-o", str(tmp_path / "o.nndataset"),
-               "--tokenizer", "bpe:99999999999999999999999"])
+    rc = main(
+        [
+            "text",
+            "build",
+            str(corpus),
+            "-o",
+            str(tmp_path / "o.nndataset"),
+            "--tokenizer",
+            "bpe:99999999999999999999999",
+        ]
+    )
     assert rc == 2
-    assert capsys.readouterr().err == ("feedline text build: vocab_size must be at most "
-                                       "2**32, got 99999999999999999999999\n")
+    assert capsys.readouterr().err == (
+        "feedline text build: vocab_size must be at most 2**32, got 99999999999999999999999\n"
+    )

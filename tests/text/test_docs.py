@@ -55,8 +55,7 @@ def test_a_multibyte_character_is_never_cut_by_a_block_boundary(tmp_path):
 
 @settings(max_examples=150, deadline=None)
 @given(pieces=st.lists(st.sampled_from(PIECES), max_size=60), size=st.integers(1, 9))
-def test_streamed_documents_follow_the_rule_whatever_the_block_size(tmp_path_factory, pieces,
-                                                                    size):
+def test_streamed_documents_follow_the_rule_whatever_the_block_size(tmp_path_factory, pieces, size):
     data = b"".join(pieces)
     path = corpus(tmp_path_factory.mktemp("c"), data)
     streamed = [d for chunk in iter_doc_chunks(path, chunk_bytes=size) for d in chunk]
@@ -99,12 +98,15 @@ def test_strict_is_the_default_and_names_the_file_and_byte(tmp_path):
 BAD = b"ok\n\xff bad \n \xe2\x82 \n\xc3\xa9t\xc3\xa9 \xc0\n"
 
 
-@pytest.mark.parametrize(("errors", "expected"), [
-    ("replace", ["ok", "\ufffd bad", "\ufffd", "\xe9t\xe9 \ufffd"]),
-    ("ignore", ["ok", " bad", "", "\xe9t\xe9 "]),
-    ("backslashreplace", ["ok", "\\xff bad", "\\xe2\\x82", "\xe9t\xe9 \\xc0"]),
-    ("surrogateescape", ["ok", "\udcff bad", "\udce2\udc82", "\xe9t\xe9 \udcc0"]),
-])
+@pytest.mark.parametrize(
+    ("errors", "expected"),
+    [
+        ("replace", ["ok", "\ufffd bad", "\ufffd", "\xe9t\xe9 \ufffd"]),
+        ("ignore", ["ok", " bad", "", "\xe9t\xe9 "]),
+        ("backslashreplace", ["ok", "\\xff bad", "\\xe2\\x82", "\xe9t\xe9 \\xc0"]),
+        ("surrogateescape", ["ok", "\udcff bad", "\udce2\udc82", "\xe9t\xe9 \udcc0"]),
+    ],
+)
 def test_errors_reads_bytes_that_are_not_utf8_as_open_would(tmp_path, errors, expected):
     path = corpus(tmp_path, BAD)
     assert read_text_docs(path, errors=errors) == expected
@@ -130,14 +132,16 @@ def test_valid_utf8_reads_the_same_with_every_handler(tmp_path):
         assert read_text_docs(path, errors=errors) == ["caf\xe9", "deux"]
 
 
-@pytest.mark.parametrize(("errors", "error", "message"), [
-    ("bogus", ValueError, r"errors='bogus'.*'strict'.*'surrogateescape'"),
-    ("xmlcharrefreplace", ValueError, r"errors='xmlcharrefreplace'.*writing"),
-    ("namereplace", ValueError, r"errors='namereplace'.*writing"),
-    (None, TypeError, r"errors.*str.*NoneType"),
-])
-def test_an_unknown_error_handler_is_refused_naming_the_option(tmp_path, errors, error,
-                                                               message):
+@pytest.mark.parametrize(
+    ("errors", "error", "message"),
+    [
+        ("bogus", ValueError, r"errors='bogus'.*'strict'.*'surrogateescape'"),
+        ("xmlcharrefreplace", ValueError, r"errors='xmlcharrefreplace'.*writing"),
+        ("namereplace", ValueError, r"errors='namereplace'.*writing"),
+        (None, TypeError, r"errors.*str.*NoneType"),
+    ],
+)
+def test_an_unknown_error_handler_is_refused_naming_the_option(tmp_path, errors, error, message):
     path = corpus(tmp_path, b"fine\n")
     with pytest.raises(error, match=message):
         read_text_docs(path, errors=errors)
@@ -170,16 +174,20 @@ def walk(tokens, begin, end) -> list[bool]:
     return out
 
 
-@pytest.mark.parametrize("tokens, expected", [
-    ([5, 1, 6, 2, 7], [0, 1, 1, 1, 0]),  # both markers are marked
-    ([5, 2, 6], [0, 0, 0]),  # an end without a begin before it is 0
-    ([5, 1, 6, 7], [0, 1, 1, 1]),  # a missing end runs to the end of the document
-    ([1, 1, 2, 2], [1, 1, 1, 0]),  # a second begin carries on; a second end is outside
-    ([], []),
-])
+@pytest.mark.parametrize(
+    "tokens, expected",
+    [
+        ([5, 1, 6, 2, 7], [0, 1, 1, 1, 0]),  # both markers are marked
+        ([5, 2, 6], [0, 0, 0]),  # an end without a begin before it is 0
+        ([5, 1, 6, 7], [0, 1, 1, 1]),  # a missing end runs to the end of the document
+        ([1, 1, 2, 2], [1, 1, 1, 0]),  # a second begin carries on; a second end is outside
+        ([], []),
+    ],
+)
 def test_assistant_spans_follow_the_reference(tokens, expected):
-    assert mark_assistant_span(np.array(tokens, np.uint64), 1, 2).tolist() == \
-        [bool(x) for x in expected]
+    assert mark_assistant_span(np.array(tokens, np.uint64), 1, 2).tolist() == [
+        bool(x) for x in expected
+    ]
 
 
 def test_a_begin_equal_to_the_end_marks_only_that_token():
@@ -187,8 +195,12 @@ def test_a_begin_equal_to_the_end_marks_only_that_token():
 
 
 @settings(max_examples=300, deadline=None)
-@given(tokens=st.lists(st.integers(0, 4), max_size=40), begin=st.integers(0, 4),
-       end=st.integers(0, 4), cuts=st.lists(st.integers(0, 40), max_size=4))
+@given(
+    tokens=st.lists(st.integers(0, 4), max_size=40),
+    begin=st.integers(0, 4),
+    end=st.integers(0, 4),
+    cuts=st.lists(st.integers(0, 40), max_size=4),
+)
 def test_per_document_spans_equal_one_scan_reset_at_each_boundary(tokens, begin, end, cuts):
     cuts = sorted(c for c in cuts if c <= len(tokens))
     docs = np.split(np.array(tokens, dtype=np.int64), cuts)

@@ -49,8 +49,12 @@ def test_byte_ids_are_the_utf8_bytes_and_specials_follow_from_256():
 
 
 @settings(max_examples=200, deadline=None)
-@given(docs=st.lists(st.lists(st.sampled_from(["<", "a", ">", "é", " ", "\n", "x"]),
-                              max_size=12).map("".join), max_size=5))
+@given(
+    docs=st.lists(
+        st.lists(st.sampled_from(["<", "a", ">", "é", " ", "\n", "x"]), max_size=12).map("".join),
+        max_size=5,
+    )
+)
 def test_specials_match_leftmost_and_longest_first_never_across_documents(docs):
     specials = ["<a>", "<a>x", "é<", "<<"]
     tok = ByteTokenizer(specials)
@@ -79,20 +83,24 @@ def test_a_tokenizer_without_specials_is_plain_bytes():
         tok.special_id("<|assistant|>")
 
 
-@pytest.mark.parametrize("specials, error, message", [
-    ("<|a|>", TypeError, "a sequence of str, got the str"),
-    (["<a>", "<a>"], ValueError, "'<a>' is given twice"),
-    ([""], ValueError, "a non-empty str, got ''"),
-    (["a\nb"], ValueError, "may not contain a newline"),
-])
+@pytest.mark.parametrize(
+    "specials, error, message",
+    [
+        ("<|a|>", TypeError, "a sequence of str, got the str"),
+        (["<a>", "<a>"], ValueError, "'<a>' is given twice"),
+        ([""], ValueError, "a non-empty str, got ''"),
+        (["a\nb"], ValueError, "may not contain a newline"),
+    ],
+)
 def test_invalid_specials_are_refused(specials, error, message):
     with pytest.raises(error, match=message):
         ByteTokenizer(specials)
 
 
 def test_decoding_an_id_outside_the_vocabulary_is_an_error():
-    with pytest.raises(ValueError, match="id 258 at position 1 is outside the byte tokenizer's "
-                                         "258 ids"):
+    with pytest.raises(
+        ValueError, match="id 258 at position 1 is outside the byte tokenizer's 258 ids"
+    ):
         ByteTokenizer().decode([1, 258])
 
 
@@ -103,7 +111,10 @@ def test_a_document_that_is_not_text_is_a_type_error():
 
 def test_the_byte_vocab_record_lists_kind_size_and_specials():
     assert ByteTokenizer(["<s>", "</s>"]).vocab_record() == {
-        "tokenizer": "byte", "size": 258, "specials": {"<s>": 256, "</s>": 257}}
+        "tokenizer": "byte",
+        "size": 258,
+        "specials": {"<s>": 256, "</s>": 257},
+    }
 
 
 def test_a_vocab_record_round_trips_through_a_nnvocab_file(tmp_path):
@@ -127,12 +138,15 @@ def test_a_vocab_file_with_a_bad_version_is_a_format_error(tmp_path):
         load_tokenizer(tmp_path / "v.nnvocab")
 
 
-@pytest.mark.parametrize("record, message", [
-    ({"size": 3}, r"expected a feedline vocab record .* found \['size'\]"),
-    ({"tokenizer": "byte", "size": 300, "specials": {}}, "size 300 and specials"),
-    ({"tokenizer": "byte", "size": 257, "specials": {"<s>": 300}}, "size 257 and specials"),
-    ({"tokenizer": "hf", "size": 3, "specials": {}}, "needs its hf_json"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"size": 3}, r"expected a feedline vocab record .* found \['size'\]"),
+        ({"tokenizer": "byte", "size": 300, "specials": {}}, "size 300 and specials"),
+        ({"tokenizer": "byte", "size": 257, "specials": {"<s>": 300}}, "size 257 and specials"),
+        ({"tokenizer": "hf", "size": 3, "specials": {}}, "needs its hf_json"),
+    ],
+)
 def test_a_record_feedline_did_not_write_is_refused(record, message):
     with pytest.raises(ValueError, match=message):
         tokenizer_from_vocab(record)
@@ -145,9 +159,11 @@ def test_both_tokenizers_implement_the_protocol(bpe):
 
 # ---------------------------------------------------------------- BPE
 
-TEXT = ("the quick brown fox jumps over the lazy dog\n"
-        "user asks <|assistant|>the fox answers<|end_of_assistant|>\n"
-        "pack my box with five dozen liquor jugs\n") * 40
+TEXT = (
+    "the quick brown fox jumps over the lazy dog\n"
+    "user asks <|assistant|>the fox answers<|end_of_assistant|>\n"
+    "pack my box with five dozen liquor jugs\n"
+) * 40
 
 
 @pytest.fixture(scope="module")
@@ -195,14 +211,19 @@ def test_bpe_round_trips_through_its_vocab_record_and_tokenizer_json(bpe, tmp_pa
     assert record["specials"] == {"<|assistant|>": 0, "<|end_of_assistant|>": 1}
     assert tokenizer_from_vocab(record).encode_batch(docs)[0].tolist() == expected
     bpe.save(tmp_path / "tokenizer.json")
-    assert BPETokenizer.from_file(tmp_path / "tokenizer.json").encode_batch(docs)[0].tolist() \
+    assert (
+        BPETokenizer.from_file(tmp_path / "tokenizer.json").encode_batch(docs)[0].tolist()
         == expected
+    )
     assert load_tokenizer(tmp_path / "tokenizer.json").vocab_size == 300
 
 
 def test_a_missing_tokenizer_json_is_a_clear_error(hf, tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"no such tokenizer file \(expected a "
-                                                r"HuggingFace tokenizer\.json"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"no such tokenizer file \(expected a "
+        r"HuggingFace tokenizer\.json",
+    ):
         BPETokenizer.from_file(tmp_path / "nope.json")
 
 
@@ -233,12 +254,14 @@ def test_both_tokenizers_pickle_for_other_processes(bpe):
         assert again.encode_batch(docs)[0].tolist() == tok.encode_batch(docs)[0].tolist()
 
 
-@pytest.mark.parametrize("name, error, message", [
-    ("nope.json", FileNotFoundError, "no such tokenizer file"),
-    ("", IsADirectoryError, "found a directory"),
-])
-def test_a_tokenizer_path_that_is_missing_or_a_directory_names_it(tmp_path, name, error,
-                                                                   message):
+@pytest.mark.parametrize(
+    "name, error, message",
+    [
+        ("nope.json", FileNotFoundError, "no such tokenizer file"),
+        ("", IsADirectoryError, "found a directory"),
+    ],
+)
+def test_a_tokenizer_path_that_is_missing_or_a_directory_names_it(tmp_path, name, error, message):
     path = tmp_path / name
     with pytest.raises(error, match=re.escape(f"{path}: ") + ".*" + re.escape(message)) as e:
         load_tokenizer(path)
@@ -247,11 +270,16 @@ def test_a_tokenizer_path_that_is_missing_or_a_directory_names_it(tmp_path, name
 
 def test_specials_of_mixed_types_in_a_stored_vocab_record_are_a_format_error(tmp_path):
     record = {"tokenizer": "byte", "size": 258, "specials": {"<a>": 256, "<b>": "x"}}
-    with pytest.raises(ValueError, match=r"specials must map token texts to int ids, found "
-                                         r"'<b>': 'x' \(str\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"specials must map token texts to int ids, found "
+        r"'<b>': 'x' \(str\)",
+    ):
         tokenizer_from_vocab(record)
     path = tmp_path / "crafted.nndataset"
     fl.nndataset.write(path, fl.nndataset.Build(record, "c.txt", "", 1, train_docs=[[1]]))
-    with pytest.raises(FormatError, match=re.escape(f"{path}: its vocab record: the vocab "
-                                                    "record's specials must map")):
+    with pytest.raises(
+        FormatError,
+        match=re.escape(f"{path}: its vocab record: the vocab record's specials must map"),
+    ):
         load_tokenizer(path)

@@ -17,10 +17,21 @@ from feedline.text import Windows, _windows
 
 def write_corpus(path, docs, masks=None, test_docs=(), test_masks=None):
     scope = "assistant" if masks is not None else "all"
-    fl.nndataset.write(path, fl.nndataset.Build(
-        {"size": 1000}, "corpus.txt", "", len(docs) + len(test_docs), scope,
-        train_docs=docs, train_masks=masks, test_docs=test_docs, test_masks=test_masks,
-        created=1))
+    fl.nndataset.write(
+        path,
+        fl.nndataset.Build(
+            {"size": 1000},
+            "corpus.txt",
+            "",
+            len(docs) + len(test_docs),
+            scope,
+            train_docs=docs,
+            train_masks=masks,
+            test_docs=test_docs,
+            test_masks=test_masks,
+            created=1,
+        ),
+    )
     return path
 
 
@@ -50,13 +61,15 @@ def expected_windows(docs, masks, seq_len, stride, cross_docs, pad_id=0):
     for a, b in spans:
         n = b - a - 1
         pad = seq_len - n
-        out.append({
-            "input_ids": flow[a:b - 1] + [pad_id] * pad,
-            "targets": flow[a + 1:b] + [pad_id] * pad,
-            "loss_mask": mask[a + 1:b] + [False] * pad,
-            "doc_ids": doc[a:b - 1] + [0] * pad,
-            "position_ids": pos[a:b - 1] + [0] * pad,
-        })
+        out.append(
+            {
+                "input_ids": flow[a : b - 1] + [pad_id] * pad,
+                "targets": flow[a + 1 : b] + [pad_id] * pad,
+                "loss_mask": mask[a + 1 : b] + [False] * pad,
+                "doc_ids": doc[a : b - 1] + [0] * pad,
+                "position_ids": pos[a : b - 1] + [0] * pad,
+            }
+        )
     return out
 
 
@@ -91,14 +104,24 @@ def test_every_target_of_the_flow_is_trained_exactly_once(corpus, path_kind):
     assert len(w) == -(-(len(flow) - 1) // 4)
 
 
-@pytest.mark.parametrize("seq_len,stride,cross_docs,position_ids",
-                         [(4, None, True, True), (3, 2, True, False), (2, 5, True, True),
-                          (4, None, False, True), (2, 1, False, False), (30, None, True, True),
-                          (30, None, False, False)])
-def test_windows_match_their_definition(corpus, path_kind, seq_len, stride, cross_docs,
-                                        position_ids):
-    with Windows(corpus, seq_len, stride=stride, cross_docs=cross_docs,
-                 position_ids=position_ids, pad_id=7) as w:
+@pytest.mark.parametrize(
+    "seq_len,stride,cross_docs,position_ids",
+    [
+        (4, None, True, True),
+        (3, 2, True, False),
+        (2, 5, True, True),
+        (4, None, False, True),
+        (2, 1, False, False),
+        (30, None, True, True),
+        (30, None, False, False),
+    ],
+)
+def test_windows_match_their_definition(
+    corpus, path_kind, seq_len, stride, cross_docs, position_ids
+):
+    with Windows(
+        corpus, seq_len, stride=stride, cross_docs=cross_docs, position_ids=position_ids, pad_id=7
+    ) as w:
         want = expected_windows(DOCS, MASKS, seq_len, stride or seq_len, cross_docs, pad_id=7)
         assert len(w) == len(want)
         batch = w.getitems(np.arange(len(w))[::-1])
@@ -141,20 +164,29 @@ def test_a_corpus_with_loss_scope_all_trains_every_target(tmp_path, path_kind):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 2**40), max_size=12), min_size=1, max_size=8),
-       st.integers(1, 9), st.integers(1, 9), st.booleans(), st.booleans(), st.data())
-def test_compiled_and_numpy_windows_are_identical(tmp_path_factory, docs, seq_len, stride,
-                                                  cross_docs, with_masks, data):
+@given(
+    st.lists(st.lists(st.integers(0, 2**40), max_size=12), min_size=1, max_size=8),
+    st.integers(1, 9),
+    st.integers(1, 9),
+    st.booleans(),
+    st.booleans(),
+    st.data(),
+)
+def test_compiled_and_numpy_windows_are_identical(
+    tmp_path_factory, docs, seq_len, stride, cross_docs, with_masks, data
+):
     if _kernels.get() is None:
         pytest.skip("numba is not installed")
-    masks = [data.draw(st.lists(st.booleans(), min_size=len(d), max_size=len(d)))
-             for d in docs] if with_masks else None
+    masks = (
+        [data.draw(st.lists(st.booleans(), min_size=len(d), max_size=len(d))) for d in docs]
+        if with_masks
+        else None
+    )
     p = write_corpus(tmp_path_factory.mktemp("h") / "c.nndataset", docs, masks)
     with Windows(p, seq_len, stride=stride, cross_docs=cross_docs, position_ids=True) as w:
         if not len(w):
             return
-        idx = np.array(data.draw(st.lists(st.integers(0, len(w) - 1), min_size=1,
-                                          max_size=10)))
+        idx = np.array(data.draw(st.lists(st.integers(0, len(w) - 1), min_size=1, max_size=10)))
         compiled = w.getitems(idx)
         numpy_batch = {k: np.empty_like(v) for k, v in compiled.items()}
         _windows._fill_numpy(w._ds._u8, w._layout, *w.spans(idx), 0, numpy_batch)
@@ -201,8 +233,10 @@ def test_windows_shard_across_ranks_exactly_once(tmp_path):
     seen = []
     for rank in range(3):
         for b in fl.Loader(w, 4, seed=9, shard=(rank, 3)):
-            seen += [tuple(r) for r in np.stack([b["doc_ids"][:, 0],
-                                                 b["position_ids"][:, 0]], 1).tolist()]
+            seen += [
+                tuple(r)
+                for r in np.stack([b["doc_ids"][:, 0], b["position_ids"][:, 0]], 1).tolist()
+            ]
     everything = fl.Loader(w, len(w)).__iter__().__next__()
     want = np.stack([everything["doc_ids"][:, 0], everything["position_ids"][:, 0]], 1)
     assert sorted(seen) == sorted(tuple(r) for r in want.tolist())
@@ -212,12 +246,16 @@ def test_windows_shard_across_ranks_exactly_once(tmp_path):
 def test_windows_of_two_corpora_mix_on_a_schedule(tmp_path):
     a = Windows(write_corpus(tmp_path / "a.nndataset", [[1] * 50]), 4)
     b = Windows(write_corpus(tmp_path / "b.nndataset", [[2] * 90]), 4)
-    seq = fl.Seq.mix([(fl.Dataset(a.record, a).shuffle(1), fl.Schedule.until(0.5)),
-                      (fl.Dataset(b.record, b).shuffle(2), fl.Schedule.ramp(0.0, 1.0))])
+    seq = fl.Seq.mix(
+        [
+            (fl.Dataset(a.record, a).shuffle(1), fl.Schedule.until(0.5)),
+            (fl.Dataset(b.record, b).shuffle(2), fl.Schedule.ramp(0.0, 1.0)),
+        ]
+    )
     batches = [bt["input_ids"][:, 0].tolist() for bt in fl.Loader(seq, 6)]
     flat = [x for bt in batches for x in bt]
     assert flat.count(1) == len(a) and flat.count(2) == len(b)
-    assert flat[: len(flat) // 4].count(1) > flat[-len(flat) // 4:].count(1)
+    assert flat[: len(flat) // 4].count(1) > flat[-len(flat) // 4 :].count(1)
     a.close()
     b.close()
 
@@ -275,22 +313,26 @@ def test_a_pad_id_outside_int64_is_refused_when_built_not_when_read(corpus, path
 
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
 @pytest.mark.parametrize("cross_docs", [True, False])
-def test_a_token_id_of_2_63_or_more_is_refused_naming_its_document(tmp_path, path_kind,
-                                                                   where, cross_docs):
+def test_a_token_id_of_2_63_or_more_is_refused_naming_its_document(
+    tmp_path, path_kind, where, cross_docs
+):
     # the format allows any u64; a window is int64, where 2**63 + 5 read as negative
     big = 2**63 + 5
     doc = [1, 2, 3, 4, 5, 6, 7, 8]
     doc[{"first": 0, "middle": 4, "last": 7}[where]] = big
     path = write_corpus(tmp_path / "big.nndataset", [[9, 9, 9], doc])
     w = Windows(path, 3, cross_docs=cross_docs)
-    with pytest.raises(fl.FormatError, match=r"train document 1 \(doc_id 2\) holds the "
-                                             rf"token id {big}") as info:
+    with pytest.raises(
+        fl.FormatError,
+        match=r"train document 1 \(doc_id 2\) holds the "
+        rf"token id {big}",
+    ) as info:
         w.getitems(np.arange(len(w)))
     at = {"first": 0, "middle": 4, "last": 7}[where]
     with fl.nndataset.open(path) as ds:
         assert ds.text_doc("train", 1).tokens[at] == big  # uint64 views hold it
     assert info.value.path == str(path)
-    assert path.read_bytes()[info.value.offset:info.value.offset + 8] == big.to_bytes(8, "little")
+    assert path.read_bytes()[info.value.offset : info.value.offset + 8] == big.to_bytes(8, "little")
     w.close()
 
 
@@ -308,8 +350,9 @@ def test_only_windows_that_read_a_big_token_id_are_refused(tmp_path, path_kind, 
     flow = list(range(3 * _windows._ID_BLOCK))
     flow[100] = 2**63
     docs = [flow[:5000], flow[5000:]]
-    path = write_corpus(tmp_path / "one.nndataset", docs,
-                        [[1] * len(d) for d in docs] if masks else None)
+    path = write_corpus(
+        tmp_path / "one.nndataset", docs, [[1] * len(d) for d in docs] if masks else None
+    )
     with Windows(path, 64) as w:
         assert w.getitems([50])["input_ids"][0, 0] == 50 * 64  # same block, no big id
         with pytest.raises(fl.FormatError, match=r"train document 0 \(doc_id 1\)"):

@@ -82,8 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("file")
     verify.set_defaults(func=_cmd_verify)
 
-    convert = sub.add_parser("convert", help="convert between .ndf, .flr, .npy, .npz and a "
-                                             "HuggingFace dataset directory (streamed)")
+    convert = sub.add_parser(
+        "convert",
+        help="convert between .ndf, .flr, .npy, .npz and a "
+        "HuggingFace dataset directory (streamed)",
+    )
     convert.add_argument("src")
     convert.add_argument("dst")
     convert.set_defaults(func=_cmd_convert)

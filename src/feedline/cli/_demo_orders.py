@@ -59,8 +59,10 @@ def orders_at_scale(out_dir: str) -> dict:
     ]
     print("\n6. The same engine at a billion positions")
     if _kernels.enabled():
-        print(f"   path: compiled kernels (numba), loaded in {_kernels.warm_up():.1f} s "
-              "(compiled once per machine, then cached)")
+        print(
+            f"   path: compiled kernels (numba), loaded in {_kernels.warm_up():.1f} s "
+            "(compiled once per machine, then cached)"
+        )
     else:
         print("   path: numpy (install the 'fast' extra for compiled kernels)")
     for s in sources:
@@ -154,5 +156,9 @@ def orders_at_scale(out_dir: str) -> dict:
         f.write("position,web,code,books\n")
         for w, *fr in shares:
             f.write(f"{w},{fr[0]:.4f},{fr[1]:.4f},{fr[2]:.4f}\n")
-    return {"positions": n, "build_s": t_build, "walk_mps": walk / dt / 1e6,
-            "resumed_identical": same}
+    return {
+        "positions": n,
+        "build_s": t_build,
+        "walk_mps": walk / dt / 1e6,
+        "resumed_identical": same,
+    }

@@ -248,14 +248,13 @@ def bench_loader(n: int, repeat: int) -> dict:
     x = rng.standard_normal((n, 64), dtype=np.float32)
     y = rng.integers(0, 10, n)
     b = 512
-    out: dict[str, np.ndarray] = {"x": np.empty((b, 64), np.float32),
-                                  "y": np.empty(b, np.int64)}
+    out: dict[str, np.ndarray] = {"x": np.empty((b, 64), np.float32), "y": np.empty(b, np.int64)}
 
     def numpy_epoch() -> int:
         perm = np.random.default_rng(1).permutation(n)
         rows = 0
         for s in range(0, n, b):
-            idx = perm[s:s + b]
+            idx = perm[s : s + b]
             np.take(x, idx, axis=0, out=out["x"][: len(idx)], mode="clip")
             np.take(y, idx, axis=0, out=out["y"][: len(idx)], mode="clip")
             rows += len(idx)
@@ -272,7 +271,7 @@ def bench_loader(n: int, repeat: int) -> dict:
     def feedline_into() -> int:
         loader = Loader(ds, b, seed=1)
         rows = 0
-        while (k := loader.next_into(out)):
+        while k := loader.next_into(out):
             rows += k
         return rows
 
@@ -290,8 +289,9 @@ def bench_loader(n: int, repeat: int) -> dict:
         tds = TensorDataset(torch.from_numpy(x), torch.from_numpy(y))
 
         def torch_epoch() -> int:
-            sampler = BatchSampler(RandomSampler(tds, generator=torch.Generator().manual_seed(1)),
-                                   b, drop_last=False)
+            sampler = BatchSampler(
+                RandomSampler(tds, generator=torch.Generator().manual_seed(1)), b, drop_last=False
+            )
             rows = 0
             for xb, _yb in DataLoader(tds, sampler=sampler, batch_size=None):
                 rows += len(xb)
@@ -302,16 +302,28 @@ def bench_loader(n: int, repeat: int) -> dict:
         pass
     rate_np, rate_fl, rate_into = n / t_np / 1e6, n / t_fl / 1e6, n / t_into / 1e6
     print(f"loader over {n:,} in-memory examples (64 float32 + int64), shuffled, batches of {b}")
-    _line("iteration (fresh arrays per batch)", f"{rate_fl:8.2f} M/s",
-          f"{rate_fl / rate_np:.2f}x numpy's take into preallocated arrays ({rate_np:.2f} M/s)")
-    _line("next_into (caller's arrays)", f"{rate_into:8.2f} M/s",
-          f"{rate_into / rate_np:.2f}x numpy")
+    _line(
+        "iteration (fresh arrays per batch)",
+        f"{rate_fl:8.2f} M/s",
+        f"{rate_fl / rate_np:.2f}x numpy's take into preallocated arrays ({rate_np:.2f} M/s)",
+    )
+    _line(
+        "next_into (caller's arrays)", f"{rate_into:8.2f} M/s", f"{rate_into / rate_np:.2f}x numpy"
+    )
     if torch_rate:
-        _line("", "", f"{rate_fl / torch_rate:.2f}x torch DataLoader + BatchSampler "
-                      f"({torch_rate:.2f} M/s)")
+        _line(
+            "",
+            "",
+            f"{rate_fl / torch_rate:.2f}x torch DataLoader + BatchSampler ({torch_rate:.2f} M/s)",
+        )
     _line("time to first batch", f"{first_ms:8.1f} ms")
-    return {"numpy_mps": rate_np, "feedline_mps": rate_fl, "next_into_mps": rate_into,
-            "torch_mps": torch_rate, "first_batch_ms": first_ms}
+    return {
+        "numpy_mps": rate_np,
+        "feedline_mps": rate_fl,
+        "next_into_mps": rate_into,
+        "torch_mps": torch_rate,
+        "first_batch_ms": first_ms,
+    }
 
 
 def bench_device(n: int, repeat: int) -> dict | None:
@@ -336,7 +348,7 @@ def bench_device(n: int, repeat: int) -> dict | None:
     def plain() -> None:
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(1)).to(device)
         for s in range(0, n, b):
-            idx = perm[s:s + b]
+            idx = perm[s : s + b]
             x.index_select(0, idx)
             y.index_select(0, idx)
         if device == "cuda":
@@ -351,6 +363,9 @@ def bench_device(n: int, repeat: int) -> dict | None:
     t_plain = _best(plain, repeat)
     t_fl = _best(feedline_pass, repeat)
     print(f"batches of {b} gathered on the device ({device}) from {n:,} examples")
-    _line("feedline Loader(device=...)", f"{n / t_fl / 1e6:8.2f} M/s",
-          f"{t_plain / t_fl:.2f}x torch.index_select with a randperm ({n / t_plain / 1e6:.2f} M/s)")
+    _line(
+        "feedline Loader(device=...)",
+        f"{n / t_fl / 1e6:8.2f} M/s",
+        f"{t_plain / t_fl:.2f}x torch.index_select with a randperm ({n / t_plain / 1e6:.2f} M/s)",
+    )
     return {"device": device, "feedline_mps": n / t_fl / 1e6, "index_select_mps": n / t_plain / 1e6}

@@ -65,11 +65,17 @@ def load_digits() -> tuple[np.ndarray, np.ndarray, str]:
         labels = rng.integers(0, 10, 1797)
         centers = rng.uniform(0, 16, (10, 64))
         imgs = np.clip(centers[labels] + rng.normal(0, 3, (1797, 64)), 0, 16)
-        return imgs.astype(np.float32), labels, ("synthetic digits (install scikit-learn, "
-                                                 "the 'demo' extra, for the real ones)")
+        return (
+            imgs.astype(np.float32),
+            labels,
+            ("synthetic digits (install scikit-learn, the 'demo' extra, for the real ones)"),
+        )
     d = sk_digits()
-    return d.data.astype(np.float32), d.target.astype(np.int64), \
-        "scikit-learn's 8x8 handwritten digits (UCI)"
+    return (
+        d.data.astype(np.float32),
+        d.target.astype(np.int64),
+        "scikit-learn's 8x8 handwritten digits (UCI)",
+    )
 
 
 def write_corpus(path: str) -> int:
@@ -93,17 +99,18 @@ def make_order(flr_path: str) -> tuple[Seq, Dataset]:
     clean = Dataset(f.record, f, name="digits")
     f.close()  # the dataset holds its own share of the file
     augmented = Dataset(f.record, clean.source, name="digits-augmented").map(augment, seed=7)
-    one_epoch = Seq.mix([
-        (clean.shuffle(1), Schedule.uniform()),
-        # the curriculum: augmented digits come in after a fifth of each epoch, ramping up
-        (augmented.shuffle(2), Schedule.ramp(0.2, 0.6)),
-    ])
+    one_epoch = Seq.mix(
+        [
+            (clean.shuffle(1), Schedule.uniform()),
+            # the curriculum: augmented digits come in after a fifth of each epoch, ramping up
+            (augmented.shuffle(2), Schedule.ramp(0.2, 0.6)),
+        ]
+    )
     return one_epoch.repeat(EPOCHS), clean
 
 
 def loaders(seq: Seq) -> list[Loader]:
-    return [Loader(seq, BATCH, shard=(r, RANKS), even=True, workers=WORKERS)
-            for r in range(RANKS)]
+    return [Loader(seq, BATCH, shard=(r, RANKS), even=True, workers=WORKERS) for r in range(RANKS)]
 
 
 class Model:
@@ -132,8 +139,13 @@ class Model:
         return float(((img / 16.0) @ self.w + self.b).argmax(axis=1).__eq__(label).mean())
 
 
-def train(seq: Seq, test: tuple[np.ndarray, np.ndarray], stop_at: int | None = None,
-          resume: dict | None = None, report: bool = False) -> dict[str, Any]:
+def train(
+    seq: Seq,
+    test: tuple[np.ndarray, np.ndarray],
+    stop_at: int | None = None,
+    resume: dict | None = None,
+    report: bool = False,
+) -> dict[str, Any]:
     """Steps over the ranks' loaders until the last epoch ends (or ``stop_at``)."""
     model = Model()
     ranks = loaders(seq)
@@ -163,18 +175,32 @@ def train(seq: Seq, test: tuple[np.ndarray, np.ndarray], stop_at: int | None = N
             rows += sum(b.meta.size for b in batches)
             step += 1
             if step == stop_at:
-                return {"w": model.w, "b": model.b, "step": step, "digests": digests,
-                        "states": [r.state_dict() for r in ranks]}
+                return {
+                    "w": model.w,
+                    "b": model.b,
+                    "step": step,
+                    "digests": digests,
+                    "states": [r.state_dict() for r in ranks],
+                }
             if report and step % per_epoch == 0:
-                print(f"   epoch {step // per_epoch}: step {step}, test accuracy "
-                      f"{model.accuracy(*test):.1%}")
+                print(
+                    f"   epoch {step // per_epoch}: step {step}, test accuracy "
+                    f"{model.accuracy(*test):.1%}"
+                )
     finally:
         for r in ranks:
             r.close()
     seconds = time.perf_counter() - t0
-    return {"w": model.w, "b": model.b, "step": step, "digests": digests,
-            "rows_per_s": rows / seconds, "first_batch_s": first, "seconds": seconds,
-            "accuracy": model.accuracy(*test)}
+    return {
+        "w": model.w,
+        "b": model.b,
+        "step": step,
+        "digests": digests,
+        "rows_per_s": rows / seconds,
+        "first_batch_s": first,
+        "seconds": seconds,
+        "accuracy": model.accuracy(*test),
+    }
 
 
 def interrupted_pass(clean: Dataset) -> dict[str, int]:
@@ -223,9 +249,14 @@ def windows_pass(path: str, seq_len: int = 256, batch: int = 32) -> dict[str, An
     expected = windows.num_tokens - 1
     loader.close()
     windows.close()
-    return {"windows": len(windows), "trained": trained, "expected": expected,
-            "each_once": bool((read == 1).all()), "tokens_per_s": tokens / seconds,
-            "first_batch_s": first}
+    return {
+        "windows": len(windows),
+        "trained": trained,
+        "expected": expected,
+        "each_once": bool((read == 1).all()),
+        "tokens_per_s": tokens / seconds,
+        "first_batch_s": first,
+    }
 
 
 def gather_bench(out_dir: str, rows: int = 1_000_000) -> dict[str, float]:
@@ -241,17 +272,21 @@ def gather_bench(out_dir: str, rows: int = 1_000_000) -> dict[str, float]:
         x = field("D", "float32")
         y = field((), "int64")
 
-    recfile.write(path, Row, {"x": rng.standard_normal((rows, 64), dtype=np.float32),
-                              "y": np.arange(rows)})
+    recfile.write(
+        path, Row, {"x": rng.standard_normal((rows, 64), dtype=np.float32), "y": np.arange(rows)}
+    )
     f = recfile.open(path)
     X, Y = f.columns["x"], f.columns["y"]
     perm = rng.permutation(rows)
-    results: dict[str, list[float]] = {"numpy gather": [], "feedline, 0 workers": [],
-                                       "feedline, 2 workers": []}
+    results: dict[str, list[float]] = {
+        "numpy gather": [],
+        "feedline, 0 workers": [],
+        "feedline, 2 workers": [],
+    }
     for _ in range(3):
         t = time.perf_counter()
         for s in range(0, rows, 512):
-            idx = perm[s:s + 512]
+            idx = perm[s : s + 512]
             X.take(idx, axis=0)
             Y.take(idx, axis=0)
         results["numpy gather"].append(rows / (time.perf_counter() - t))
@@ -275,16 +310,20 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
     imgs, labels, what = load_digits()
     flr_path = os.path.join(out_dir, "digits.flr")
     train_n = 1500
-    recfile.write(flr_path, Digit, {"img": imgs[:train_n], "label": labels[:train_n]},
-                  check_values=True)
-    print(f"   {what}: {train_n} for training written to {flr_path} "
-          f"({os.path.getsize(flr_path):,} bytes, schema and checksums inside); "
-          f"{len(imgs) - train_n} held out")
+    recfile.write(
+        flr_path, Digit, {"img": imgs[:train_n], "label": labels[:train_n]}, check_values=True
+    )
+    print(
+        f"   {what}: {train_n} for training written to {flr_path} "
+        f"({os.path.getsize(flr_path):,} bytes, schema and checksums inside); "
+        f"{len(imgs) - train_n} held out"
+    )
     corpus = os.path.join(out_dir, "python-docs.txt")
     size = write_corpus(corpus)
     nnd_path = os.path.join(out_dir, "python-docs.nndataset")
-    summary = text.build(corpus, nnd_path, text.ByteTokenizer(), test_docs=50, workers=2,
-                         progress=None, created=0)
+    summary = text.build(
+        corpus, nnd_path, text.ByteTokenizer(), test_docs=50, workers=2, progress=None, created=0
+    )
     print(f"   the Python documentation ({size:,} bytes, from pydoc_data), byte tokenizer:")
     print("\n".join(f"     {line.strip()}" for line in str(summary).splitlines()))
 
@@ -296,25 +335,28 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
         f.write(seq.to_json(indent=2))
     ords, _ = order.lookup(np.arange(len(order)))
     third = len(order) // EPOCHS
-    early, late = ords[: third // 5].mean(), ords[third - third // 5:third].mean()
-    print(f"   clean and augmented digits, mixed (augmented: {early:.0%} of the first fifth "
-          f"of an epoch, {late:.0%} of the last), shuffled, {EPOCHS} epochs: "
-          f"{len(order):,} positions, dealt to {RANKS} ranks; saved to {config}")
+    early, late = ords[: third // 5].mean(), ords[third - third // 5 : third].mean()
+    print(
+        f"   clean and augmented digits, mixed (augmented: {early:.0%} of the first fifth "
+        f"of an epoch, {late:.0%} of the last), shuffled, {EPOCHS} epochs: "
+        f"{len(order):,} positions, dealt to {RANKS} ranks; saved to {config}"
+    )
 
     print(f"\n3. Training on {RANKS} ranks, {WORKERS} worker processes each")
     test = (imgs[train_n:], labels[train_n:])
     full = train(seq, test, report=True)
-    print(f"   {full['step']} steps, test accuracy {full['accuracy']:.1%}; "
-          f"{full['rows_per_s']:,.0f} examples/s, first batch after "
-          f"{full['first_batch_s'] * 1e3:.0f} ms (workers starting)")
+    print(
+        f"   {full['step']} steps, test accuracy {full['accuracy']:.1%}; "
+        f"{full['rows_per_s']:,.0f} examples/s, first batch after "
+        f"{full['first_batch_s'] * 1e3:.0f} ms (workers starting)"
+    )
 
     print(f"\n4. Preempted at step {STOP_AT}, restarted from the saved state")
     stopped = train(seq, test, stop_at=STOP_AT)
     for r, state in enumerate(stopped["states"]):
         with open(os.path.join(out_dir, f"state-rank{r}.json"), "w", encoding="utf-8") as f:
             json.dump(state, f)
-    np.savez(os.path.join(out_dir, "weights-at-preemption.npz"), w=stopped["w"],
-             b=stopped["b"])
+    np.savez(os.path.join(out_dir, "weights-at-preemption.npz"), w=stopped["w"], b=stopped["b"])
     states = []
     for r in range(RANKS):
         with open(os.path.join(out_dir, f"state-rank{r}.json"), encoding="utf-8") as f:
@@ -322,39 +364,64 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
     resumed = train(seq, test, resume={**stopped, "states": states})
     same_stream = resumed["digests"] == full["digests"]
     same_weights = bool((resumed["w"] == full["w"]).all() and (resumed["b"] == full["b"]).all())
-    print(f"   the resumed stream equals the uninterrupted one: {same_stream} "
-          f"({len(full['digests'])} steps of {RANKS} batches); final weights identical: "
-          f"{same_weights}")
+    print(
+        f"   the resumed stream equals the uninterrupted one: {same_stream} "
+        f"({len(full['digests'])} steps of {RANKS} batches); final weights identical: "
+        f"{same_weights}"
+    )
 
     hits = interrupted_pass(clean)
-    print(f"   a Ctrl-C while a batch was being made ({hits['interrupts']} of them, in one "
-          f"pass): the batch is made again at the next call; {hits['once']:,} of "
-          f"{hits['records']:,} records delivered exactly once")
+    print(
+        f"   a Ctrl-C while a batch was being made ({hits['interrupts']} of them, in one "
+        f"pass): the batch is made again at the next call; {hits['once']:,} of "
+        f"{hits['records']:,} records delivered exactly once"
+    )
 
     print("\n5. Language-model windows from the .nndataset")
     win = windows_pass(nnd_path)
-    print(f"   {win['windows']:,} windows of 256 tokens, shuffled: {win['trained']:,} targets "
-          f"trained of {win['expected']:,}; every window read once: {win['each_once']}; "
-          f"{win['tokens_per_s'] / 1e6:.0f} M "
-          f"tokens/s, first batch after {win['first_batch_s'] * 1e3:.1f} ms")
+    print(
+        f"   {win['windows']:,} windows of 256 tokens, shuffled: {win['trained']:,} targets "
+        f"trained of {win['expected']:,}; every window read once: {win['each_once']}; "
+        f"{win['tokens_per_s'] / 1e6:.0f} M "
+        f"tokens/s, first batch after {win['first_batch_s'] * 1e3:.1f} ms"
+    )
 
     bench = gather_bench(out_dir)
     base = bench["numpy gather"]
-    print("\n   Shuffled batches of 512 from a 1,000,000-row .flr, examples/s: " + "; ".join(
-        f"{k} {v / 1e6:.1f} M ({v / base:.2f}x)" for k, v in bench.items()))
+    print(
+        "\n   Shuffled batches of 512 from a 1,000,000-row .flr, examples/s: "
+        + "; ".join(f"{k} {v / 1e6:.1f} M ({v / base:.2f}x)" for k, v in bench.items())
+    )
 
     scale = orders_at_scale(out_dir)
     plots = make_plots(seq, out_dir, bench)
-    ok = same_stream and same_weights and win["trained"] == win["expected"] and \
-        win["each_once"] and scale["resumed_identical"]
+    ok = (
+        same_stream
+        and same_weights
+        and win["trained"] == win["expected"]
+        and win["each_once"]
+        and scale["resumed_identical"]
+    )
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
-        json.dump({"resumed_identical": same_stream and same_weights,
-                   "accuracy": full["accuracy"], "examples_per_s": full["rows_per_s"],
-                   "first_batch_s": full["first_batch_s"], "windows": win, "bench": bench,
-                   "orders": scale, "plots": plots}, f, indent=2)
-    print(f"\nDone in {time.perf_counter() - t_start:.1f} s: test accuracy "
-          f"{full['accuracy']:.1%}; outputs and plots in {os.path.abspath(out_dir)}"
-          + "".join(f"\n   {p}" for p in plots))
+        json.dump(
+            {
+                "resumed_identical": same_stream and same_weights,
+                "accuracy": full["accuracy"],
+                "examples_per_s": full["rows_per_s"],
+                "first_batch_s": full["first_batch_s"],
+                "windows": win,
+                "bench": bench,
+                "orders": scale,
+                "plots": plots,
+            },
+            f,
+            indent=2,
+        )
+    print(
+        f"\nDone in {time.perf_counter() - t_start:.1f} s: test accuracy "
+        f"{full['accuracy']:.1%}; outputs and plots in {os.path.abspath(out_dir)}"
+        + "".join(f"\n   {p}" for p in plots)
+    )
     return 0 if ok else 1
 
 
@@ -364,15 +431,28 @@ def make_plots(seq: Seq, out_dir: str, bench: dict[str, float]) -> list[str]:
         from . import plots
 
         mix = os.path.join(out_dir, "mix.png")
-        plots.plot_order(seq, mix, names=["clean digits", "augmented digits"], shards=RANKS,
-                         window=64)
+        plots.plot_order(
+            seq, mix, names=["clean digits", "augmented digits"], shards=RANKS, window=64
+        )
         chart = os.path.join(out_dir, "bench.png")
-        rows = [plots.BenchRow("numpy gather (memory map, precomputed permutation)", 0,
-                               bench["numpy gather"]),
-                plots.BenchRow("feedline Loader", 0, bench["feedline, 0 workers"]),
-                plots.BenchRow("feedline Loader", 2, bench["feedline, 2 workers"])]
-        plots.plot_bench_compare("", [("shuffled batches of 512 from a 1,000,000-row .flr "
-                                       "(64 float32 + an int64 label)", rows)], chart)
+        rows = [
+            plots.BenchRow(
+                "numpy gather (memory map, precomputed permutation)", 0, bench["numpy gather"]
+            ),
+            plots.BenchRow("feedline Loader", 0, bench["feedline, 0 workers"]),
+            plots.BenchRow("feedline Loader", 2, bench["feedline, 2 workers"]),
+        ]
+        plots.plot_bench_compare(
+            "",
+            [
+                (
+                    "shuffled batches of 512 from a 1,000,000-row .flr "
+                    "(64 float32 + an int64 label)",
+                    rows,
+                )
+            ],
+            chart,
+        )
     except ImportError as e:
         print(f"   (no plots: {e})")
         return []

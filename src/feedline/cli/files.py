@@ -55,8 +55,10 @@ def _inspect(path: str) -> int:
     print(f"{path}: {kind}, {_size(size)}")
     if kind == "ndf":
         with ndf.open(path) as f:
-            print(f"  rows {f.n:,}; {f.d} f64 features and {f.l} f64 labels a row "
-                  f"({(f.d + f.l) * 8} bytes)")
+            print(
+                f"  rows {f.n:,}; {f.d} f64 features and {f.l} f64 labels a row "
+                f"({(f.d + f.l) * 8} bytes)"
+            )
     elif kind == "flr":
         with recfile.open(path) as f:
             print(f"  rows {len(f):,}")
@@ -89,8 +91,10 @@ def _verify(path: str) -> int:
     if kind == "ndf":
         with ndf.open(path):
             pass
-        note = ("checked: the header and the file's length; not checked: the values (the "
-                "format carries no checksums)")
+        note = (
+            "checked: the header and the file's length; not checked: the values (the "
+            "format carries no checksums)"
+        )
     elif kind == "flr":
         with recfile.open(path) as f:
             f.verify()
@@ -103,10 +107,12 @@ def _verify(path: str) -> int:
                 for subset in ("train", "test"):
                     if subset == "train" or f.info.test_docs:
                         f.load_text(subset)
-        note = ("structure ok (the vocabulary record); the format carries no checksums"
-                if kind == "nnvocab" else
-                "structure ok (the root record, every document's offset and length); not "
-                "checked: the tokens and masks (the format carries no checksums)")
+        note = (
+            "structure ok (the vocabulary record); the format carries no checksums"
+            if kind == "nnvocab"
+            else "structure ok (the root record, every document's offset and length); not "
+            "checked: the tokens and masks (the format carries no checksums)"
+        )
     else:
         print(f"{path}: not a file feedline reads ({kind})", file=sys.stderr)
         return 2
@@ -128,8 +134,12 @@ class _Bar:
         self.last = now
         rate = done / max(now - self.t0, 1e-9)
         pct = 100.0 * done / total if total else 100.0
-        print(f"\r{self.label}: {done:,}/{total:,} rows ({pct:5.1f}%, {rate:,.0f} rows/s)",
-              end="\n" if done >= total else "", file=sys.stderr, flush=True)
+        print(
+            f"\r{self.label}: {done:,}/{total:,} rows ({pct:5.1f}%, {rate:,.0f} rows/s)",
+            end="\n" if done >= total else "",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def convert(src: str, dst: str) -> int:
@@ -149,6 +159,8 @@ def convert(src: str, dst: str) -> int:
         return fail(f"cannot convert {src} to {dst}: {e}")
     except ValueError as e:  # a format that cannot be read, or cannot hold what is read
         return fail(f"cannot convert {src} to {dst}: {e}")
-    print(f"{src} -> {dst}: {rows:,} rows, {_size(os.path.getsize(dst))} in "
-          f"{time.perf_counter() - t:.2f} s")
+    print(
+        f"{src} -> {dst}: {rows:,} rows, {_size(os.path.getsize(dst))} in "
+        f"{time.perf_counter() - t:.2f} s"
+    )
     return 0

@@ -20,8 +20,18 @@ import numpy as np
 from ..order import Order, Schedule, Seq
 from ..order._seq import source_len
 
-COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3",
-          "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD"]
+COLORS = [
+    "#4C72B0",
+    "#DD8452",
+    "#55A868",
+    "#C44E52",
+    "#8172B3",
+    "#937860",
+    "#DA8BC3",
+    "#8C8C8C",
+    "#CCB974",
+    "#64B5CD",
+]
 MAX_LEGEND = 10  # more sources than this: the largest nine, and "other"
 
 
@@ -31,8 +41,9 @@ from ._report import reason  # noqa: E402
 
 
 # -- an order's mix ------------------------------------------------------------------------
-def source_shares(order: Order, points: int = 200, window: int = 2048
-                  ) -> tuple[np.ndarray, np.ndarray]:
+def source_shares(
+    order: Order, points: int = 200, window: int = 2048
+) -> tuple[np.ndarray, np.ndarray]:
     """Each source's share of the output in ``points`` windows spread over the order.
 
     The positions ``[0, len)`` are cut into ``points`` equal bins; in the middle of each,
@@ -47,8 +58,9 @@ def source_shares(order: Order, points: int = 200, window: int = 2048
     points = max(1, min(points, n))
     w = max(1, min(window, n // points))
     edges = [i * n // points for i in range(points + 1)]
-    starts = np.array([edges[i] + (edges[i + 1] - edges[i] - w) // 2 for i in range(points)],
-                      dtype=np.uint64)
+    starts = np.array(
+        [edges[i] + (edges[i + 1] - edges[i] - w) // 2 for i in range(points)], dtype=np.uint64
+    )
     pos = (starts[:, None] + np.arange(w, dtype=np.uint64)).reshape(-1)
     ords = order.lookup(pos)[0].reshape(points, w)
     k = len(order.sources)
@@ -175,9 +187,18 @@ def source_names(order: Order, names: list[str] | None = None) -> list[str]:
     return out
 
 
-def plot_order(seq: Seq, path: str, *, seed: int = 0, shards: int = 4, points: int = 200,
-               window: int = 2048, names: list[str] | None = None, columns: int = 12,
-               shard_at: int | None = None) -> str:
+def plot_order(
+    seq: Seq,
+    path: str,
+    *,
+    seed: int = 0,
+    shards: int = 4,
+    points: int = 200,
+    window: int = 2048,
+    names: list[str] | None = None,
+    columns: int = 12,
+    shard_at: int | None = None,
+) -> str:
     """Draw ``seq``'s mix over training positions and a sample of its shards into ``path``.
 
     The top panel stacks each source's share of the output (``source_shares``) with the
@@ -197,8 +218,13 @@ def plot_order(seq: Seq, path: str, *, seed: int = 0, shards: int = 4, points: i
     fig = Figure(figsize=(12, 8.6), layout="constrained")
     top, bottom = fig.subplots(2, 1, height_ratios=[2.3, 1.2])
     stack = [shares[:, ords].sum(axis=1) for _, ords in groups]
-    top.stackplot(centers, stack, labels=[g for g, _ in groups],
-                  colors=[COLORS[i % len(COLORS)] for i in range(len(groups))], alpha=0.9)
+    top.stackplot(
+        centers,
+        stack,
+        labels=[g for g, _ in groups],
+        colors=[COLORS[i % len(COLORS)] for i in range(len(groups))],
+        alpha=0.9,
+    )
     n = order.length
     top.set_xlim(0, n)
     top.set_ylim(0, 1)
@@ -206,38 +232,58 @@ def plot_order(seq: Seq, path: str, *, seed: int = 0, shards: int = 4, points: i
     top.yaxis.set_major_formatter(lambda y, _p: f"{y:.0%}")
     top.set_xlabel("training position (index in the order's output)")
     top.set_ylabel("share of the output")
-    top.set_title(f"Each source's share of the output over training - {n:,} positions, "
-                  f"{len(labels)} sources, order seed {seed}", loc="left")
+    top.set_title(
+        f"Each source's share of the output over training - {n:,} positions, "
+        f"{len(labels)} sources, order seed {seed}",
+        loc="left",
+    )
     top.grid(axis="y", color="white", alpha=0.5, linewidth=0.6)
     handles, _ = top.get_legend_handles_labels()
     handles += _draw_boundaries(top, pass_boundaries(seq), n)
-    top.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9,
-               frameon=False, title="source (its mix schedule)" if any(sched) else "source",
-               title_fontsize=9,
-               alignment="left")
+    top.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=9,
+        frameon=False,
+        title="source (its mix schedule)" if any(sched) else "source",
+        title_fontsize=9,
+        alignment="left",
+    )
     if shard_at is None:  # where the mix is most varied, so that the sample shows it
         p = np.clip(shares, 1e-12, 1)
         shard_at = int(centers[int(np.argmax(-(p * np.log(p)).sum(axis=1)))])
     elif not 0 <= shard_at < n:
         raise PlotInputError(f"--shard-at {shard_at} is outside the order's {n:,} positions")
     _draw_shards(bottom, seq, seed, shards, columns, shard_at // shards, groups)
-    note = (" Schedules act on the mix's virtual clock [0, 1] (anew in each pass of a repeat "
-            "around it), not on positions: a part's share also depends on its length."
-            if any(sched) else "")
-    fig.supxlabel(f"Shares measured in {len(centers)} windows of {w:,} consecutive positions."
-                  + note, fontsize=8, color="#555555", x=0.01, ha="left")
+    note = (
+        " Schedules act on the mix's virtual clock [0, 1] (anew in each pass of a repeat "
+        "around it), not on positions: a part's share also depends on its length."
+        if any(sched)
+        else ""
+    )
+    fig.supxlabel(
+        f"Shares measured in {len(centers)} windows of {w:,} consecutive positions." + note,
+        fontsize=8,
+        color="#555555",
+        x=0.01,
+        ha="left",
+    )
     _save(fig, Canvas, path)
-    return (f"{n:,} positions over {len(labels)} sources; shares in {len(centers)} "
-            f"windows of {w:,} positions")
+    return (
+        f"{n:,} positions over {len(labels)} sources; shares in {len(centers)} "
+        f"windows of {w:,} positions"
+    )
 
 
-def _legend_groups(shares: np.ndarray, labels: list[str], sched: list[str]
-                   ) -> list[tuple[str, list[int]]]:
+def _legend_groups(
+    shares: np.ndarray, labels: list[str], sched: list[str]
+) -> list[tuple[str, list[int]]]:
     k = len(labels)
     named = [f"{lab} ({s})" if s else lab for lab, s in zip(labels, sched)]
     if k <= MAX_LEGEND:
         return [(named[i], [i]) for i in range(k)]
-    top = sorted(np.argsort(-shares.mean(axis=0), kind="stable")[:MAX_LEGEND - 1].tolist())
+    top = sorted(np.argsort(-shares.mean(axis=0), kind="stable")[: MAX_LEGEND - 1].tolist())
     rest = [i for i in range(k) if i not in set(top)]
     return [*((named[i], [i]) for i in top), (f"other ({len(rest)} sources)", rest)]
 
@@ -257,23 +303,57 @@ def _draw_boundaries(ax: Any, bounds: list[tuple[int, int]], n: int) -> list[Any
         ax.axvline(p, color="black", linewidth=1.6, linestyle="--")
     handles = []
     if outer:
-        handles.append(Line2D([], [], color="black", linewidth=1.6, linestyle="--",
-                              label="end of a pass (epoch) of\nthe outermost repeat"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="black",
+                linewidth=1.6,
+                linestyle="--",
+                label="end of a pass (epoch) of\nthe outermost repeat",
+            )
+        )
         edges = [0, *outer, n]
         if len(edges) <= 13:
             for i in range(len(edges) - 1):
-                ax.text((edges[i] + edges[i + 1]) / 2, 0.975, f"pass {i + 1}",
-                        ha="center", va="top", fontsize=9, transform=ax.get_xaxis_transform(),
-                        bbox={"boxstyle": "round,pad=0.25", "facecolor": "white",
-                              "edgecolor": "none", "alpha": 0.85})
+                ax.text(
+                    (edges[i] + edges[i + 1]) / 2,
+                    0.975,
+                    f"pass {i + 1}",
+                    ha="center",
+                    va="top",
+                    fontsize=9,
+                    transform=ax.get_xaxis_transform(),
+                    bbox={
+                        "boxstyle": "round,pad=0.25",
+                        "facecolor": "white",
+                        "edgecolor": "none",
+                        "alpha": 0.85,
+                    },
+                )
     if inner:
-        handles.append(Line2D([], [], color="black", linewidth=0.8, linestyle=":",
-                              label="end of a pass of an\ninner repeat or cycle_to"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="black",
+                linewidth=0.8,
+                linestyle=":",
+                label="end of a pass of an\ninner repeat or cycle_to",
+            )
+        )
     return handles
 
 
-def _draw_shards(ax: Any, seq: Seq, seed: int, shards: int, columns: int, first: int,
-                 groups: list[tuple[str, list[int]]]) -> None:
+def _draw_shards(
+    ax: Any,
+    seq: Seq,
+    seed: int,
+    shards: int,
+    columns: int,
+    first: int,
+    groups: list[tuple[str, list[int]]],
+) -> None:
     from matplotlib.patches import Rectangle
 
     rows = min(shards, 8)
@@ -283,69 +363,116 @@ def _draw_shards(ax: Any, seq: Seq, seed: int, shards: int, columns: int, first:
         m = max(0, min(columns, order.length - first))
         ords, recs = order.lookup(np.arange(first, first + m))
         for j, (o, rec) in enumerate(zip(ords.tolist(), recs.tolist())):
-            ax.add_patch(Rectangle((j, r), 1, 1, facecolor=color_of[o], alpha=0.55,
-                                   edgecolor="white", linewidth=1.5))
+            ax.add_patch(
+                Rectangle(
+                    (j, r),
+                    1,
+                    1,
+                    facecolor=color_of[o],
+                    alpha=0.55,
+                    edgecolor="white",
+                    linewidth=1.5,
+                )
+            )
             ax.text(j + 0.5, r + 0.5, f"{rec:,}", ha="center", va="center", fontsize=7.5)
     ax.set_xlim(0, columns)
     ax.set_ylim(rows, 0)
-    ax.set_xticks(np.arange(columns) + 0.5, [f"{first + j:,}" for j in range(columns)],
-                  fontsize=8)
+    ax.set_xticks(np.arange(columns) + 0.5, [f"{first + j:,}" for j in range(columns)], fontsize=8)
     ax.set_yticks(np.arange(rows) + 0.5, [f"shard {r}" for r in range(rows)])
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
-    ax.set_xlabel(f"position j within the shard (shard i's position j is the order's "
-                  f"position i + {shards} x j)")
+    ax.set_xlabel(
+        f"position j within the shard (shard i's position j is the order's "
+        f"position i + {shards} x j)"
+    )
     more = f", the first {rows} shown" if rows < shards else ""
-    where = "first positions" if first == 0 else \
-        f"positions from j = {first:,} (the order's positions from {first * shards:,})"
-    ax.set_title(f"Sharded over {shards} ranks with seq.shard(i, {shards}){more}: each shard's "
-                 f"{where}\ncolour = source (as above), number = the record index it reads",
-                 loc="left", fontsize=10)
+    where = (
+        "first positions"
+        if first == 0
+        else f"positions from j = {first:,} (the order's positions from {first * shards:,})"
+    )
+    ax.set_title(
+        f"Sharded over {shards} ranks with seq.shard(i, {shards}){more}: each shard's "
+        f"{where}\ncolour = source (as above), number = the record index it reads",
+        loc="left",
+        fontsize=10,
+    )
 
 
 # -- the command line ----------------------------------------------------------------------
 def add_order_plot_parser(order_sub: Any) -> None:
     """Register ``order plot`` on the ``order`` subcommand's subparsers."""
     p = order_sub.add_parser(
-        "plot", help="draw an order's mix over training and a sample of its shards (PNG)",
+        "plot",
+        help="draw an order's mix over training and a sample of its shards (PNG)",
         description="Draw each source's share of the output over training positions (the "
-                    "schedules at work, repeat passes marked) and a sample of the positions "
-                    "each shard reads, for an order saved with Seq.to_json(). Needs "
-                    "matplotlib: pip install 'feedline[plot]'.")
+        "schedules at work, repeat passes marked) and a sample of the positions "
+        "each shard reads, for an order saved with Seq.to_json(). Needs "
+        "matplotlib: pip install 'feedline[plot]'.",
+    )
     p.add_argument("config", help="a JSON file written by Seq.to_json()")
     p.add_argument("-o", "--out", default="mix.png", help="the PNG to write (default mix.png)")
     p.add_argument("--seed", type=int, default=0, help="the order seed (default 0)")
-    p.add_argument("--shards", type=_positive, default=4,
-                   help="shard count for the lower panel (default 4; at most 8 rows shown)")
-    p.add_argument("--points", type=_positive, default=200,
-                   help="windows sampled along the order (default 200)")
-    p.add_argument("--window", type=_positive, default=2048,
-                   help="consecutive positions looked up per window (default 2048)")
-    p.add_argument("--shard-at", type=int, default=None, metavar="POS",
-                   help="the order position where the shard sample starts (default: where "
-                        "the mix is most varied)")
-    p.add_argument("--names", default=None,
-                   help="comma-separated source names, in source order (a saved "
-                        "configuration records lengths only; default 'source 0', ...)")
+    p.add_argument(
+        "--shards",
+        type=_positive,
+        default=4,
+        help="shard count for the lower panel (default 4; at most 8 rows shown)",
+    )
+    p.add_argument(
+        "--points",
+        type=_positive,
+        default=200,
+        help="windows sampled along the order (default 200)",
+    )
+    p.add_argument(
+        "--window",
+        type=_positive,
+        default=2048,
+        help="consecutive positions looked up per window (default 2048)",
+    )
+    p.add_argument(
+        "--shard-at",
+        type=int,
+        default=None,
+        metavar="POS",
+        help="the order position where the shard sample starts (default: where "
+        "the mix is most varied)",
+    )
+    p.add_argument(
+        "--names",
+        default=None,
+        help="comma-separated source names, in source order (a saved "
+        "configuration records lengths only; default 'source 0', ...)",
+    )
     p.set_defaults(func=run_order_plot)
 
 
 def add_bench_plot_options(bench: argparse.ArgumentParser) -> None:
     """Add ``--plot``, ``-o`` and ``--from-markdown`` to ``feedline bench``."""
-    bench.epilog = ("--plot runs the benchmarks and draws each figure beside the baseline "
-                    "measured with it; --from-markdown FILE runs nothing and draws feedline "
-                    "beside other loaders from a saved side-by-side run.")
-    bench.add_argument("--plot", action="store_true",
-                       help="draw a bar chart (PNG, needs pip install 'feedline[plot]'): "
-                            "without --from-markdown, of this run's figures beside their "
-                            "baselines")
+    bench.epilog = (
+        "--plot runs the benchmarks and draws each figure beside the baseline "
+        "measured with it; --from-markdown FILE runs nothing and draws feedline "
+        "beside other loaders from a saved side-by-side run."
+    )
+    bench.add_argument(
+        "--plot",
+        action="store_true",
+        help="draw a bar chart (PNG, needs pip install 'feedline[plot]'): "
+        "without --from-markdown, of this run's figures beside their "
+        "baselines",
+    )
     bench.add_argument("-o", "--out", default="bench.png", help="the PNG (default bench.png)")
-    bench.add_argument("--from-markdown", metavar="FILE", default=None,
-                       help="run nothing; draw the side-by-side tables that "
-                            "benchmarks/compare.py --markdown FILE wrote (docs/benchmarks.md "
-                            "works too): samples/s per system and worker count, log scale, "
-                            "numpy marked")
+    bench.add_argument(
+        "--from-markdown",
+        metavar="FILE",
+        default=None,
+        help="run nothing; draw the side-by-side tables that "
+        "benchmarks/compare.py --markdown FILE wrote (docs/benchmarks.md "
+        "works too): samples/s per system and worker count, log scale, "
+        "numpy marked",
+    )
 
 
 def _positive(text: str) -> int:
@@ -361,8 +488,10 @@ def _picture_target(out: str) -> str | None:
     kinds = canvas.get_supported_filetypes()
     ext = os.path.splitext(out)[1][1:].lower()
     if ext and ext not in kinds:  # no extension: matplotlib writes a PNG
-        return (f"cannot write {out}: expected a picture name ending in "
-                f"{', '.join('.' + k for k in sorted(kinds))}, found .{ext}")
+        return (
+            f"cannot write {out}: expected a picture name ending in "
+            f"{', '.join('.' + k for k in sorted(kinds))}, found .{ext}"
+        )
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         return f"cannot write {out}: no such directory {parent}"
@@ -384,9 +513,19 @@ def run_order_plot(args: argparse.Namespace) -> int:
         return _fail(problem)
     seq = Seq.from_json(text)  # an OrderError is reported by main()
     names = [s.strip() for s in args.names.split(",")] if args.names else None
-    return _draw_and_report(args.out, lambda: plot_order(
-        seq, args.out, seed=args.seed, shards=args.shards, points=args.points,
-        window=args.window, names=names, shard_at=args.shard_at))
+    return _draw_and_report(
+        args.out,
+        lambda: plot_order(
+            seq,
+            args.out,
+            seed=args.seed,
+            shards=args.shards,
+            points=args.points,
+            window=args.window,
+            names=names,
+            shard_at=args.shard_at,
+        ),
+    )
 
 
 def _draw_and_report(out: str, draw: Any) -> int:
@@ -416,13 +555,15 @@ def run_bench_plot(args: argparse.Namespace) -> int:
                 text = f.read()
         except (OSError, UnicodeDecodeError) as e:
             return _fail(f"cannot read {args.from_markdown}: {reason(e, args.from_markdown)}")
-        return _draw_and_report(args.out, lambda: plot_bench_compare(
-            *parse_compare_markdown(text), args.out))
+        return _draw_and_report(
+            args.out, lambda: plot_bench_compare(*parse_compare_markdown(text), args.out)
+        )
     from .bench import run_benchmarks
 
     note = "; --quick: small sizes" if args.quick else ""
-    return _draw_and_report(args.out, lambda: plot_bench_run(run_benchmarks(args.quick),
-                                                             args.out, note))
+    return _draw_and_report(
+        args.out, lambda: plot_bench_run(run_benchmarks(args.quick), args.out, note)
+    )
 
 
 from .plot_bench import (  # noqa: E402  (it uses the helpers above)
@@ -432,5 +573,13 @@ from .plot_bench import (  # noqa: E402  (it uses the helpers above)
     plot_bench_run,
 )
 
-__all__ = ["BenchRow", "PlotInputError", "parse_compare_markdown", "pass_boundaries",
-           "plot_bench_compare", "plot_bench_run", "plot_order", "source_shares"]
+__all__ = [
+    "BenchRow",
+    "PlotInputError",
+    "parse_compare_markdown",
+    "pass_boundaries",
+    "plot_bench_compare",
+    "plot_bench_run",
+    "plot_order",
+    "source_shares",
+]

@@ -16,21 +16,34 @@ def add_parser(sub: Any) -> None:
     """Register ``text build`` on the top-level subparsers ``sub``."""
     text = sub.add_parser("text", help="text corpora: build .nndataset files")
     text_sub = text.add_subparsers(dest="text_command", required=True)
-    b = text_sub.add_parser("build", help="tokenize a text corpus (one document a line) into "
-                                          "a .nndataset",
-                            description=__doc__.splitlines()[0])
+    b = text_sub.add_parser(
+        "build",
+        help="tokenize a text corpus (one document a line) into a .nndataset",
+        description=__doc__.splitlines()[0],
+    )
     b.add_argument("corpus", help="a text file, one document a line")
     b.add_argument("-o", "--out", required=True, help="the .nndataset to write")
-    b.add_argument("--tokenizer", default="byte",
-                   help="byte | bpe:VOCAB_SIZE | PATH (tokenizer.json, .nnvocab or .nndataset)")
+    b.add_argument(
+        "--tokenizer",
+        default="byte",
+        help="byte | bpe:VOCAB_SIZE | PATH (tokenizer.json, .nnvocab or .nndataset)",
+    )
     b.add_argument("--test-docs", type=int, default=0, help="documents for the test subset")
-    b.add_argument("--test-split", choices=("random", "last"), default="random",
-                   help="which documents are test: a seeded random choice, or the last N")
+    b.add_argument(
+        "--test-split",
+        choices=("random", "last"),
+        default="random",
+        help="which documents are test: a seeded random choice, or the last N",
+    )
     b.add_argument("--loss-scope", choices=("all", "assistant"), default="all")
     b.add_argument("--workers", type=int, default=None, help="tokenizing threads (default 1)")
     b.add_argument("--seed", type=int, default=0, help="seed of the test choice")
-    b.add_argument("--created", type=int, default=None,
-                   help="the timestamp to store (default: now), for reproducible files")
+    b.add_argument(
+        "--created",
+        type=int,
+        default=None,
+        help="the timestamp to store (default: now), for reproducible files",
+    )
     b.add_argument("--vocab", default=None, help="also write the vocabulary as a .nnvocab")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=run_build)
@@ -60,10 +73,18 @@ def run_build(args: argparse.Namespace) -> int:
         if args.vocab:
             check_out_path(args.vocab, "--vocab")
         tokenizer = _tokenizer(args.tokenizer, args.corpus, progress)
-        summary = text.build(args.corpus, args.out, tokenizer, test_docs=args.test_docs,
-                             test_split=args.test_split, loss_scope=args.loss_scope,
-                             workers=args.workers, seed=args.seed, created=args.created,
-                             progress=progress)
+        summary = text.build(
+            args.corpus,
+            args.out,
+            tokenizer,
+            test_docs=args.test_docs,
+            test_split=args.test_split,
+            loss_scope=args.loss_scope,
+            workers=args.workers,
+            seed=args.seed,
+            created=args.created,
+            progress=progress,
+        )
         if args.vocab:
             text.write_vocab(args.vocab, tokenizer)
     except (OSError, ValueError, TypeError, ImportError) as e:

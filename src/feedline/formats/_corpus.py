@@ -59,7 +59,7 @@ class _Subset:
             return out
         for lo in range(a, b, _CHUNK):
             hi = min(b, lo + _CHUNK)
-            self._fill(u8, field, lo, hi, out[lo - a:hi - a])
+            self._fill(u8, field, lo, hi, out[lo - a : hi - a])
         return out
 
     def _fill(self, u8: np.ndarray, field: str, a: int, b: int, out: np.ndarray) -> None:
@@ -68,20 +68,21 @@ class _Subset:
         d0 = int(np.searchsorted(cum, a, "right")) - 1  # the document holding token a
         d1 = int(np.searchsorted(cum, b, "left"))  # documents [d0, d1) overlap [a, b)
         starts = np.maximum(cum[d0:d1], a)
-        lens = np.minimum(cum[d0 + 1:d1 + 1], b) - starts
+        lens = np.minimum(cum[d0 + 1 : d1 + 1], b) - starts
         if field == "doc_ids":
             out[:] = np.repeat(np.arange(d0 + 1, d1 + 1, dtype=np.int64), lens)
             return
         if field == "tokens" and b - a >= 32 * (d1 - d0):  # long documents: one copy each
             src = lay.tok_start[d0:d1] + 8 * (starts - cum[d0:d1])
             for p, s, n in zip(src.tolist(), (starts - a).tolist(), lens.tolist()):
-                out[s:s + n] = u8[p:p + 8 * n].view("<u8")
+                out[s : s + n] = u8[p : p + 8 * n].view("<u8")
             return
         docs = np.repeat(np.arange(d0, d1), lens)
         self._gather(u8, field, docs, np.arange(a, b, dtype=np.int64) - cum[docs], out)
 
-    def _gather(self, u8: np.ndarray, field: str, docs: np.ndarray, within: np.ndarray,
-                out: np.ndarray) -> None:
+    def _gather(
+        self, u8: np.ndarray, field: str, docs: np.ndarray, within: np.ndarray, out: np.ndarray
+    ) -> None:
         if field == "doc_ids":
             out[:] = docs + 1
         elif field == "tokens":
@@ -98,14 +99,17 @@ class _Subset:
         out = np.empty(len(flat), dtype=_DTYPES[field])
         u8 = self.u8()
         for lo in range(0, len(flat), _CHUNK):
-            part = flat[lo:lo + _CHUNK]
+            part = flat[lo : lo + _CHUNK]
             docs = np.searchsorted(self.layout.cum, part, "right") - 1
-            self._gather(u8, field, docs, part - self.layout.cum[docs], out[lo:lo + len(part)])
+            self._gather(u8, field, docs, part - self.layout.cum[docs], out[lo : lo + len(part)])
         return out.reshape(idx.shape)
 
 
-_DTYPES = {"tokens": np.dtype(np.uint64), "doc_ids": np.dtype(np.int64),
-           "loss_mask": np.dtype(np.bool_)}
+_DTYPES = {
+    "tokens": np.dtype(np.uint64),
+    "doc_ids": np.dtype(np.int64),
+    "loss_mask": np.dtype(np.bool_),
+}
 
 
 def _reopen_subset(path: str, name: str) -> _Subset:
@@ -177,21 +181,24 @@ class LazyColumn:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         if copy is False:
-            raise ValueError("a column's tokens are not contiguous in the file; it can only "
-                             "be copied")
+            raise ValueError(
+                "a column's tokens are not contiguous in the file; it can only be copied"
+            )
         arr = self._s.read(self.field, 0, self._s.total)
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
     def __iter__(self) -> Iterator[Any]:
         for a in range(0, self._s.total, _CHUNK):
-            yield from self[a:a + _CHUNK]
+            yield from self[a : a + _CHUNK]
 
     def __reduce__(self):
         return (LazyColumn, (self._s, self.field))
 
     def __repr__(self) -> str:
-        return (f"LazyColumn({self.field}, {self._s.name} of {self._s.ds.path!r}, "
-                f"{self._s.total} x {self.dtype})")
+        return (
+            f"LazyColumn({self.field}, {self._s.name} of {self._s.ds.path!r}, "
+            f"{self._s.total} x {self.dtype})"
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -99,8 +99,11 @@ def remove_stale_scratch(path: str | os.PathLike[str]) -> list[str]:
     directory, prefix = _scratch_prefix(path)
     removed: list[str] = []
     try:
-        names = [n for n in os.listdir(directory) if n.startswith(prefix)
-                 and n.endswith((".tmp", ".spool"))]
+        names = [
+            n
+            for n in os.listdir(directory)
+            if n.startswith(prefix) and n.endswith((".tmp", ".spool"))
+        ]
     except OSError:
         return removed
     now = time.time()
@@ -167,8 +170,11 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if e.errno in _NO_ROOM and e.filename in (None, tmp):
-            raise OSError(e.errno, f"writing {path}: {e.strerror} (nothing was written: the "
-                          f"file is as it was)", path) from e
+            raise OSError(
+                e.errno,
+                f"writing {path}: {e.strerror} (nothing was written: the file is as it was)",
+                path,
+            ) from e
         raise
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -182,9 +188,13 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             os.close(dfd)
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def file_kind(mode: int) -> str:
@@ -283,16 +293,21 @@ class Handle(abc.ABC):
     def _check_range(self, offset: int, nbytes: int, what: str) -> None:
         self._check()
         if offset < 0 or nbytes < 0 or offset + nbytes > self._shared.size:
-            raise FormatError(f"{what} needs bytes [{offset}, {offset + nbytes}) but the "
-                              f"{self._what} has {self._shared.size}", self.path, offset)
+            raise FormatError(
+                f"{what} needs bytes [{offset}, {offset + nbytes}) but the "
+                f"{self._what} has {self._shared.size}",
+                self.path,
+                offset,
+            )
 
     @abc.abstractmethod
     def pread(self, size: int, offset: int, what: str = "data") -> bytes:
         """Exactly ``size`` bytes at ``offset``; a ``FormatError`` if the file is shorter."""
 
     @abc.abstractmethod
-    def array(self, dtype: npt.DTypeLike, offset: int, count: int,
-              shape: tuple[int, ...] | None = None) -> Any:
+    def array(
+        self, dtype: npt.DTypeLike, offset: int, count: int, shape: tuple[int, ...] | None = None
+    ) -> Any:
         """``count`` items of ``dtype`` at ``offset``: a numpy view, or an array read on
         demand (a remote file's ``RemoteArray``)."""
 
@@ -343,21 +358,27 @@ class SharedFile(Handle):
         # moves only the descriptor's position, which no read uses (they are positional)
         size = os.lseek(self._shared.fd, 0, os.SEEK_END)
         if size < self._shared.size:
-            raise FormatError(f"the file was {self._shared.size} bytes when opened and is now "
-                              f"{size}: it was truncated in place while open (rewrite files "
-                              f"by replacing them, as feedline's writers do)", self.path, size)
+            raise FormatError(
+                f"the file was {self._shared.size} bytes when opened and is now "
+                f"{size}: it was truncated in place while open (rewrite files "
+                f"by replacing them, as feedline's writers do)",
+                self.path,
+                size,
+            )
 
     def pread(self, size: int, offset: int, what: str = "data") -> bytes:
         """Exactly ``size`` bytes at ``offset``; a ``FormatError`` if the file is shorter."""
         self._check_range(offset, size, what)
         data = os.pread(self._shared.fd, size, offset)
         if len(data) != size:
-            raise FormatError(f"{what}: read {len(data)} of {size} bytes (the file shrank?)",
-                              self.path, offset)
+            raise FormatError(
+                f"{what}: read {len(data)} of {size} bytes (the file shrank?)", self.path, offset
+            )
         return data
 
-    def array(self, dtype: npt.DTypeLike, offset: int, count: int,
-              shape: tuple[int, ...] | None = None) -> np.ndarray:
+    def array(
+        self, dtype: npt.DTypeLike, offset: int, count: int, shape: tuple[int, ...] | None = None
+    ) -> np.ndarray:
         """A read-only numpy view of ``count`` items of ``dtype`` at ``offset`` (no copy)."""
         dtype = np.dtype(dtype)
         self._check_range(offset, count * dtype.itemsize, f"an array of {count} x {dtype}")
@@ -383,16 +404,24 @@ def open_private(path: str) -> int:
             fd = os.open(path, flags)
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise FormatError("expected a cache file, found a symbolic link (refused: "
-                                  "it could point at any file)", path, 0) from e
+                raise FormatError(
+                    "expected a cache file, found a symbolic link (refused: "
+                    "it could point at any file)",
+                    path,
+                    0,
+                ) from e
             raise
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise FormatError(f"expected a cache file, found {file_kind(st.st_mode)}", path, 0)
         if st.st_uid != os.geteuid():
-            raise FormatError(f"expected a cache file of this user (uid {os.geteuid()}), found "
-                              f"one owned by uid {st.st_uid}", path, 0)
+            raise FormatError(
+                f"expected a cache file of this user (uid {os.geteuid()}), found "
+                f"one owned by uid {st.st_uid}",
+                path,
+                0,
+            )
         if st.st_mode & 0o077:
             os.fchmod(fd, 0o600)
         os.set_blocking(fd, True)
@@ -410,9 +439,13 @@ def private_directory(path: str) -> str:
     if not stat.S_ISDIR(st.st_mode):
         raise FormatError(f"expected a cache directory, found {file_kind(st.st_mode)}", path, 0)
     if st.st_uid != os.geteuid():
-        raise FormatError(f"expected a cache directory of this user (uid {os.geteuid()}), "
-                          f"found one owned by uid {st.st_uid}: another user could plant or "
-                          f"read its files", path, 0)
+        raise FormatError(
+            f"expected a cache directory of this user (uid {os.geteuid()}), "
+            f"found one owned by uid {st.st_uid}: another user could plant or "
+            f"read its files",
+            path,
+            0,
+        )
     return path
 
 
@@ -503,8 +536,10 @@ class SharedFlock:
         """The process's lock on ``path`` (keyed by process id: a forked child opens its own)."""
         # the directory's real path, not the file's: a symlink planted in place of the
         # lock file is refused by open_private, never resolved to its target
-        key = (os.getpid(), os.path.join(os.path.realpath(os.path.dirname(path)),
-                                         os.path.basename(path)))
+        key = (
+            os.getpid(),
+            os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path)),
+        )
         with _HELD_LOCK:
             lock = _HELD.get(key)
             if lock is None:

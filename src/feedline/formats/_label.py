@@ -32,8 +32,9 @@ def write_file_label(magic: bytes, version: int) -> bytes:
     b'NNDS\\x01\\x00\\x00\\x00'
     """
     if not isinstance(magic, (bytes, bytearray, memoryview)):
-        raise TypeError(f"a file label's magic is 4 bytes (e.g. b'NNDS'), got "
-                        f"{type(magic).__name__} {magic!r}")
+        raise TypeError(
+            f"a file label's magic is 4 bytes (e.g. b'NNDS'), got {type(magic).__name__} {magic!r}"
+        )
     magic = bytes(magic)
     if len(magic) != 4:
         raise ValueError(f"a file label's magic is 4 bytes, got {len(magic)}: {magic!r}")
@@ -42,8 +43,7 @@ def write_file_label(magic: bytes, version: int) -> bytes:
             raise TypeError
         version = operator.index(version)
     except TypeError:
-        raise TypeError(f"a file label's version is an int, got {type(version).__name__}"
-                        ) from None
+        raise TypeError(f"a file label's version is an int, got {type(version).__name__}") from None
     if not 0 <= version < 1 << 32:
         raise ValueError(f"a file label's version is a u32 in [0, 2**32), got {version}")
     return _LABEL.pack(magic, version)
@@ -65,24 +65,28 @@ def _check_label(data: Any, size: int, path: Any) -> bytes:
     magic, version = _LABEL.unpack_from(data, 0)
     if magic not in (DATASET_MAGIC, VOCAB_MAGIC):
         hint = " (an old JSON vocabulary? convert it first)" if magic[:1] == b"{" else ""
-        raise FormatError(f"expected magic b'NNDS' (dataset) or b'NNVC' (vocabulary), found "
-                          f"{magic!r}{hint}", path, 0)
+        raise FormatError(
+            f"expected magic b'NNDS' (dataset) or b'NNVC' (vocabulary), found {magic!r}{hint}",
+            path,
+            0,
+        )
     if version != VERSION:
-        raise FormatError(f"expected {magic.decode()} version {VERSION}, found {version}",
-                          path, 4)
+        raise FormatError(f"expected {magic.decode()} version {VERSION}, found {version}", path, 4)
     return magic
 
 
 def _parse_vocab_file(data: Any, size: int, path: Any) -> dict[str | bytes, Any]:
     fields, end = kvrec.decode_fields(data, LABEL_SIZE, LABEL_SIZE, path)
     if end != size:
-        raise FormatError(f"the vocabulary record ends at byte {end}, the file has {size} "
-                          "bytes", path, end)
+        raise FormatError(
+            f"the vocabulary record ends at byte {end}, the file has {size} bytes", path, end
+        )
     return kvrec.to_dict(fields)
 
 
-def parse_nnvocab(data: bytes,
-                  path: str | os.PathLike[str] | None = None) -> dict[str | bytes, Any]:
+def parse_nnvocab(
+    data: bytes, path: str | os.PathLike[str] | None = None
+) -> dict[str | bytes, Any]:
     """The vocabulary record of ``.nnvocab`` bytes (``path`` only names them in errors).
 
     Checks the label (``NNVC``, version 1), the record, and that it ends the data.

@@ -46,15 +46,15 @@ def sha256_hex(data_or_path: Any) -> str:
     if isinstance(data_or_path, (bytes, bytearray, memoryview)):
         return hashlib.sha256(data_or_path).hexdigest()
     if not isinstance(data_or_path, (str, os.PathLike)):
-        raise TypeError(f"sha256_hex takes bytes or a path, got "
-                        f"{type(data_or_path).__name__}")
+        raise TypeError(f"sha256_hex takes bytes or a path, got {type(data_or_path).__name__}")
     path = os.fspath(data_or_path)
     digest = hashlib.sha256()
     try:
         fd = open_regular(path)  # a FIFO or a directory is refused, never waited on
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"{path}: no such file to hash (a str is a path; pass "
-                                "bytes to hash data)") from e
+        raise FileNotFoundError(
+            f"{path}: no such file to hash (a str is a path; pass bytes to hash data)"
+        ) from e
     with os.fdopen(fd, "rb") as f:
         while block := f.read(_HASH_BLOCK):
             digest.update(block)
@@ -111,31 +111,40 @@ def _check_build(b: Build) -> None:
         raise TypeError(f"Build.vocab must be a dict record, got {type(b.vocab).__name__}")
     for name in ("source_path", "source_sha256", "tool"):
         if not isinstance(getattr(b, name), _STRINGS):
-            raise TypeError(f"Build.{name} must be a str or bytes, got "
-                            f"{type(getattr(b, name)).__name__}")
+            raise TypeError(
+                f"Build.{name} must be a str or bytes, got {type(getattr(b, name)).__name__}"
+            )
     if b.license is not None and not isinstance(b.license, _STRINGS):
-        raise TypeError(f"Build.license must be a str, bytes or None, got "
-                        f"{type(b.license).__name__}")
+        raise TypeError(
+            f"Build.license must be a str, bytes or None, got {type(b.license).__name__}"
+        )
     _check_u64("source_docs", b.source_docs)
     if b.created is not None:
         _check_u64("created", b.created)
     if b.loss_scope not in LOSS_SCOPES:
         raise ValueError(f"Build.loss_scope must be 'all' or 'assistant', got {b.loss_scope!r}")
-    for subset, docs, masks in (("train", b.train_docs, b.train_masks),
-                                ("test", b.test_docs, b.test_masks)):
+    for subset, docs, masks in (
+        ("train", b.train_docs, b.train_masks),
+        ("test", b.test_docs, b.test_masks),
+    ):
         n_masks = 0 if masks is None else len(masks)
         if b.loss_scope == "all":
             if n_masks:
-                raise ValueError(f"loss_scope 'all' stores no masks, but {n_masks} "
-                                 f"{subset}_masks were given")
+                raise ValueError(
+                    f"loss_scope 'all' stores no masks, but {n_masks} {subset}_masks were given"
+                )
             continue
         if n_masks != len(docs):
-            raise ValueError(f"loss_scope 'assistant' needs one mask per document: "
-                             f"{len(docs)} {subset}_docs, {n_masks} {subset}_masks")
+            raise ValueError(
+                f"loss_scope 'assistant' needs one mask per document: "
+                f"{len(docs)} {subset}_docs, {n_masks} {subset}_masks"
+            )
         for i, (doc, mask) in enumerate(zip(docs, masks if masks is not None else ())):
             if _len(doc, f"{subset}_docs[{i}]") != _len(mask, f"{subset}_masks[{i}]"):
-                raise ValueError(f"{subset}_masks[{i}] has {len(mask)} entries, "
-                                 f"{subset}_docs[{i}] has {len(doc)} tokens")
+                raise ValueError(
+                    f"{subset}_masks[{i}] has {len(mask)} entries, "
+                    f"{subset}_docs[{i}] has {len(doc)} tokens"
+                )
 
 
 def _len(x: Any, what: str) -> int:
@@ -148,8 +157,7 @@ def _len(x: Any, what: str) -> int:
 def _root(b: Build, created: int, train_index: Any, test_index: Any) -> dict[str, Any]:
     companion: dict[str, Any] = {
         "vocab": b.vocab,
-        "source": {"path": b.source_path, "sha256": b.source_sha256,
-                   "docs": int(b.source_docs)},
+        "source": {"path": b.source_path, "sha256": b.source_sha256, "docs": int(b.source_docs)},
     }
     if b.license:
         companion["license"] = b.license
@@ -205,8 +213,7 @@ def _write_all(f: Any, data: Any) -> None:
         view = view[n:]
 
 
-def write(target: str | os.PathLike[str] | BinaryIO, build: Build, *,
-          label: bool = True) -> None:
+def write(target: str | os.PathLike[str] | BinaryIO, build: Build, *, label: bool = True) -> None:
     """Write ``build`` as a version 1 ``.nndataset``, as neuralnet.cpp does.
 
     ``target`` is a path, written atomically (a temporary beside it, flushed, fsynced
@@ -234,32 +241,40 @@ def write(target: str | os.PathLike[str] | BinaryIO, build: Build, *,
     _check_build(build)
     if isinstance(target, (str, os.PathLike)):
         if not label:
-            raise ValueError(f"{os.fspath(target)}: a path is written whole, label "
-                             "included; label=False is for a stream whose caller wrote "
-                             "the label")
+            raise ValueError(
+                f"{os.fspath(target)}: a path is written whole, label "
+                "included; label=False is for a stream whose caller wrote "
+                "the label"
+            )
         with atomic_write(target) as f:
             _write_to(f, build, True)
         return
     if isinstance(target, io.TextIOBase):
-        raise TypeError(f"write takes a path or a binary stream (opened 'wb'), got the text "
-                        f"stream {target!r}")
+        raise TypeError(
+            f"write takes a path or a binary stream (opened 'wb'), got the text stream {target!r}"
+        )
     if not callable(getattr(target, "write", None)):
-        raise TypeError(f"write takes a path or a binary stream (with write()), got "
-                        f"{type(target).__name__}")
+        raise TypeError(
+            f"write takes a path or a binary stream (with write()), got {type(target).__name__}"
+        )
     _write_to(target, build, label)
 
 
 def _write_to(f: Any, build: Build, label: bool) -> None:
     created = int(time.time()) if build.created is None else int(build.created)
     has_mask = build.loss_scope == "assistant"
-    lens = [np.fromiter((_len(d, f"{s}_docs[{i}]") for i, d in enumerate(docs)),
-                        dtype=np.int64, count=len(docs))
-            for s, docs in (("train", build.train_docs), ("test", build.test_docs))]
+    lens = [
+        np.fromiter(
+            (_len(d, f"{s}_docs[{i}]") for i, d in enumerate(docs)), dtype=np.int64, count=len(docs)
+        )
+        for s, docs in (("train", build.train_docs), ("test", build.test_docs))
+    ]
     head = encode_head(build, lens[0], lens[1], created)
     buf = bytearray(head if label else memoryview(head)[LABEL_SIZE:])
     for subset, docs, masks, n_tokens in (
-            ("train", build.train_docs, build.train_masks, lens[0]),
-            ("test", build.test_docs, build.test_masks, lens[1])):
+        ("train", build.train_docs, build.train_masks, lens[0]),
+        ("test", build.test_docs, build.test_masks, lens[1]),
+    ):
         for i, doc in enumerate(docs):
             tokens = np.ascontiguousarray(kvrec.u64_array(doc, f"{subset}_docs[{i}]"))
             if len(tokens) != n_tokens[i]:

@@ -62,12 +62,31 @@ from ..errors import FormatError
 from ._io import Handle, SharedFlock, open_private, private_directory
 
 _NOT_TRANSIENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-_TRANSIENT_LIBS = ("aiohttp", "botocore", "aiobotocore", "urllib3", "requests", "http",
-                   "fsspec", "s3fs", "gcsfs")
+_TRANSIENT_LIBS = (
+    "aiohttp",
+    "botocore",
+    "aiobotocore",
+    "urllib3",
+    "requests",
+    "http",
+    "fsspec",
+    "s3fs",
+    "gcsfs",
+)
 # What fsspec backends report of an object's version, in their own spellings: the
 # version is pinned by every one of them present.
-_VERSION_KEYS = ("ETag", "etag", "VersionId", "version_id", "generation", "mtime",
-                 "LastModified", "last_modified", "updated", "created")
+_VERSION_KEYS = (
+    "ETag",
+    "etag",
+    "VersionId",
+    "version_id",
+    "generation",
+    "mtime",
+    "LastModified",
+    "last_modified",
+    "updated",
+    "created",
+)
 
 
 def version_of(info: Mapping[str, Any]) -> str:
@@ -81,8 +100,7 @@ def is_url(path: Any) -> bool:
 
 
 def local_path(path: Any) -> Any:
-    return path[len("file://"):] if isinstance(path, str) and path.startswith("file://") \
-        else path
+    return path[len("file://") :] if isinstance(path, str) and path.startswith("file://") else path
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -100,15 +118,18 @@ class RemoteOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.storage_options, Mapping):
-            raise TypeError(f"storage_options must be a dict, got "
-                            f"{type(self.storage_options).__name__}")
+            raise TypeError(
+                f"storage_options must be a dict, got {type(self.storage_options).__name__}"
+            )
         for name, low in (("block_size", mmap.PAGESIZE), ("cache_bytes", 1), ("retries", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
         if self.block_size % mmap.PAGESIZE:
-            raise ValueError(f"block_size must be a multiple of the page size "
-                             f"{mmap.PAGESIZE}, got {self.block_size}")
+            raise ValueError(
+                f"block_size must be a multiple of the page size "
+                f"{mmap.PAGESIZE}, got {self.block_size}"
+            )
         if not isinstance(self.backoff, (int, float)) or self.backoff < 0:
             raise ValueError(f"backoff must be a number of seconds >= 0, got {self.backoff!r}")
 
@@ -128,8 +149,10 @@ class _Object:
         try:
             import fsspec
         except ImportError as e:
-            raise ImportError(f"reading {url} needs fsspec (and the protocol's own package, "
-                              f"such as s3fs): pip install 'feedline[remote]'") from e
+            raise ImportError(
+                f"reading {url} needs fsspec (and the protocol's own package, "
+                f"such as s3fs): pip install 'feedline[remote]'"
+            ) from e
         self.url, self.options = url, options
         self.fs, self.fs_path = fsspec.core.url_to_fs(url, **dict(options.storage_options))
         info = self._info()
@@ -168,8 +191,10 @@ class _Object:
         index_bytes = 8 * max(1, self.blocks)
 
         def sized() -> bool:
-            return (os.fstat(self.data_fd).st_size == self.size
-                    and os.fstat(self.index_fd).st_size == index_bytes)
+            return (
+                os.fstat(self.data_fd).st_size == self.size
+                and os.fstat(self.index_fd).st_size == index_bytes
+            )
 
         # size the files once, whoever comes first. Only the first opener waits for the
         # exclusive lock: once the files are sized, readers (of any process) may hold the
@@ -183,8 +208,11 @@ class _Object:
         # per block: 0 = absent, else the fetch tick (a global counter) for eviction
         self.index = np.frombuffer(self._index_map, dtype=np.uint64)
         self._data_map = mmap.mmap(self.data_fd, self.size) if self.size else None
-        self.data = (np.frombuffer(self._data_map, dtype=np.uint8)
-                     if self._data_map is not None else np.zeros(0, np.uint8))
+        self.data = (
+            np.frombuffer(self._data_map, dtype=np.uint8)
+            if self._data_map is not None
+            else np.zeros(0, np.uint8)
+        )
         self._base = base
 
     @contextlib.contextmanager
@@ -228,6 +256,7 @@ class _Object:
     # -- fetching ----------------------------------------------------------------------
     def _info(self) -> Mapping[str, Any]:
         """The object's listing, asked of the backend (not of fsspec's listings cache)."""
+
         def ask() -> Mapping[str, Any]:
             with contextlib.suppress(Exception):
                 self.fs.invalidate_cache(self.fs_path)
@@ -240,14 +269,22 @@ class _Object:
         try:
             info = self._info()
         except FileNotFoundError as e:
-            raise FormatError(f"the object was removed since it was opened (a read of the "
-                              f"{self.size}-byte object)", self.url, offset) from e
+            raise FormatError(
+                f"the object was removed since it was opened (a read of the "
+                f"{self.size}-byte object)",
+                self.url,
+                offset,
+            ) from e
         size, version = int(info.get("size", -1)), version_of(info)
         if size != self.size or version != self.version:
-            raise FormatError(f"the object changed since it was opened: it was {self.size} "
-                              f"bytes, version {self.version or '(none reported)'}; it is now "
-                              f"{size} bytes, version {version or '(none reported)'} (reopen it "
-                              f"to read the new one)", self.url, offset)
+            raise FormatError(
+                f"the object changed since it was opened: it was {self.size} "
+                f"bytes, version {self.version or '(none reported)'}; it is now "
+                f"{size} bytes, version {version or '(none reported)'} (reopen it "
+                f"to read the new one)",
+                self.url,
+                offset,
+            )
 
     def _retry(self, fn, what: str):
         delay = self.options.backoff
@@ -260,8 +297,10 @@ class _Object:
                 raise PermissionError(f"{self.url}: access refused ({e})") from e
             except Exception as e:
                 if not _transient(e) or attempt == self.options.retries:
-                    raise OSError(f"{self.url}: reading {what} failed after {attempt + 1} "
-                                  f"attempt(s): {type(e).__name__}: {e}") from e
+                    raise OSError(
+                        f"{self.url}: reading {what} failed after {attempt + 1} "
+                        f"attempt(s): {type(e).__name__}: {e}"
+                    ) from e
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
@@ -277,14 +316,19 @@ class _Object:
             if not len(missing):
                 return
             # runs of adjacent blocks, at most 16 MiB each: one request per run
-            cut = np.flatnonzero((np.diff(missing) != 1)
-                                 | (np.arange(1, len(missing)) % max(1, (16 << 20) // self.block)
-                                    == 0)) + 1
+            cut = (
+                np.flatnonzero(
+                    (np.diff(missing) != 1)
+                    | (np.arange(1, len(missing)) % max(1, (16 << 20) // self.block) == 0)
+                )
+                + 1
+            )
             runs = np.split(missing, cut)
             starts = [int(r[0]) * self.block for r in runs]
             ends = [min(self.size, (int(r[-1]) + 1) * self.block) for r in runs]
-            parts = self._retry(lambda: self._cat(starts, ends),
-                                f"{len(runs)} range(s) from byte {starts[0]}")
+            parts = self._retry(
+                lambda: self._cat(starts, ends), f"{len(runs)} range(s) from byte {starts[0]}"
+            )
             # the bytes are of the version opened only if it is still the one there (a
             # change during the fetch shows too): checked before they enter the cache
             self._check_pinned(starts[0])
@@ -298,8 +342,7 @@ class _Object:
             self._fetched_since_check = True
 
     def _cat(self, starts: list[int], ends: list[int]) -> list[bytes]:
-        parts = self.fs.cat_ranges([self.fs_path] * len(starts), starts, ends,
-                                   on_error="return")
+        parts = self.fs.cat_ranges([self.fs_path] * len(starts), starts, ends, on_error="return")
         for part, a, b in zip(parts, starts, ends):
             if isinstance(part, BaseException):
                 raise part
@@ -375,8 +418,9 @@ class RemoteFile(Handle):
 
     _what = "object"
 
-    def __init__(self, url: str, options: RemoteOptions | None = None,
-                 _obj: _Object | None = None) -> None:
+    def __init__(
+        self, url: str, options: RemoteOptions | None = None, _obj: _Object | None = None
+    ) -> None:
         self.options = options if options is not None else RemoteOptions()
         super().__init__(url, _obj if _obj is not None else _Object(url, self.options))
 
@@ -398,10 +442,11 @@ class RemoteFile(Handle):
         obj = self._obj
         with obj.reading():
             obj.ensure(obj.blocks_of(np.array([offset], dtype=np.int64), size))
-            return bytes(obj.data[offset:offset + size])
+            return bytes(obj.data[offset : offset + size])
 
-    def array(self, dtype: npt.DTypeLike, offset: int, count: int,
-              shape: tuple[int, ...] | None = None) -> RemoteArray:
+    def array(
+        self, dtype: npt.DTypeLike, offset: int, count: int, shape: tuple[int, ...] | None = None
+    ) -> RemoteArray:
         """``count`` items of ``dtype`` at ``offset``, read on demand (a ``RemoteArray``)."""
         dtype = np.dtype(dtype)
         self._check_range(offset, count * dtype.itemsize, f"an array of {count} x {dtype}")
@@ -419,8 +464,7 @@ class RemoteArray:
     each first fetches, in one round of requests, the blocks its rows need.
     """
 
-    def __init__(self, obj: _Object, dtype: np.dtype, offset: int,
-                 shape: tuple[int, ...]) -> None:
+    def __init__(self, obj: _Object, dtype: np.dtype, offset: int, shape: tuple[int, ...]) -> None:
         self._obj, self.dtype, self._offset = obj, dtype, offset
         self.shape = tuple(int(s) for s in shape)
         self._row = dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
@@ -440,8 +484,13 @@ class RemoteArray:
             raise ValueError(f"{self._obj.url}: the file is closed")
         if self._view is None:
             n = self.size
-            self._view = np.zeros(self.shape, dtype=self.dtype) if n == 0 else np.frombuffer(
-                data, dtype=self.dtype, count=n, offset=self._offset).reshape(self.shape)
+            self._view = (
+                np.zeros(self.shape, dtype=self.dtype)
+                if n == 0
+                else np.frombuffer(data, dtype=self.dtype, count=n, offset=self._offset).reshape(
+                    self.shape
+                )
+            )
         return self._view
 
     def _fetch_rows(self, rows: np.ndarray) -> None:
@@ -451,8 +500,9 @@ class RemoteArray:
     def _fetch_span(self, lo: int, hi: int) -> None:
         if hi > lo:
             obj = self._obj
-            obj.ensure(obj.blocks_of(np.array([self._offset + lo * self._row]),
-                                     (hi - lo) * self._row))
+            obj.ensure(
+                obj.blocks_of(np.array([self._offset + lo * self._row]), (hi - lo) * self._row)
+            )
 
     @contextlib.contextmanager
     def spans(self, starts: np.ndarray, ends: np.ndarray):
@@ -461,12 +511,17 @@ class RemoteArray:
         obj = self._obj
         size = self.dtype.itemsize
         with obj.reading():
-            obj.ensure(obj.blocks_of(self._offset + np.asarray(starts, np.int64) * size,
-                                     (np.asarray(ends, np.int64) - starts) * size))
+            obj.ensure(
+                obj.blocks_of(
+                    self._offset + np.asarray(starts, np.int64) * size,
+                    (np.asarray(ends, np.int64) - starts) * size,
+                )
+            )
             yield self._local()
 
-    def take(self, indices: Any, axis: int | None = 0, out: np.ndarray | None = None,
-             mode: str = "raise") -> np.ndarray:
+    def take(
+        self, indices: Any, axis: int | None = 0, out: np.ndarray | None = None, mode: str = "raise"
+    ) -> np.ndarray:
         if axis != 0:
             raise ValueError("a remote array is gathered along axis 0 only")
         idx = np.asarray(indices, dtype=np.int64)
@@ -498,8 +553,9 @@ class RemoteArray:
                 if idx.dtype == np.bool_:
                     idx = np.flatnonzero(idx)
                 if idx.dtype.kind not in "iu":
-                    raise TypeError(f"a remote array takes ints, slices or int/bool arrays, "
-                                    f"got {first!r}")
+                    raise TypeError(
+                        f"a remote array takes ints, slices or int/bool arrays, got {first!r}"
+                    )
                 idx = np.where(idx < 0, idx + n, idx).astype(np.int64)
                 if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
                     raise IndexError(f"index out of range for {n} rows")
@@ -518,13 +574,27 @@ class RemoteArray:
         return f"RemoteArray({self._obj.url}, {self.shape}, {self.dtype})"
 
 
-def open(url: str, *, storage_options: Mapping[str, Any] | None = None,
-         block_size: int = RemoteOptions.block_size, cache_dir: str | None = None,
-         cache_bytes: int = RemoteOptions.cache_bytes, retries: int = RemoteOptions.retries,
-         backoff: float = RemoteOptions.backoff) -> RemoteFile:
+def open(
+    url: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    block_size: int = RemoteOptions.block_size,
+    cache_dir: str | None = None,
+    cache_bytes: int = RemoteOptions.cache_bytes,
+    retries: int = RemoteOptions.retries,
+    backoff: float = RemoteOptions.backoff,
+) -> RemoteFile:
     """A handle on the object at ``url`` for any reader (``fl.recfile.open(handle)``)."""
     if not is_url(url):
         raise ValueError(f"expected a URL such as s3://bucket/key, got {url!r}")
-    return RemoteFile(url, RemoteOptions(
-        storage_options=dict(storage_options or {}), block_size=block_size,
-        cache_dir=cache_dir, cache_bytes=cache_bytes, retries=retries, backoff=backoff))
+    return RemoteFile(
+        url,
+        RemoteOptions(
+            storage_options=dict(storage_options or {}),
+            block_size=block_size,
+            cache_dir=cache_dir,
+            cache_bytes=cache_bytes,
+            retries=retries,
+            backoff=backoff,
+        ),
+    )

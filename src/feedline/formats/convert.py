@@ -54,21 +54,23 @@ def _target(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
     kinds = {".ndf": "ndf", ".flr": "flr", ".npy": "npy", ".npz": "npz"}
     if ext not in kinds:
-        raise ValueError(f"cannot tell the format to write from {path!r}: use a .ndf, .flr, "
-                         f".npy or .npz name")
+        raise ValueError(
+            f"cannot tell the format to write from {path!r}: use a .ndf, .flr, .npy or .npz name"
+        )
     return kinds[ext]
 
 
 def _rows_per_chunk(columns: dict[str, Any]) -> int:
-    row = sum(int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize
-              for c in columns.values())
+    row = sum(
+        int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize for c in columns.values()
+    )
     return max(1, _CHUNK_BYTES // max(row, 1))
 
 
 def _chunks(columns: dict[str, Any], n: int, progress: Progress | None) -> Iterator[dict]:
     step = _rows_per_chunk(columns)
     for a in range(0, n, step):
-        yield {k: np.asarray(v[a:a + step]) for k, v in columns.items()}
+        yield {k: np.asarray(v[a : a + step]) for k, v in columns.items()}
         if progress:
             progress(min(a + step, n), n)
 
@@ -79,7 +81,7 @@ def _source(path: str) -> tuple[type[Record], dict[str, Any], int, Any]:
     if kind == "ndf":
         f = ndf.open(path)
         rows = f._rows
-        return f.record, {"x": rows[:, : f.d], "y": rows[:, f.d:]}, len(f), f
+        return f.record, {"x": rows[:, : f.d], "y": rows[:, f.d :]}, len(f), f
     if kind == "flr":
         rf = recfile.open(path)
         return rf.record, rf.columns, len(rf), rf
@@ -96,12 +98,14 @@ def _source(path: str) -> tuple[type[Record], dict[str, Any], int, Any]:
         try:
             import datasets
         except ImportError as e:
-            raise ImportError("reading a HuggingFace dataset needs the 'hf' extra: "
-                              "pip install 'feedline[hf]'") from e
+            raise ImportError(
+                "reading a HuggingFace dataset needs the 'hf' extra: pip install 'feedline[hf]'"
+            ) from e
         ds = datasets.load_from_disk(path).with_format("numpy")
         first = ds[:1]
-        rec = make_record("HFRow", {k: (np.asarray(v).shape[1:], np.asarray(v).dtype)
-                                    for k, v in first.items()})
+        rec = make_record(
+            "HFRow", {k: (np.asarray(v).shape[1:], np.asarray(v).dtype) for k, v in first.items()}
+        )
         return rec, _HFColumns(ds), len(ds), None
     else:
         raise ValueError(f"{path}: not a format feedline converts (found {kind})")
@@ -137,8 +141,10 @@ class _NpzColumn:
         else:
             shape, fortran, dtype = fmt.read_array_header_2_0(self._file)
         if dtype.hasobject:
-            raise ValueError(f"{self.path}: array {self.member[:-4]!r} holds Python objects "
-                             f"(pickles); feedline converts arrays of numbers only")
+            raise ValueError(
+                f"{self.path}: array {self.member[:-4]!r} holds Python objects "
+                f"(pickles); feedline converts arrays of numbers only"
+            )
         if not shape:
             raise ValueError(f"{self.path}: array {self.member[:-4]!r} needs a row axis")
         self._shape, self._dtype, self._fortran = tuple(shape), dtype, fortran
@@ -177,8 +183,10 @@ class _NpzColumn:
         assert self._file is not None  # open from __init__ on
         data = self._file.read(nbytes)
         if len(data) != nbytes:
-            raise ValueError(f"{self.path}: array {self.member[:-4]!r} ends before its "
-                             f"{self.shape[0]} rows (a truncated .npz?)")
+            raise ValueError(
+                f"{self.path}: array {self.member[:-4]!r} ends before its "
+                f"{self.shape[0]} rows (a truncated .npz?)"
+            )
         return data
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -212,8 +220,9 @@ def _rows(column: Any) -> np.ndarray:
     return a.reshape(len(a), int(np.prod(a.shape[1:], dtype=np.int64)))
 
 
-def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
-            progress: Progress | None = None) -> int:
+def convert(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], *, progress: Progress | None = None
+) -> int:
     """Convert ``src`` to ``dst`` (format from ``dst``'s extension); returns the rows moved.
 
     ``.ndf`` targets need float columns ``x`` (n x d) and optionally ``y`` (n x l).
@@ -223,14 +232,17 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
     record, columns, n, handle = _source(src)
     try:
         if target == "flr":
-            return recfile.write_chunks(dst, record, _chunks(columns, n, progress),
-                                        check_values=False)
+            return recfile.write_chunks(
+                dst, record, _chunks(columns, n, progress), check_values=False
+            )
         if target == "ndf":
             if "x" not in columns or set(columns) - {"x", "y"}:
                 raise ValueError(f"an .ndf holds columns x and y; {src} has {sorted(columns)}")
             width = {k: int(np.prod(c.shape[1:], dtype=np.int64)) for k, c in columns.items()}
-            blocks = ((_rows(c["x"]), _rows(c["y"]) if "y" in c else np.zeros((len(c["x"]), 0)))
-                      for c in _chunks(columns, n, progress))
+            blocks = (
+                (_rows(c["x"]), _rows(c["y"]) if "y" in c else np.zeros((len(c["x"]), 0)))
+                for c in _chunks(columns, n, progress)
+            )
             ndf.write_rows(dst, n, width["x"], width.get("y", 0), blocks)
             return n
         if target == "npy" and len(columns) != 1:
@@ -238,8 +250,12 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
         with atomic_write(dst) as f:
             if target == "npy":
                 (column,) = columns.values()
-                _write_npy(f, column, n, (next(iter(chunk.values()))
-                                          for chunk in _chunks(columns, n, progress)))
+                _write_npy(
+                    f,
+                    column,
+                    n,
+                    (next(iter(chunk.values())) for chunk in _chunks(columns, n, progress)),
+                )
             else:
                 _write_npz(f, columns, n, progress)
         return n
@@ -254,8 +270,11 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *,
 def _write_npy(f: Any, column: Any, n: int, chunks: Iterator[np.ndarray]) -> None:
     """An ``.npy`` of ``n`` rows like ``column``'s, written chunk by chunk."""
     dtype = np.dtype(column.dtype)
-    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-              "shape": (n, *column.shape[1:])}
+    header = {
+        "descr": np.lib.format.dtype_to_descr(dtype),
+        "fortran_order": False,
+        "shape": (n, *column.shape[1:]),
+    }
     try:  # version 1.0 as np.save writes it, unless the header needs 2.0
         np.lib.format.write_array_header_1_0(f, header)
     except ValueError:

@@ -118,8 +118,10 @@ def _kind(key: Any, value: Any) -> int:
         return UINT
     if isinstance(value, (np.ndarray, Sequence)):
         return UINT_ARRAY
-    raise TypeError(f"kvrec field {key!r}: expected int, str or bytes, a uint64 array or "
-                    f"list, or a dict, got {type(value).__name__}")
+    raise TypeError(
+        f"kvrec field {key!r}: expected int, str or bytes, a uint64 array or "
+        f"list, or a dict, got {type(value).__name__}"
+    )
 
 
 def _str_bytes(value: Any) -> bytes:
@@ -182,8 +184,9 @@ def _keys(record: Mapping[Any, Any]) -> list[bytes]:
         seen: dict[bytes, Any] = {}
         for kb, k in zip(keys, record):
             if kb in seen:
-                raise ValueError(f"kvrec keys {seen[kb]!r} and {k!r} are the same key "
-                                 f"({kb!r}) once stored")
+                raise ValueError(
+                    f"kvrec keys {seen[kb]!r} and {k!r} are the same key ({kb!r}) once stored"
+                )
             seen[kb] = k
     return keys
 
@@ -201,12 +204,14 @@ def encode_v1(record: Mapping[str, Any]) -> bytes:
     for kb, (key, value) in zip(_keys(record), record.items()):
         kind = _kind(key, value)
         if kind == RECORD:
-            raise ValueError(f"kvrec field {key!r}: version 1 records cannot hold a nested "
-                             "record; use encode_v2")
+            raise ValueError(
+                f"kvrec field {key!r}: version 1 records cannot hold a nested record; use encode_v2"
+            )
         data = _value_bytes(key, kind, value)
         if len(data) > 0xFFFFFFFF:
-            raise ValueError(f"kvrec field {key!r}: {len(data)} bytes do not fit a version 1 "
-                             "length (u32)")
+            raise ValueError(
+                f"kvrec field {key!r}: {len(data)} bytes do not fit a version 1 length (u32)"
+            )
         out += [_U32.pack(len(kb)), kb, bytes((kind,)), _U32.pack(len(data)), data]
     return b"".join(out)
 
@@ -312,8 +317,7 @@ class _Reader:
 
     def need(self, pos: int, n: int, what: str) -> None:
         if n > self.end - pos:
-            raise self.fail(f"{what} needs {n} bytes, only {max(self.end - pos, 0)} remain",
-                            pos)
+            raise self.fail(f"{what} needs {n} bytes, only {max(self.end - pos, 0)} remain", pos)
 
     def u32(self, pos: int, what: str) -> int:
         self.need(pos, 4, what)
@@ -325,7 +329,7 @@ class _Reader:
 
     def raw(self, pos: int, n: int, what: str) -> bytes:
         self.need(pos, n, what)
-        return bytes(self.buf[pos:pos + n])
+        return bytes(self.buf[pos : pos + n])
 
     def text(self, pos: int, n: int, what: str) -> str | bytes:
         """A string (key or Str): ``str`` when its bytes are UTF-8, else the ``bytes``."""
@@ -339,10 +343,9 @@ class _Reader:
                 raise self.fail(f"{what}: a UInt is 8 bytes, found length {n}", pos)
             return _U64.unpack_from(self.buf, pos)[0]
         if kind == STR:
-            return _text(bytes(self.buf[pos:pos + n]))
+            return _text(bytes(self.buf[pos : pos + n]))
         if n % 8:
-            raise self.fail(f"{what}: a UIntArray's length must be a multiple of 8, "
-                            f"found {n}", pos)
+            raise self.fail(f"{what}: a UIntArray's length must be a multiple of 8, found {n}", pos)
         return np.frombuffer(self.buf, "<u8", n // 8, pos).astype(np.uint64)
 
 
@@ -366,8 +369,11 @@ def _decode(r: _Reader, pos: int, depth: int) -> tuple[list[Field], int]:
     pos = vpos + vlen0
     if key0_raw == _VERSION_KEY:
         if kind0 != UINT or vlen0 != 8:
-            raise r.fail(f"the kvrec_version sentinel must be UInt (type 0) of 8 bytes, "
-                         f"found type {kind0} of {vlen0} bytes", kpos - 4)
+            raise r.fail(
+                f"the kvrec_version sentinel must be UInt (type 0) of 8 bytes, "
+                f"found type {kind0} of {vlen0} bytes",
+                kpos - 4,
+            )
         version = _U64.unpack_from(r.buf, vpos)[0]
         if version != 2:
             raise r.fail(f"expected kvrec version 2, found {version}", vpos)
@@ -377,8 +383,10 @@ def _decode(r: _Reader, pos: int, depth: int) -> tuple[list[Field], int]:
     if kind0 in (UINT, STR, UINT_ARRAY):
         fields.append(Field(key0, kind0, r.value(kind0, vpos, vlen0, key0, depth), r.at(vpos)))
     if count - 1 > (r.end - pos) // 9:  # each version 1 field takes at least 9 bytes
-        raise r.fail(f"the record declares {count} fields, the {r.end - pos} bytes left "
-                     "cannot hold them", start)
+        raise r.fail(
+            f"the record declares {count} fields, the {r.end - pos} bytes left cannot hold them",
+            start,
+        )
     for i in range(1, count):
         klen = r.u32(pos, f"field {i}'s key length")
         key = r.text(pos + 4, klen, f"field {i}'s key")
@@ -394,11 +402,12 @@ def _decode(r: _Reader, pos: int, depth: int) -> tuple[list[Field], int]:
     return fields, pos
 
 
-def _decode_v2(r: _Reader, start: int, pos: int, count: int,
-               depth: int) -> tuple[list[Field], int]:
+def _decode_v2(r: _Reader, start: int, pos: int, count: int, depth: int) -> tuple[list[Field], int]:
     if count - 1 > (r.end - pos) // 21:  # a header (13 + key) and a block (8) per field
-        raise r.fail(f"the record declares {count} fields, the {r.end - pos} bytes left "
-                     "cannot hold them", start)
+        raise r.fail(
+            f"the record declares {count} fields, the {r.end - pos} bytes left cannot hold them",
+            start,
+        )
     heads = []
     for i in range(1, count):
         hpos = pos
@@ -411,8 +420,11 @@ def _decode_v2(r: _Reader, start: int, pos: int, count: int,
     fields: list[Field] = []
     for key, kind, addr, hpos in heads:
         if addr != r.at(pos):
-            raise r.fail(f"field {key!r}: expected its data block at byte {r.at(pos)} (right "
-                         f"after the previous one), its address says {addr}", hpos)
+            raise r.fail(
+                f"field {key!r}: expected its data block at byte {r.at(pos)} (right "
+                f"after the previous one), its address says {addr}",
+                hpos,
+            )
         vlen = r.u64(pos, f"the value length of {key!r}")
         vpos = pos + 8
         r.need(vpos, vlen, f"the value of {key!r}")
@@ -420,16 +432,20 @@ def _decode_v2(r: _Reader, start: int, pos: int, count: int,
         if kind == RECORD:
             sub, end = _decode(r, vpos, depth + 1)
             if end != pos:
-                raise r.fail(f"field {key!r}: the nested record ends at byte {r.at(end)}, "
-                             f"its data block at byte {r.at(pos)}", vpos)
+                raise r.fail(
+                    f"field {key!r}: the nested record ends at byte {r.at(end)}, "
+                    f"its data block at byte {r.at(pos)}",
+                    vpos,
+                )
             fields.append(Field(key, kind, sub, r.at(vpos)))
         elif kind in (UINT, STR, UINT_ARRAY):
             fields.append(Field(key, kind, r.value(kind, vpos, vlen, key, depth), r.at(vpos)))
     return fields, pos
 
 
-def decode_fields(buf: Any, offset: int = 0, base: int | None = None,
-                  path: Any = None) -> tuple[list[Field], int]:
+def decode_fields(
+    buf: Any, offset: int = 0, base: int | None = None, path: Any = None
+) -> tuple[list[Field], int]:
     """Every field of the record at ``buf[offset:]``, in order, duplicates kept.
 
     ``buf`` is any bytes-like object (bytes, a memoryview of a memory map);
@@ -440,8 +456,9 @@ def decode_fields(buf: Any, offset: int = 0, base: int | None = None,
     """
     r = _Reader(buf, offset, offset if base is None else base, path)
     if not 0 <= offset <= r.end:
-        raise FormatError(f"a record at buffer position {offset} is outside the "
-                          f"{r.end}-byte buffer", path, r.base)
+        raise FormatError(
+            f"a record at buffer position {offset} is outside the {r.end}-byte buffer", path, r.base
+        )
     return _decode(r, offset, 0)
 
 
@@ -454,8 +471,9 @@ def to_dict(fields: list[Field]) -> dict[str | bytes, Any]:
     return out
 
 
-def decode(buf: Any, offset: int = 0, base: int | None = None,
-           path: Any = None) -> tuple[dict[str | bytes, Any], int]:
+def decode(
+    buf: Any, offset: int = 0, base: int | None = None, path: Any = None
+) -> tuple[dict[str | bytes, Any], int]:
     """The record at ``buf[offset:]`` as a dict, and the buffer position past its end.
 
     Arguments as in :func:`decode_fields`. Of duplicate keys the first is kept;

@@ -57,8 +57,10 @@ VERSION = 1
 FORMATS = ("flr", "nndataset")
 _LENGTHS = {"flr": ("rows",), "nndataset": ("docs", "tokens", "test_docs", "test_tokens")}
 _ALL_LENGTHS = ("rows", "docs", "tokens", "test_docs", "test_tokens")
-_TOP_KEYS = {"flr": {"kind", "version", "format", "record", "shards"},
-             "nndataset": {"kind", "version", "format", "shards"}}
+_TOP_KEYS = {
+    "flr": {"kind", "version", "format", "record", "shards"},
+    "nndataset": {"kind", "version", "format", "shards"},
+}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _HASH_SLICE = 8 << 20
 
@@ -139,8 +141,9 @@ def _lengths(handle: Any) -> dict[str, int]:
     info = handle.info
     out = {"docs": info.num_docs, "tokens": 0, "test_docs": info.test_docs, "test_tokens": 0}
     if info.kind != "text":
-        raise FormatError(f"a manifest lists text datasets; this one is of kind {info.kind}",
-                          handle.path)
+        raise FormatError(
+            f"a manifest lists text datasets; this one is of kind {info.kind}", handle.path
+        )
     out["tokens"] = len(handle.load_text("train").token_flow)
     if info.has_test:
         out["test_tokens"] = len(handle.load_text("test").token_flow)
@@ -216,12 +219,18 @@ class ManifestInfo:
                     raise self._fail(shard, str(e)) from e
                 for key, value in found.items():
                     if getattr(shard, key) != value:
-                        raise self._fail(shard, f"the manifest lists {key} = "
-                                         f"{getattr(shard, key)}, the file {path} has {value}")
+                        raise self._fail(
+                            shard,
+                            f"the manifest lists {key} = "
+                            f"{getattr(shard, key)}, the file {path} has {value}",
+                        )
                 if self.record is not None and not self.record.same_schema(handle.record):
-                    raise self._fail(shard, f"the file {path} holds a different record "
-                                     f"than the manifest's:\n{handle.record.describe()}\n"
-                                     f"expected\n{self.record.describe()}")
+                    raise self._fail(
+                        shard,
+                        f"the file {path} holds a different record "
+                        f"than the manifest's:\n{handle.record.describe()}\n"
+                        f"expected\n{self.record.describe()}",
+                    )
         except BaseException:
             for h in handles:
                 h.close()
@@ -238,8 +247,9 @@ class ManifestInfo:
             except FileNotFoundError as e:
                 raise self._fail(shard, f"expected the file {path}, found none") from e
             if found != shard.sha256:
-                raise self._fail(shard, f"the manifest lists sha256 {shard.sha256}, the file "
-                                 f"{path} has {found}")
+                raise self._fail(
+                    shard, f"the manifest lists sha256 {shard.sha256}, the file {path} has {found}"
+                )
             if self.format == "flr":
                 try:
                     with recfile.open(path) as f:
@@ -259,10 +269,13 @@ class ManifestInfo:
 
 
 # -- writing ----------------------------------------------------------------------------
-def write_manifest(path: str | os.PathLike[str],
-                   shards: Iterable[Shard | str | os.PathLike[str]], *,
-                   format: ShardFormat | None = None,
-                   record: type[Record] | None = None) -> ManifestInfo:
+def write_manifest(
+    path: str | os.PathLike[str],
+    shards: Iterable[Shard | str | os.PathLike[str]],
+    *,
+    format: ShardFormat | None = None,
+    record: type[Record] | None = None,
+) -> ManifestInfo:
     """Write the manifest ``path`` listing ``shards`` in order, atomically; returns it
     as read back (checked like :func:`read_manifest`).
 
@@ -312,8 +325,9 @@ def write_manifest(path: str | os.PathLike[str],
         raise ValueError("a manifest of .nndataset shards has no record")
     doc["shards"] = [s.to_json() for s in entries]
     # Compact, one shard a line (readable, and diffs show which shards changed).
-    head = ",\n ".join(f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}"
-                       for k, v in doc.items() if k != "shards")
+    head = ",\n ".join(
+        f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in doc.items() if k != "shards"
+    )
     lines = ",\n  ".join(json.dumps(s, sort_keys=True) for s in doc["shards"])
     text = f'{{{head},\n "shards": [\n  {lines}\n ]}}\n'.encode()
     # Check what is about to be written exactly as a reader will, before it exists.
@@ -344,13 +358,22 @@ def _check_name(name: Any, fmt: str, where: str, fail: Any) -> str:
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:  # a file name's undecodable bytes (os.fsdecode's escapes)
-        raise fail(f"{where}: expected a UTF-8 file name, found {name!r}: name shards in "
-                   f"UTF-8 (a shard's name is its shuffle salt)") from None
+        raise fail(
+            f"{where}: expected a UTF-8 file name, found {name!r}: name shards in "
+            f"UTF-8 (a shard's name is its shuffle salt)"
+        ) from None
     parts = name.split("/")
-    if (name.startswith("/") or "\\" in name or "\0" in name or ":" in parts[0]
-            or any(p in ("", ".", "..") for p in parts)):
-        raise fail(f"{where}: expected a relative '/'-separated path inside the manifest's "
-                   f"directory, found {name!r}")
+    if (
+        name.startswith("/")
+        or "\\" in name
+        or "\0" in name
+        or ":" in parts[0]
+        or any(p in ("", ".", "..") for p in parts)
+    ):
+        raise fail(
+            f"{where}: expected a relative '/'-separated path inside the manifest's "
+            f"directory, found {name!r}"
+        )
     if not name.endswith(f".{fmt}"):
         raise fail(f"{where}: a {fmt} manifest lists .{fmt} files, found {name!r}")
     return name
@@ -365,16 +388,17 @@ def _parse(doc: Any, path: str) -> ManifestInfo:
     if doc.get("kind") != KIND:
         raise fail(f"expected kind {KIND!r}, found {doc.get('kind')!r}")
     if doc.get("version") != VERSION:
-        raise fail(f"this feedline reads manifest version {VERSION}, found "
-                   f"{doc.get('version')!r}")
+        raise fail(f"this feedline reads manifest version {VERSION}, found {doc.get('version')!r}")
     fmt = doc.get("format")
     if fmt not in FORMATS:
         raise fail(f"expected format 'flr' or 'nndataset', found {fmt!r}")
     keys = set(doc)
     if keys != _TOP_KEYS[fmt]:
         extra, missing = sorted(keys - _TOP_KEYS[fmt]), sorted(_TOP_KEYS[fmt] - keys)
-        raise fail(f"a {fmt} manifest has the keys {sorted(_TOP_KEYS[fmt])}; "
-                   f"unknown: {extra}, missing: {missing}")
+        raise fail(
+            f"a {fmt} manifest has the keys {sorted(_TOP_KEYS[fmt])}; "
+            f"unknown: {extra}, missing: {missing}"
+        )
     record = None
     if fmt == "flr":
         try:
@@ -397,8 +421,10 @@ def _parse(doc: Any, path: str) -> ManifestInfo:
         where = f"shard {name!r}"
         if set(entry) != wanted:
             extra, missing = sorted(set(entry) - wanted), sorted(wanted - set(entry))
-            raise fail(f"{where}: a {fmt} shard has the keys {sorted(wanted)}; "
-                       f"unknown: {extra}, missing: {missing}")
+            raise fail(
+                f"{where}: a {fmt} shard has the keys {sorted(wanted)}; "
+                f"unknown: {extra}, missing: {missing}"
+            )
         if name in seen:
             raise fail(f"{where} is listed twice")
         seen.add(name)
@@ -406,14 +432,16 @@ def _parse(doc: Any, path: str) -> ManifestInfo:
             if not _is_count(entry[key]):
                 raise fail(f"{where}: `{key}` must be an integer >= 0, found {entry[key]!r}")
         if not isinstance(entry["sha256"], str) or not _SHA256.fullmatch(entry["sha256"]):
-            raise fail(f"{where}: `sha256` must be 64 lowercase hex digits, found "
-                       f"{entry['sha256']!r}")
+            raise fail(
+                f"{where}: `sha256` must be 64 lowercase hex digits, found {entry['sha256']!r}"
+            )
         shards.append(Shard(**{k: entry[k] for k in wanted}))
     return ManifestInfo(path, fmt, tuple(shards), record)
 
 
-def _check_local(info: ManifestInfo, shard: Shard, file: str, real_dir: str,
-                 seen: dict[tuple[int, int], str]) -> os.stat_result:
+def _check_local(
+    info: ManifestInfo, shard: Shard, file: str, real_dir: str, seen: dict[tuple[int, int], str]
+) -> os.stat_result:
     """A local shard's ``stat``: a regular file whose real path (symlinks resolved) is
     inside the manifest's real directory, and not a file already listed under another
     name (the same device and inode)."""
@@ -423,15 +451,20 @@ def _check_local(info: ManifestInfo, shard: Shard, file: str, real_dir: str,
         raise info._fail(shard, f"expected the file {file}, found none") from e
     real = os.path.realpath(file)
     if os.path.commonpath([real, real_dir]) != real_dir:
-        raise info._fail(shard, f"expected a file inside the manifest's directory {real_dir}, "
-                         f"found {file} leading to {real} (a symlink out of the directory)")
+        raise info._fail(
+            shard,
+            f"expected a file inside the manifest's directory {real_dir}, "
+            f"found {file} leading to {real} (a symlink out of the directory)",
+        )
     if not stat.S_ISREG(st.st_mode):
-        raise info._fail(shard, f"expected a regular file at {file}, found "
-                         f"{file_kind(st.st_mode)}")
+        raise info._fail(shard, f"expected a regular file at {file}, found {file_kind(st.st_mode)}")
     key = (st.st_dev, st.st_ino)
     if key in seen:
-        raise info._fail(shard, f"{file} is the same file as shard {seen[key]!r} (device "
-                         f"{st.st_dev}, inode {st.st_ino}): a file is listed once")
+        raise info._fail(
+            shard,
+            f"{file} is the same file as shard {seen[key]!r} (device "
+            f"{st.st_dev}, inode {st.st_ino}): a file is listed once",
+        )
     seen[key] = shard.name
     return st
 
@@ -453,8 +486,9 @@ def _check_files(info: ManifestInfo) -> None:
             if listing.get("type", "file") != "file":
                 raise info._fail(shard, f"expected a file at {file}, found something else")
         if size != shard.size:
-            raise info._fail(shard, f"the manifest lists {shard.size} bytes, the file {file} "
-                             f"has {size}")
+            raise info._fail(
+                shard, f"the manifest lists {shard.size} bytes, the file {file} has {size}"
+            )
 
 
 def read_manifest(path: str | os.PathLike[str]) -> ManifestInfo:

@@ -42,9 +42,11 @@ def record_for(d: int, l: int) -> type[Record]:  # noqa: E741
     """The record of ``.ndf`` rows with ``d`` features and ``l`` labels (one class per shape)."""
     key = (d, l)
     if key not in _records:
-        _records[key] = make_record(f"NdfRow{d}x{l}", {"x": ((d,), np.float64),
-                                                       "y": ((l,), np.float64)},
-                                    doc=f"A data.nu row: {d} f64 features and {l} f64 labels.")
+        _records[key] = make_record(
+            f"NdfRow{d}x{l}",
+            {"x": ((d,), np.float64), "y": ((l,), np.float64)},
+            doc=f"A data.nu row: {d} f64 features and {l} f64 labels.",
+        )
     return _records[key]
 
 
@@ -81,8 +83,10 @@ def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
     """
     if _is_dataset(x):
         if y is not None:
-            raise TypeError("fl.ndf.save(path, dataset): y comes from the dataset's field y; "
-                            "pass arrays as save(path, x, y)")
+            raise TypeError(
+                "fl.ndf.save(path, dataset): y comes from the dataset's field y; "
+                "pass arrays as save(path, x, y)"
+            )
         _save_dataset(path, x)
         return
     x = _numbers(x, "x")
@@ -96,11 +100,16 @@ def save(path: str | os.PathLike[str], x: Any, y: Any = None) -> None:
         raise ShapeError(f"fl.ndf.save: y must be n x l with n = {n}, got shape {y.shape}")
     l = y.shape[1]  # noqa: E741
     step = _rows_per_chunk(d, l)
-    write_rows(path, n, d, l, ((x[a:a + step], y[a:a + step]) for a in range(0, n, step)))
+    write_rows(path, n, d, l, ((x[a : a + step], y[a : a + step]) for a in range(0, n, step)))
 
 
-def write_rows(path: str | os.PathLike[str], n: int, d: int, l: int,  # noqa: E741
-               blocks: Any) -> None:
+def write_rows(
+    path: str | os.PathLike[str],
+    n: int,
+    d: int,
+    l: int,  # noqa: E741
+    blocks: Any,
+) -> None:
     """Write an ``.ndf`` of ``n`` rows atomically from ``blocks``: an iterable of
     ``(x, y)`` chunks (rows x d and rows x l numbers, checked as ``save`` checks them),
     written as they come (memory stays at one chunk)."""
@@ -111,8 +120,10 @@ def write_rows(path: str | os.PathLike[str], n: int, d: int, l: int,  # noqa: E7
         for x, y in blocks:
             x, y = _numbers(x, "x"), _numbers(y, "y")
             if x.shape != (len(x), d) or y.shape != (len(x), l):
-                raise ShapeError(f"fl.ndf: a chunk of x {x.shape} and y {y.shape} is not rows "
-                                 f"of d = {d} and l = {l} values")
+                raise ShapeError(
+                    f"fl.ndf: a chunk of x {x.shape} and y {y.shape} is not rows "
+                    f"of d = {d} and l = {l} values"
+                )
             f.write(memoryview(np.concatenate((x, y), axis=1).astype("<f8", copy=False)))  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+
             written += len(x)
         if written != n:
@@ -124,22 +135,28 @@ def _numbers(values: Any, name: str) -> np.ndarray:
     become NaN and the string "1.5" the number 1.5 under ``np.asarray(..., float64)``)."""
     a = np.asarray(values)
     if a.dtype == object:  # mixed Python values: each must be a real number
-        bad = [v for v in a.flat if isinstance(v, (str, bytes))
-               or not isinstance(v, numbers.Real)][:1]
+        bad = [v for v in a.flat if isinstance(v, (str, bytes)) or not isinstance(v, numbers.Real)][
+            :1
+        ]
         if bad:
             first = bad[0]
-            raise ShapeError(f"fl.ndf.save: {name} must hold numbers (bool, int or float), "
-                             f"found {first!r} ({type(first).__name__})")
+            raise ShapeError(
+                f"fl.ndf.save: {name} must hold numbers (bool, int or float), "
+                f"found {first!r} ({type(first).__name__})"
+            )
     elif a.dtype.kind not in "biuf":
-        raise ShapeError(f"fl.ndf.save: {name} must hold numbers (bool, int or float), found "
-                         f"dtype {a.dtype} ({a.dtype.kind!r} values, e.g. strings or complex)")
+        raise ShapeError(
+            f"fl.ndf.save: {name} must hold numbers (bool, int or float), found "
+            f"dtype {a.dtype} ({a.dtype.kind!r} values, e.g. strings or complex)"
+        )
     return a.astype(np.float64, copy=False)
 
 
 def _check_row(n: int, d: int, l: int) -> None:  # noqa: E741
     if n and d + l == 0:  # the reader refuses such a file: rows of nothing
-        raise ShapeError(f"an .ndf row holds at least one value; got {n} rows of d = 0 "
-                         f"features and l = 0 labels")
+        raise ShapeError(
+            f"an .ndf row holds at least one value; got {n} rows of d = 0 features and l = 0 labels"
+        )
 
 
 def _rows_per_chunk(d: int, l: int) -> int:  # noqa: E741
@@ -153,8 +170,11 @@ def _is_dataset(obj: Any) -> bool:
     """A typed source: a ``.record`` with ``.fields``, a length, and a way to read items
     (duck-typed: formats know nothing of ``fl.Dataset``)."""
     fields = getattr(getattr(obj, "record", None), "fields", None)
-    return isinstance(fields, Mapping) and hasattr(obj, "__len__") and (
-        hasattr(obj, "getitems") or hasattr(obj, "__getitem__"))
+    return (
+        isinstance(fields, Mapping)
+        and hasattr(obj, "__len__")
+        and (hasattr(obj, "getitems") or hasattr(obj, "__getitem__"))
+    )
 
 
 def _where(field: Any) -> str:
@@ -168,13 +188,17 @@ def _ndf_fields(record: Any) -> dict[str, tuple[int, ...]]:
     fields = record.fields
     if "x" not in fields:
         first = next(iter(fields.values()), None)
-        raise RecordError(f"{_where(first)}fl.ndf.save: expected a dataset with fields x [d] "
-                          f"and optionally y [l], found {name} with fields "
-                          f"{', '.join(map(str, fields)) or 'none'}")
+        raise RecordError(
+            f"{_where(first)}fl.ndf.save: expected a dataset with fields x [d] "
+            f"and optionally y [l], found {name} with fields "
+            f"{', '.join(map(str, fields)) or 'none'}"
+        )
     for key, f in fields.items():
         if key not in ("x", "y"):
-            raise RecordError(f"{_where(f)}{name} field `{key}`: an .ndf holds x and y only "
-                              "(data.nu's DataSet); select those fields first")
+            raise RecordError(
+                f"{_where(f)}{name} field `{key}`: an .ndf holds x and y only "
+                "(data.nu's DataSet); select those fields first"
+            )
     shapes = {}
     for key, part in (("x", "d"), ("y", "l")):
         if key not in fields:
@@ -182,17 +206,22 @@ def _ndf_fields(record: Any) -> dict[str, tuple[int, ...]]:
         f = fields[key]
         shape, dtype = tuple(f.shape), np.dtype(f.dtype)
         if len(shape) > 1:
-            raise ShapeError(f"{_where(f)}{name} field `{key}` should be [{part}] (one vector "
-                             f"a row) to be stored in an .ndf, got shape {shape}")
+            raise ShapeError(
+                f"{_where(f)}{name} field `{key}` should be [{part}] (one vector "
+                f"a row) to be stored in an .ndf, got shape {shape}"
+            )
         if dtype.kind not in "biuf":
-            raise RecordError(f"{_where(f)}{name} field `{key}` is {dtype}: an .ndf stores "
-                              "float64, which cannot hold it")
+            raise RecordError(
+                f"{_where(f)}{name} field `{key}` is {dtype}: an .ndf stores "
+                "float64, which cannot hold it"
+            )
         shapes[key] = shape
     return shapes
 
 
-def _read_rows(ds: Any, idx: np.ndarray, shapes: dict[str, tuple[int, ...]],
-               name: str) -> dict[str, np.ndarray]:
+def _read_rows(
+    ds: Any, idx: np.ndarray, shapes: dict[str, tuple[int, ...]], name: str
+) -> dict[str, np.ndarray]:
     """Items ``idx`` of ``ds`` as float64 columns (rows x values), their shapes checked."""
     if hasattr(ds, "getitems"):
         batch = ds.getitems(idx)
@@ -200,13 +229,17 @@ def _read_rows(ds: Any, idx: np.ndarray, shapes: dict[str, tuple[int, ...]],
         for key, shape in shapes.items():
             col = np.asarray(batch[key])
             if col.shape != (len(idx), *shape):
-                raise ShapeError(f"{name}: items {int(idx[0])} to {int(idx[-1])}: field `{key}` "
-                                 f"should be {(len(idx), *shape)} as a batch, got shape "
-                                 f"{col.shape}")
+                raise ShapeError(
+                    f"{name}: items {int(idx[0])} to {int(idx[-1])}: field `{key}` "
+                    f"should be {(len(idx), *shape)} as a batch, got shape "
+                    f"{col.shape}"
+                )
             out[key] = col.reshape(len(idx), -1).astype(np.float64, copy=False)
         return out
-    out = {key: np.empty((len(idx), int(np.prod(shape, dtype=np.int64))))
-           for key, shape in shapes.items()}
+    out = {
+        key: np.empty((len(idx), int(np.prod(shape, dtype=np.int64))))
+        for key, shape in shapes.items()
+    }
     for row, i in enumerate(idx.tolist()):
         item = ds[i]
         for key, shape in shapes.items():
@@ -215,8 +248,9 @@ def _read_rows(ds: Any, idx: np.ndarray, shapes: dict[str, tuple[int, ...]],
             except (KeyError, IndexError, TypeError) as e:
                 raise ShapeError(f"{name}: item {i} has no field `{key}`") from e
             if value.shape != shape:
-                raise ShapeError(f"{name}: item {i}'s field `{key}` should be {shape}, got "
-                                 f"shape {value.shape}")
+                raise ShapeError(
+                    f"{name}: item {i}'s field `{key}` should be {shape}, got shape {value.shape}"
+                )
             out[key][row] = value.reshape(-1)
     return out
 
@@ -233,8 +267,9 @@ def _save_dataset(path: str | os.PathLike[str], ds: Any) -> None:
     with atomic_write(path) as f:
         f.write(_HEADER.pack(MAGIC, n, d, l))
         for a in range(0, n, rows_per_chunk):
-            cols = _read_rows(ds, np.arange(a, min(n, a + rows_per_chunk), dtype=np.int64),
-                              shapes, name)
+            cols = _read_rows(
+                ds, np.arange(a, min(n, a + rows_per_chunk), dtype=np.int64), shapes, name
+            )
             parts = [cols["x"]] + ([cols["y"]] if "y" in cols else [])
             f.write(np.concatenate(parts, axis=1).astype("<f8", copy=False).tobytes())
 
@@ -254,21 +289,29 @@ class NdfFile(OpenFile):
     def _parse(self) -> None:
         size = self._file.size
         if size < HEADER:
-            raise FormatError(f"an .ndf header is {HEADER} bytes, the file has {size}",
-                              self.path, 0)
+            raise FormatError(
+                f"an .ndf header is {HEADER} bytes, the file has {size}", self.path, 0
+            )
         magic, n, d, l = _HEADER.unpack(self._file.pread(HEADER, 0, "the .ndf header"))  # noqa: E741
         if magic != MAGIC:
             raise FormatError(f"expected magic {MAGIC!r}, found {magic!r}", self.path, 0)
         if d + l > _MAX_ROW_VALUES:
-            raise FormatError(f"the header says a row holds d={d} + l={l} values; at most "
-                              f"{_MAX_ROW_VALUES} are supported", self.path, 12)
+            raise FormatError(
+                f"the header says a row holds d={d} + l={l} values; at most "
+                f"{_MAX_ROW_VALUES} are supported",
+                self.path,
+                12,
+            )
         if d + l == 0 and n:
             raise FormatError(f"the header says {n} rows of no values", self.path, 4)
         expected = HEADER + n * (d + l) * 8
         if expected != size:
             raise FormatError(
                 f"the header says n={n}, d={d}, l={l}: {expected} bytes in all, the file has "
-                f"{size}", self.path, 4)
+                f"{size}",
+                self.path,
+                4,
+            )
         self.n, self.d, self.l = n, d, l
         self._rows = self._file.array("<f8", HEADER, n * (d + l), (n, d + l))
         self.record = record_for(d, l)
@@ -290,7 +333,7 @@ class NdfFile(OpenFile):
         if not 0 <= i < self.n:
             raise IndexError(f"row {i} is outside the file's {self.n} rows")
         row = np.array(rows[i])
-        return row[: self.d], row[self.d:]
+        return row[: self.d], row[self.d :]
 
     def rows(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """Rows ``indices`` as (X: len x d, Y: len x l): one gather from the memory map."""
@@ -299,14 +342,15 @@ class NdfFile(OpenFile):
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             raise IndexError(f"row indices must be in [0, {self.n})")
         block = np.take(rows, idx, axis=0)
-        return block[:, : self.d], block[:, self.d:]
+        return block[:, : self.d], block[:, self.d :]
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         x, y = self.read_row(i)
         return {"x": x, "y": y}
 
-    def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None
-                 ) -> dict[str, np.ndarray]:
+    def getitems(
+        self, indices: Any, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Rows ``indices`` as ``{"x", "y"}`` columns (into ``out``'s rows when given)."""
         x, y = self.rows(indices)
         if out is None:

@@ -130,8 +130,9 @@ def _read_counts(u8: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return counts
 
 
-def _parse_subset(name: str, rec: kvrec.Field, u8: np.ndarray, path: str, start: int,
-                  has_mask: bool, text: bool) -> _Layout:
+def _parse_subset(
+    name: str, rec: kvrec.Field, u8: np.ndarray, path: str, start: int, has_mask: bool, text: bool
+) -> _Layout:
     size = len(u8)
     num = kvrec.lookup(rec.value, "num_docs", kvrec.UINT)
     if num is None:
@@ -141,24 +142,39 @@ def _parse_subset(name: str, rec: kvrec.Field, u8: np.ndarray, path: str, start:
         raise FormatError(f"the {name} subset has no doc_index (UIntArray)", path, rec.offset)
     idx, at = index.value, index.offset
     if len(idx) != num.value + 1:
-        raise FormatError(f"{name}.doc_index: num_docs = {num.value} needs {num.value + 1} "
-                          f"entries, found {len(idx)}", path, at)
+        raise FormatError(
+            f"{name}.doc_index: num_docs = {num.value} needs {num.value + 1} "
+            f"entries, found {len(idx)}",
+            path,
+            at,
+        )
     past = np.flatnonzero(idx > np.uint64(size))
     if len(past):
         j = int(past[0])
-        raise FormatError(f"{name}.doc_index[{j}] = {int(idx[j])} points past the end of the "
-                          f"{size}-byte file", path, at + 8 * j)
+        raise FormatError(
+            f"{name}.doc_index[{j}] = {int(idx[j])} points past the end of the {size}-byte file",
+            path,
+            at + 8 * j,
+        )
     offsets = idx.astype(np.int64)
     if offsets[0] != start:
-        raise FormatError(f"{name}.doc_index[0]: expected the {name} documents to start at "
-                          f"byte {start}, found {int(offsets[0])}", path, at)
+        raise FormatError(
+            f"{name}.doc_index[0]: expected the {name} documents to start at "
+            f"byte {start}, found {int(offsets[0])}",
+            path,
+            at,
+        )
     gaps = np.diff(offsets)
     short = np.flatnonzero(gaps < 8)
     if len(short):
         j = int(short[0])
-        raise FormatError(f"{name}.doc_index must increase by at least 8 (a block's count): "
-                          f"entry {j + 1} is {int(offsets[j + 1])}, entry {j} is "
-                          f"{int(offsets[j])}", path, at + 8 * (j + 1))
+        raise FormatError(
+            f"{name}.doc_index must increase by at least 8 (a block's count): "
+            f"entry {j + 1} is {int(offsets[j + 1])}, entry {j} is "
+            f"{int(offsets[j])}",
+            path,
+            at + 8 * (j + 1),
+        )
     width = 9 if has_mask else 8
     if text:
         stored = _read_counts(u8, offsets[:-1])
@@ -168,9 +184,12 @@ def _parse_subset(name: str, rec: kvrec.Field, u8: np.ndarray, path: str, start:
         if len(bad):
             j = int(bad[0])
             c = int(stored[j])
-            raise FormatError(f"{name} document {j} says {c} tokens, a {8 + width * c}-byte "
-                              f"block, but doc_index gives it {int(gaps[j])} bytes", path,
-                              int(offsets[j]))
+            raise FormatError(
+                f"{name} document {j} says {c} tokens, a {8 + width * c}-byte "
+                f"block, but doc_index gives it {int(gaps[j])} bytes",
+                path,
+                int(offsets[j]),
+            )
         counts = stored.astype(np.int64)
     else:
         counts = np.zeros(len(gaps), dtype=np.int64)  # tabular blocks are not text
@@ -223,8 +242,11 @@ def _parse(file: Handle, u8: Any) -> tuple[Info, dict[str, _Layout]]:
     loss_scope = "all" if scope is None else scope.value
     if loss_scope not in LOSS_SCOPES:
         assert scope is not None  # the default, "all", is a scope
-        raise FormatError(f"gen.loss_scope: expected 'all' or 'assistant', found "
-                          f"{loss_scope!r}", path, scope.offset)
+        raise FormatError(
+            f"gen.loss_scope: expected 'all' or 'assistant', found {loss_scope!r}",
+            path,
+            scope.offset,
+        )
     kind = _lookup_value(fields, "kind", kvrec.UINT)
     text = kind != KIND_TABULAR
     has_mask = loss_scope == "assistant"
@@ -239,8 +261,9 @@ def _parse(file: Handle, u8: Any) -> tuple[Info, dict[str, _Layout]]:
         layouts["test"] = _parse_subset("test", test, u8, path, last, has_mask, text)
         last = int(layouts["test"].offsets[-1])
     if last != size:
-        raise FormatError(f"the documents end at byte {last}, the file has {size} bytes", path,
-                          last)
+        raise FormatError(
+            f"the documents end at byte {last}, the file has {size} bytes", path, last
+        )
     info = Info(
         kind="text" if text else "tabular",
         num_docs=len(layouts["train"].counts),
@@ -267,14 +290,19 @@ class Nndataset(OpenFile):
     up; pickling reopens by path. Usable as a context manager.
     """
 
-    def __init__(self, path: str | os.PathLike[str], _file: Handle | None = None,
-                 _parsed: tuple[Info, dict[str, _Layout]] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        _file: Handle | None = None,
+        _parsed: tuple[Info, dict[str, _Layout]] | None = None,
+    ) -> None:
         self._file = _file if _file is not None else open_shared(path)
         self.path = self._file.path
         try:
             self._u8: np.ndarray | None = self._file.array(np.uint8, 0, self._file.size)
-            self.info, self._layouts = _parsed if _parsed is not None else _parse(self._file,
-                                                                                  self._u8)
+            self.info, self._layouts = (
+                _parsed if _parsed is not None else _parse(self._file, self._u8)
+            )
         except BaseException:
             self._u8 = None
             self._file.close()
@@ -292,16 +320,24 @@ class Nndataset(OpenFile):
             raise ValueError(f"{self.path}: the dataset is closed")
         self._file.check_intact()  # a file truncated under us: an error, not SIGBUS
         if self.info.kind == "vocab":
-            raise FormatError(f"this is a vocabulary (NNVC) file: it holds no {subset} "
-                              "documents", self.path, 0)
+            raise FormatError(
+                f"this is a vocabulary (NNVC) file: it holds no {subset} documents", self.path, 0
+            )
         if self.info.kind != "text":
-            raise FormatError(f"expected a text dataset to load as text, found kind "
-                              f"{KIND_TABULAR} ({self.info.kind}) in the root record "
-                              "(neuralnet.cpp cannot load it either)", self.path, LABEL_SIZE)
+            raise FormatError(
+                f"expected a text dataset to load as text, found kind "
+                f"{KIND_TABULAR} ({self.info.kind}) in the root record "
+                "(neuralnet.cpp cannot load it either)",
+                self.path,
+                LABEL_SIZE,
+            )
         if subset not in self._layouts:
-            raise FormatError(f"the dataset has no {subset} subset (expected one in the root "
-                              f"record, found {' and '.join(self._layouts)} only)", self.path,
-                              LABEL_SIZE)
+            raise FormatError(
+                f"the dataset has no {subset} subset (expected one in the root "
+                f"record, found {' and '.join(self._layouts)} only)",
+                self.path,
+                LABEL_SIZE,
+            )
         return self._layouts[subset]
 
     def load_text(self, subset: Subset = "train") -> TextCorpus:
@@ -311,8 +347,12 @@ class Nndataset(OpenFile):
         touches. A missing subset, a vocabulary file or a tabular dataset is an error.
         """
         sub = _Subset(self, subset, self._layout(subset))
-        return TextCorpus(LazyColumn(sub, "tokens"), LazyColumn(sub, "doc_ids"),
-                          LazyColumn(sub, "loss_mask"), sub.layout.cum)
+        return TextCorpus(
+            LazyColumn(sub, "tokens"),
+            LazyColumn(sub, "doc_ids"),
+            LazyColumn(sub, "loss_mask"),
+            sub.layout.cum,
+        )
 
     def text_doc(self, subset: Subset, i: int) -> TextDoc:
         """Document ``i`` (0-based) of ``subset``; its doc_id is ``i + 1``. Tokens are a
@@ -327,9 +367,9 @@ class Nndataset(OpenFile):
         n, t = int(lay.counts[i]), int(lay.tok_start[i])
         u8 = self._u8
         assert u8 is not None  # _layout refuses a closed dataset
-        tokens = u8[t:t + 8 * n].view("<u8")
+        tokens = u8[t : t + 8 * n].view("<u8")
         if lay.has_mask:
-            mask = u8[t + 8 * n:t + 9 * n] != 0
+            mask = u8[t + 8 * n : t + 9 * n] != 0
         else:
             mask = np.ones(n, dtype=bool)
         return TextDoc(i + 1, tokens, mask)
@@ -346,8 +386,10 @@ class Nndataset(OpenFile):
 
     def __repr__(self) -> str:
         i = self.info
-        return (f"Nndataset({self.path!r}, kind={i.kind}, num_docs={i.num_docs}, "
-                f"test_docs={i.test_docs}, loss_scope={i.loss_scope})")
+        return (
+            f"Nndataset({self.path!r}, kind={i.kind}, num_docs={i.num_docs}, "
+            f"test_docs={i.test_docs}, loss_scope={i.loss_scope})"
+        )
 
 
 def open(path: str | os.PathLike[str]) -> Nndataset:

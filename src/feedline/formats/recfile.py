@@ -72,9 +72,11 @@ def _check_names(record: type[Record]) -> None:
     for name, f in record.fields.items():
         if not (isinstance(name, str) and name.isidentifier()):
             where = getattr(f, "where", None)
-            raise RecordError(f"{where + ': ' if where else ''}{record.__name__} field "
-                              f"{name!r}: an .flr field name is an identifier (a batch "
-                              f"attribute); rename it")
+            raise RecordError(
+                f"{where + ': ' if where else ''}{record.__name__} field "
+                f"{name!r}: an .flr field name is an identifier (a batch "
+                f"attribute); rename it"
+            )
 
 
 def _align(x: int) -> int:
@@ -89,7 +91,7 @@ def _raw(a: np.ndarray) -> memoryview:
 def _crc(buf: Any, crc: int = 0) -> int:
     mv = _raw(buf) if isinstance(buf, np.ndarray) else memoryview(buf).cast("B")
     for a in range(0, len(mv), _SLICE):
-        crc = zlib.crc32(mv[a:a + _SLICE], crc)
+        crc = zlib.crc32(mv[a : a + _SLICE], crc)
     return crc
 
 
@@ -100,14 +102,26 @@ def _le(dtype: np.dtype) -> np.dtype:
 def _layout(record: type[Record], n: int, crcs: list[int]) -> tuple[bytes, list[dict], int]:
     """The header JSON and column table for ``n`` rows; returns (header, columns, end)."""
     fields = list(record.fields.values())
-    columns: list[dict[str, Any]] = [{"field": f.name, "kind": "fixed", "offset": 0,
-                "length": n * _le(f.dtype).itemsize * math.prod(f.shape),
-                "crc32": crc} for f, crc in zip(fields, crcs)]
+    columns: list[dict[str, Any]] = [
+        {
+            "field": f.name,
+            "kind": "fixed",
+            "offset": 0,
+            "length": n * _le(f.dtype).itemsize * math.prod(f.shape),
+            "crc32": crc,
+        }
+        for f, crc in zip(fields, crcs)
+    ]
     # The header's size depends on the offsets it records: settle them by iteration.
     data_offset = 0
     for _ in range(8):
-        doc = {"format": FORMAT_NAME, "version": VERSION, "rows": n,
-               "record": record.schema(), "columns": columns}
+        doc = {
+            "format": FORMAT_NAME,
+            "version": VERSION,
+            "rows": n,
+            "record": record.schema(),
+            "columns": columns,
+        }
         header = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
         start = _align(PREAMBLE + len(header))
         if start == data_offset:
@@ -122,8 +136,9 @@ def _layout(record: type[Record], n: int, crcs: list[int]) -> tuple[bytes, list[
 
 
 def _preamble(header: bytes, n: int, data_offset: int, file_length: int) -> bytes:
-    body = _PRE.pack(MAGIC, VERSION, 0, PREAMBLE, len(header), n, data_offset, file_length,
-                     zlib.crc32(header))
+    body = _PRE.pack(
+        MAGIC, VERSION, 0, PREAMBLE, len(header), n, data_offset, file_length, zlib.crc32(header)
+    )
     return body + _CRC.pack(zlib.crc32(body))
 
 
@@ -133,8 +148,9 @@ def _write_pad(f: Any, upto: int) -> None:
         f.write(b"\0" * (upto - pos))
 
 
-def write(path: str | os.PathLike[str], record: type[Record], data: Any, *,
-          check_values: bool = True) -> int:
+def write(
+    path: str | os.PathLike[str], record: type[Record], data: Any, *, check_values: bool = True
+) -> int:
     """Write a typed record file atomically; returns the number of rows.
 
     ``data`` is a dict of column arrays (batch axis first; checked as a whole), or an
@@ -152,8 +168,13 @@ def write(path: str | os.PathLike[str], record: type[Record], data: Any, *,
     return _write_stream(path, record, _item_chunks(record, data, check_values), check_values)
 
 
-def write_chunks(path: str | os.PathLike[str], record: type[Record], chunks: Iterable[Any], *,
-                 check_values: bool = True) -> int:
+def write_chunks(
+    path: str | os.PathLike[str],
+    record: type[Record],
+    chunks: Iterable[Any],
+    *,
+    check_values: bool = True,
+) -> int:
     """Write a typed record file from an iterable of column chunks (dicts of arrays, batch
     axis first), streamed: memory stays O(chunk). Atomic; returns the number of rows."""
     if not (isinstance(record, type) and issubclass(record, Record)):
@@ -176,8 +197,9 @@ def _item_chunks(record: type[Record], items: Iterable[Any], check_values: bool)
         yield {f: np.stack([c[f] for c in chunk]) for f in record.fields}
 
 
-def _write_columns(path: Any, record: type[Record], data: Mapping[str, Any],
-                   check_values: bool) -> int:
+def _write_columns(
+    path: Any, record: type[Record], data: Mapping[str, Any], check_values: bool
+) -> int:
     cols = {k: data[k] for k in record.fields if k in data}
     n_rows = len(next(iter(cols.values()))) if cols else 0
     cols = record.check_columns(cols, np.arange(n_rows), check_values=check_values)
@@ -185,8 +207,9 @@ def _write_columns(path: Any, record: type[Record], data: Mapping[str, Any],
     if len(lengths) > 1:
         raise ValueError(f"columns of different lengths: { {k: len(v) for k, v in cols.items()} }")
     n = lengths.pop() if lengths else 0
-    arrays = [np.ascontiguousarray(cols[f], dtype=_le(record.fields[f].dtype))
-              for f in record.fields]
+    arrays = [
+        np.ascontiguousarray(cols[f], dtype=_le(record.fields[f].dtype)) for f in record.fields
+    ]
     crcs = [_crc(a) for a in arrays]
     header, columns, end = _layout(record, n, crcs)
     with atomic_write(path) as f:
@@ -196,12 +219,13 @@ def _write_columns(path: Any, record: type[Record], data: Mapping[str, Any],
             _write_pad(f, c["offset"])
             mv = _raw(a)
             for s in range(0, len(mv), _SLICE):
-                f.write(mv[s:s + _SLICE])
+                f.write(mv[s : s + _SLICE])
     return n
 
 
-def _write_stream(path: Any, record: type[Record], chunks: Iterable[Any],
-                  check_values: bool) -> int:
+def _write_stream(
+    path: Any, record: type[Record], chunks: Iterable[Any], check_values: bool
+) -> int:
     fields = list(record.fields.values())
     spools = []
     try:
@@ -216,8 +240,10 @@ def _write_stream(path: Any, record: type[Record], chunks: Iterable[Any],
             for k, (f, (spool, _)) in enumerate(zip(fields, spools)):
                 block = np.ascontiguousarray(cols[f.name], dtype=_le(f.dtype))
                 if len(block) != rows:
-                    raise ValueError(f"chunk columns of different lengths ({f.name}: "
-                                     f"{len(block)}, expected {rows})")
+                    raise ValueError(
+                        f"chunk columns of different lengths ({f.name}: "
+                        f"{len(block)}, expected {rows})"
+                    )
                 crcs[k] = _crc(block, crcs[k])
                 spool.write(_raw(block))
             n += rows
@@ -263,21 +289,29 @@ class RecFile(OpenFile):
             raise self._fail(f"expected the .flr magic {MAGIC!r}, found {magic!r}", 0)
         (p_crc,) = _CRC.unpack(pre[60:])
         if zlib.crc32(pre[:60]) != p_crc:
-            raise self._fail(f"preamble checksum {zlib.crc32(pre[:60]):#010x} does not match the "
-                             f"stored {p_crc:#010x}", 60)
+            raise self._fail(
+                f"preamble checksum {zlib.crc32(pre[:60]):#010x} does not match the "
+                f"stored {p_crc:#010x}",
+                60,
+            )
         if version != VERSION:
-            raise self._fail(f"this feedline reads .flr version {VERSION}, the file is version "
-                             f"{version}", 8)
+            raise self._fail(
+                f"this feedline reads .flr version {VERSION}, the file is version {version}", 8
+            )
         if n >= 1 << 62:
             raise self._fail(f"{n} rows is more than an array can index", 32)
         if flags != 0:
             raise self._fail(f"unknown flags {flags:#x} (this version writes 0)", 12)
         if f_len != size:
-            raise self._fail(f"the preamble records a file of {f_len} bytes, the file has {size}"
-                             f" (truncated or appended to)", 48)
+            raise self._fail(
+                f"the preamble records a file of {f_len} bytes, the file has {size}"
+                f" (truncated or appended to)",
+                48,
+            )
         if h_off != PREAMBLE or h_len > size - PREAMBLE:
-            raise self._fail(f"header at {h_off} of {h_len} bytes does not fit a file of {size}",
-                             16)
+            raise self._fail(
+                f"header at {h_off} of {h_len} bytes does not fit a file of {size}", 16
+            )
         header = self._file.pread(h_len, h_off, "the .flr header")
         if zlib.crc32(header) != h_crc:
             raise self._fail("header checksum does not match", h_off)
@@ -289,70 +323,96 @@ class RecFile(OpenFile):
             raise self._fail(f"the header is not a {FORMAT_NAME} header", h_off)
         version, rows = doc.get("version"), doc.get("rows")
         if not (_is_int(version) and version == VERSION and _is_int(rows) and rows == n):
-            raise self._fail(f"the header's version {version!r} and rows {rows!r} disagree "
-                             f"with the preamble ({VERSION}, {n}; JSON integers)", h_off)
+            raise self._fail(
+                f"the header's version {version!r} and rows {rows!r} disagree "
+                f"with the preamble ({VERSION}, {n}; JSON integers)",
+                h_off,
+            )
         if set(doc) != _HEADER_KEYS:
-            raise self._fail(f"the header has the keys {sorted(_HEADER_KEYS)}; found unknown "
-                             f"{sorted(set(doc) - _HEADER_KEYS)}, missing "
-                             f"{sorted(_HEADER_KEYS - set(doc))}", h_off)
+            raise self._fail(
+                f"the header has the keys {sorted(_HEADER_KEYS)}; found unknown "
+                f"{sorted(set(doc) - _HEADER_KEYS)}, missing "
+                f"{sorted(_HEADER_KEYS - set(doc))}",
+                h_off,
+            )
         try:
             self.record = record_from_schema(doc["record"], os.path.basename(self.path))
         except (FeedlineError, KeyError, TypeError, ValueError, AttributeError) as e:
-            raise self._fail(f"the header's record does not declare a valid record: {e}",
-                             h_off) from e
+            raise self._fail(
+                f"the header's record does not declare a valid record: {e}", h_off
+            ) from e
         self._check_schema(doc["record"], h_off)
         columns = doc.get("columns")
         fields = list(self.record.fields.values())
         if not isinstance(columns, list) or len(columns) != len(fields):
-            raise self._fail(f"expected {len(fields)} columns in the header, found "
-                             f"{len(columns) if isinstance(columns, list) else columns!r}", h_off)
+            raise self._fail(
+                f"expected {len(fields)} columns in the header, found "
+                f"{len(columns) if isinstance(columns, list) else columns!r}",
+                h_off,
+            )
         if not fields:
             raise self._fail("the header's record has no fields", h_off)
         if not all(isinstance(c, dict) for c in columns):
             raise self._fail("every column entry of the header must be an object", h_off)
         for c in columns:
             if set(c) != _COLUMN_KEYS:
-                raise self._fail(f"a column entry has the keys {sorted(_COLUMN_KEYS)}; found "
-                                 f"{sorted(c)}", h_off)
+                raise self._fail(
+                    f"a column entry has the keys {sorted(_COLUMN_KEYS)}; found {sorted(c)}", h_off
+                )
         self.n = n
         self._columns: dict[str, np.ndarray] = {}
         self._crcs: dict[str, tuple[int, int, int]] = {}
         low = _align(PREAMBLE + h_len)
         if fields and d_off != columns[0].get("offset"):
-            raise self._fail(f"the preamble's data offset {d_off} is not the first column's "
-                             f"{columns[0].get('offset')!r}", 40)
+            raise self._fail(
+                f"the preamble's data offset {d_off} is not the first column's "
+                f"{columns[0].get('offset')!r}",
+                40,
+            )
         for f, c in zip(fields, columns):
             if not isinstance(c, dict) or c.get("field") != f.name:
                 raise self._fail(f"column for field `{f.name}` expected, found {c!r}", h_off)
             if c.get("kind") != "fixed":
-                raise self._fail(f"column `{f.name}` is of kind {c.get('kind')!r}; this feedline "
-                                 f"reads fixed-shape columns only", h_off)
+                raise self._fail(
+                    f"column `{f.name}` is of kind {c.get('kind')!r}; this feedline "
+                    f"reads fixed-shape columns only",
+                    h_off,
+                )
             off, length, crc = c["offset"], c["length"], c["crc32"]  # all keys: checked above
             if not all(_is_int(v) and v >= 0 for v in (off, length, crc)):
-                raise self._fail(f"column `{f.name}` has a malformed offset, length or crc32",
-                                 h_off)
+                raise self._fail(
+                    f"column `{f.name}` has a malformed offset, length or crc32", h_off
+                )
             dtype = _le(f.dtype)
             elements = math.prod(f.shape)  # Python ints: a crafted shape cannot overflow
             per_row = dtype.itemsize * elements
             if per_row > size:
-                raise self._fail(f"field `{f.name}` of shape {f.shape} cannot fit the file",
-                                 h_off)
+                raise self._fail(f"field `{f.name}` of shape {f.shape} cannot fit the file", h_off)
             # numpy sizes even an empty array by its nonzero dims ((2**62 - 1, 0) floats are
             # "too big"), so a zero-size field bounds the rows too, though it holds no bytes.
             nominal = dtype.itemsize * math.prod(d for d in f.shape if d)
             if nominal >= 1 << 62:
-                raise self._fail(f"field `{f.name}` of shape {f.shape} is more than an array "
-                                 f"can index", h_off)
+                raise self._fail(
+                    f"field `{f.name}` of shape {f.shape} is more than an array can index", h_off
+                )
             if n * nominal >= 1 << 62:
-                raise self._fail(f"{n} rows of field `{f.name}` ({dtype}, shape {f.shape}) are "
-                                 f"more than an array can index", 32)
+                raise self._fail(
+                    f"{n} rows of field `{f.name}` ({dtype}, shape {f.shape}) are "
+                    f"more than an array can index",
+                    32,
+                )
             if length != n * per_row:
-                raise self._fail(f"column `{f.name}` should hold {n} rows of {per_row} bytes = "
-                                 f"{n * per_row}, its length is {length}", h_off)
+                raise self._fail(
+                    f"column `{f.name}` should hold {n} rows of {per_row} bytes = "
+                    f"{n * per_row}, its length is {length}",
+                    h_off,
+                )
             if off % ALIGN or off < low or off + length > size:
-                raise self._fail(f"column `{f.name}` at [{off}, {off + length}) is not an "
-                                 f"aligned range after the header inside the file of {size}",
-                                 h_off)
+                raise self._fail(
+                    f"column `{f.name}` at [{off}, {off + length}) is not an "
+                    f"aligned range after the header inside the file of {size}",
+                    h_off,
+                )
             low = off + length
             count = n * elements
             self._columns[f.name] = self._file.array(dtype, off, count, (n, *f.shape))
@@ -365,28 +425,40 @@ class RecFile(OpenFile):
         try:
             known = self.record.schema()
         except (FeedlineError, TypeError, ValueError, AttributeError) as e:
-            raise self._fail(f"the header's record does not declare a valid record: {e}",
-                             h_off) from e
+            raise self._fail(
+                f"the header's record does not declare a valid record: {e}", h_off
+            ) from e
         unknown = set(stored) - set(known)
         if unknown:
-            raise self._fail(f"the header's record has unknown keys {sorted(unknown)} (known: "
-                             f"{sorted(known)})", h_off)
+            raise self._fail(
+                f"the header's record has unknown keys {sorted(unknown)} (known: {sorted(known)})",
+                h_off,
+            )
         for spec, want in zip(stored["fields"], known["fields"]):  # a list of dicts
             name = spec["name"]
             unknown = set(spec) - set(want)
             if unknown:
-                raise self._fail(f"field {name!r} has unknown keys {sorted(unknown)} (known: "
-                                 f"{sorted(want)})", h_off)
+                raise self._fail(
+                    f"field {name!r} has unknown keys {sorted(unknown)} (known: {sorted(want)})",
+                    h_off,
+                )
             if not (isinstance(name, str) and name.isidentifier()):
-                raise self._fail(f"expected a field name that is an identifier, found "
-                                 f"{name!r}", h_off)
+                raise self._fail(
+                    f"expected a field name that is an identifier, found {name!r}", h_off
+                )
             if np.dtype(spec["dtype"]).byteorder == ">":
-                raise self._fail(f"field `{name}` has the big-endian dtype "
-                                 f"{spec['dtype']!r}; .flr columns are little-endian", h_off)
+                raise self._fail(
+                    f"field `{name}` has the big-endian dtype "
+                    f"{spec['dtype']!r}; .flr columns are little-endian",
+                    h_off,
+                )
         for f in self.record.fields.values():
             if len(f.shape) > _MAX_FIELD_DIMS:
-                raise self._fail(f"field `{f.name}` has {len(f.shape)} dims; a column (rows "
-                                 f"first) can have at most {_MAX_FIELD_DIMS}", h_off)
+                raise self._fail(
+                    f"field `{f.name}` has {len(f.shape)} dims; a column (rows "
+                    f"first) can have at most {_MAX_FIELD_DIMS}",
+                    h_off,
+                )
 
     # -- reading ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -409,8 +481,9 @@ class RecFile(OpenFile):
             raise ValueError(f"{self.path}: this handle is closed")
         self._file.check_intact()  # a file truncated under us: an error, not SIGBUS
 
-    def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None
-                 ) -> dict[str, np.ndarray]:
+    def getitems(
+        self, indices: Any, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Rows ``indices`` as columns: one gather per field from the memory map (into
         ``out``'s first rows when given)."""
         self._check_open()
@@ -420,8 +493,10 @@ class RecFile(OpenFile):
         if out is None:
             return {k: np.take(v, idx, axis=0) for k, v in self._columns.items()}
         # mode="clip": the bounds are checked above, so numpy need not buffer ``out``.
-        return {k: np.take(v, idx, axis=0, out=out[k][: len(idx)], mode="clip")
-                for k, v in self._columns.items()}
+        return {
+            k: np.take(v, idx, axis=0, out=out[k][: len(idx)], mode="clip")
+            for k, v in self._columns.items()
+        }
 
     def verify(self) -> None:
         """Check every column's CRC-32; a ``FormatError`` names the first bad column."""
@@ -430,10 +505,12 @@ class RecFile(OpenFile):
             got = 0
             for a in range(0, length, _SLICE):  # slices: a remote column is fetched in parts
                 self._check_open()
-                got = zlib.crc32(np.ascontiguousarray(column[a:a + _SLICE]), got)  # type: ignore[arg-type]  # numpy: buffer typed for 3.12+
+                got = zlib.crc32(np.ascontiguousarray(column[a : a + _SLICE]), got)  # type: ignore[arg-type]  # numpy: buffer typed for 3.12+
             if got != crc:
-                raise self._fail(f"column `{name}` checksum {got:#010x} does not match the "
-                                 f"stored {crc:#010x}", off)
+                raise self._fail(
+                    f"column `{name}` checksum {got:#010x} does not match the stored {crc:#010x}",
+                    off,
+                )
 
     def _release(self) -> None:
         self._columns = {}

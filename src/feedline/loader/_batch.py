@@ -58,15 +58,30 @@ class BatchMeta:
 
     # Read-only through properties over private slots (plain stores: an __init__ through
     # object.__setattr__ cost 1.1 us, this one a third of that).
-    __slots__ = ("_base", "_convert", "_lengths", "_mask", "_positions", "_record_indices",
-                 "_size", "_source_ordinals")
+    __slots__ = (
+        "_base",
+        "_convert",
+        "_lengths",
+        "_mask",
+        "_positions",
+        "_record_indices",
+        "_size",
+        "_source_ordinals",
+    )
     # (rows, pos0, ordinals, records); the metadata converted; None when given (``of``)
     _base: tuple[int, int, np.ndarray, np.ndarray] | BatchMeta | None
     _lengths: Mapping[str, Any]
 
-    def __init__(self, size: int, rows: int, pos0: int, ordinals: np.ndarray,
-                 records: np.ndarray, lengths: Mapping[str, Any] | None = None,
-                 convert: Callable[[np.ndarray], Any] | None = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        rows: int,
+        pos0: int,
+        ordinals: np.ndarray,
+        records: np.ndarray,
+        lengths: Mapping[str, Any] | None = None,
+        convert: Callable[[np.ndarray], Any] | None = None,
+    ) -> None:
         """The metadata of a batch of ``rows`` rows whose first ``size`` are the real
         examples at positions ``pos0, pos0 + 1, ...`` (``ordinals`` and ``records`` are
         theirs: ``size`` entries each). ``convert`` (numpy -> tensor) applies to every
@@ -76,15 +91,23 @@ class BatchMeta:
         self._convert = convert
         if lengths:
             self._lengths = MappingProxyType(
-                {k: v if convert is None else convert(np.asarray(v))
-                 for k, v in lengths.items()})
+                {k: v if convert is None else convert(np.asarray(v)) for k, v in lengths.items()}
+            )
         else:
             self._lengths = _EMPTY
         self._mask = self._positions = self._source_ordinals = self._record_indices = _UNSET
 
     @classmethod
-    def of(cls, *, size: Any, mask: Any, positions: Any, source_ordinals: Any,
-           record_indices: Any, lengths: Mapping[str, Any] | None = None) -> BatchMeta:
+    def of(
+        cls,
+        *,
+        size: Any,
+        mask: Any,
+        positions: Any,
+        source_ordinals: Any,
+        record_indices: Any,
+        lengths: Mapping[str, Any] | None = None,
+    ) -> BatchMeta:
         """Metadata with the given values (already arrays of the kind wanted: JAX's, a
         framework's tracers); nothing is computed or checked."""
         m = cls.__new__(cls)
@@ -104,8 +127,11 @@ class BatchMeta:
         m._size = self._size
         m._base = self
         m._convert = convert
-        m._lengths = (MappingProxyType({k: convert(v) for k, v in self._lengths.items()})
-                      if self._lengths else _EMPTY)
+        m._lengths = (
+            MappingProxyType({k: convert(v) for k, v in self._lengths.items()})
+            if self._lengths
+            else _EMPTY
+        )
         m._mask = m._positions = m._source_ordinals = m._record_indices = _UNSET
         return m
 
@@ -169,18 +195,31 @@ class BatchMeta:
 
     def __reduce__(self) -> Any:
         # Pickled as its values (numpy arrays, tensors), so a copy needs no base.
-        return (_meta_of, (self.size, self.mask, self.positions, self.source_ordinals,
-                           self.record_indices, dict(self.lengths)))
+        return (
+            _meta_of,
+            (
+                self.size,
+                self.mask,
+                self.positions,
+                self.source_ordinals,
+                self.record_indices,
+                dict(self.lengths),
+            ),
+        )
 
     def __repr__(self) -> str:
-        return (f"BatchMeta(size={self.size}, rows={len(self.mask)}, "
-                f"lengths={dict(self.lengths)})")
+        return f"BatchMeta(size={self.size}, rows={len(self.mask)}, lengths={dict(self.lengths)})"
 
 
 def _meta_of(size, mask, positions, source_ordinals, record_indices, lengths) -> BatchMeta:
-    return BatchMeta.of(size=size, mask=mask, positions=positions,
-                        source_ordinals=source_ordinals, record_indices=record_indices,
-                        lengths=lengths)
+    return BatchMeta.of(
+        size=size,
+        mask=mask,
+        positions=positions,
+        source_ordinals=source_ordinals,
+        record_indices=record_indices,
+        lengths=lengths,
+    )
 
 
 def _padded(values: np.ndarray, rows: int) -> np.ndarray:
@@ -238,11 +277,17 @@ class Batch:
     # are the only data descriptors (records cannot have a field named ``fields``); the
     # slots are private names, which fields cannot have. The metadata is built on first
     # use, so making a batch costs what it did before ``meta``.
-    __slots__ = ("__dict__", "_meta", "_ordinals", "_pos0", "_records",
-                 "_rows", "_size")
+    __slots__ = ("__dict__", "_meta", "_ordinals", "_pos0", "_records", "_rows", "_size")
 
-    def __init__(self, fields: dict[str, Any], size: int, rows: int, pos0: int,
-                 ordinals: np.ndarray, records: np.ndarray) -> None:
+    def __init__(
+        self,
+        fields: dict[str, Any],
+        size: int,
+        rows: int,
+        pos0: int,
+        ordinals: np.ndarray,
+        records: np.ndarray,
+    ) -> None:
         """``fields`` (name -> array of ``rows`` rows) become the batch's attributes;
         the first ``size`` rows are the real examples, at positions ``pos0, ...`` of the
         order, from ``ordinals``/``records`` (``size`` entries each)."""
@@ -257,9 +302,18 @@ class Batch:
         self._meta: BatchMeta | None = None
 
     @classmethod
-    def with_meta(cls, fields: dict[str, Any], size: int, rows: int, pos0: int,
-                  ordinals: Any, records: Any, *, meta: BatchMeta | None = None,
-                  lengths: Mapping[str, Any] | None = None) -> Batch:
+    def with_meta(
+        cls,
+        fields: dict[str, Any],
+        size: int,
+        rows: int,
+        pos0: int,
+        ordinals: Any,
+        records: Any,
+        *,
+        meta: BatchMeta | None = None,
+        lengths: Mapping[str, Any] | None = None,
+    ) -> Batch:
         """As ``Batch(...)``, with the metadata given (``meta``: the others then only
         say ``size`` and ``rows``), or made now with ``lengths`` (dim -> int array per
         row) as ``meta.lengths``."""
@@ -267,8 +321,9 @@ class Batch:
         if meta is not None:
             batch._meta = meta
         elif lengths:
-            batch._meta = BatchMeta(size, rows, pos0, ordinals, records, lengths,
-                                    _converter_like(fields))
+            batch._meta = BatchMeta(
+                size, rows, pos0, ordinals, records, lengths, _converter_like(fields)
+            )
         return batch
 
     @property
@@ -277,20 +332,33 @@ class Batch:
         m = self._meta
         if m is None:
             # (positional arguments: keywords cost a batch's metadata a quarter more)
-            m = self._meta = BatchMeta(self._size, self._rows, self._pos0, self._ordinals,
-                                       self._records, None, _converter_like(self.__dict__))
+            m = self._meta = BatchMeta(
+                self._size,
+                self._rows,
+                self._pos0,
+                self._ordinals,
+                self._records,
+                None,
+                _converter_like(self.__dict__),
+            )
         return m
 
     def __getattr__(self, name: str) -> Any:  # only reached for a name that is not set
         if name in _DEPRECATED:
-            warnings.warn(f"batch.{name} is deprecated: the batch's metadata is "
-                          f"batch.meta.{name} (batch.{name} is a field of that name, "
-                          f"when the record has one)", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                f"batch.{name} is deprecated: the batch's metadata is "
+                f"batch.meta.{name} (batch.{name} is a field of that name, "
+                f"when the record has one)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             return getattr(self.meta, name)
         if name.startswith("_"):  # not yet set (unpickling) or not a field
             raise AttributeError(name)
-        raise AttributeError(f"the batch has no field `{name}` (fields: "
-                             f"{', '.join(self.__dict__)}; metadata: batch.meta)")
+        raise AttributeError(
+            f"the batch has no field `{name}` (fields: "
+            f"{', '.join(self.__dict__)}; metadata: batch.meta)"
+        )
 
     def __getitem__(self, name: str) -> Any:
         return self.__dict__[name]
@@ -309,6 +377,7 @@ class Batch:
         return self.__dict__
 
     def __repr__(self) -> str:
-        shapes = ", ".join(f"{k}={tuple(getattr(v, 'shape', ()))}"
-                           for k, v in self.__dict__.items())
+        shapes = ", ".join(
+            f"{k}={tuple(getattr(v, 'shape', ()))}" for k, v in self.__dict__.items()
+        )
         return f"Batch(size={self._size}, rows={self._rows}, {shapes})"

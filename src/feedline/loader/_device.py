@@ -55,8 +55,10 @@ class DeviceColumns:
         if not self._tensors[k] or versions != self._versions[k]:
             if versions is not None and self._versions[k] is not None:
                 ds.refresh()  # the TensorDataset changed: check and convert it again
-            self._tensors[k] = {n: self.torch.from_numpy(np.ascontiguousarray(c)).to(self.device)
-                                for n, c in ds.columns.items()}
+            self._tensors[k] = {
+                n: self.torch.from_numpy(np.ascontiguousarray(c)).to(self.device)
+                for n, c in ds.columns.items()
+            }
             self._versions[k] = versions
         return self._tensors[k]
 
@@ -75,8 +77,10 @@ class DeviceColumns:
                 full[:size] = t
                 padded[n] = full
             return padded
-        out = {n: torch.zeros((rows, *f.shape), dtype=_torch_dtype(torch, f.dtype),
-                              device=self.device) for n, f in self.fields.items()}
+        out = {
+            n: torch.zeros((rows, *f.shape), dtype=_torch_dtype(torch, f.dtype), device=self.device)
+            for n, f in self.fields.items()
+        }
         for o in np.unique(ords):
             sel = np.flatnonzero(ords == o)
             where = torch.from_numpy(sel).to(self.device)

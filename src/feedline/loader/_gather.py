@@ -8,9 +8,17 @@ from typing import Any
 import numpy as np
 
 
-def gather(datasets: list, fields: Mapping[str, Any], ords: np.ndarray, recs: np.ndarray,
-           rows: int, positions: np.ndarray | None, context: int, check_values: bool,
-           out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+def gather(
+    datasets: list,
+    fields: Mapping[str, Any],
+    ords: np.ndarray,
+    recs: np.ndarray,
+    rows: int,
+    positions: np.ndarray | None,
+    context: int,
+    check_values: bool,
+    out: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
     """The fields of records ``recs`` of datasets ``ords``, stacked; zero-padded to ``rows``.
 
     ``positions`` (the rows' positions in the whole pass, see ``Loader._seeds``) and
@@ -22,20 +30,36 @@ def gather(datasets: list, fields: Mapping[str, Any], ords: np.ndarray, recs: np
     if len(datasets) == 1 or (size and ords.min() == ords.max()):
         ds = datasets[int(ords[0]) if size else 0]
         if out is None and rows == size:
-            return ds.getitems(recs, check_values=check_values, positions=positions,
-                               context=context)
-        target = out if out is not None else {
-            n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
-        ds.getitems(recs, check_values=check_values, out=target, positions=positions,
-                    context=context, in_range=True)
+            return ds.getitems(
+                recs, check_values=check_values, positions=positions, context=context
+            )
+        target = (
+            out
+            if out is not None
+            else {n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
+        )
+        ds.getitems(
+            recs,
+            check_values=check_values,
+            out=target,
+            positions=positions,
+            context=context,
+            in_range=True,
+        )
         return target
-    target = out if out is not None else {
-        n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
+    target = (
+        out
+        if out is not None
+        else {n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
+    )
     for o in np.unique(ords):
         sel = np.flatnonzero(ords == o)
         cols = datasets[int(o)].getitems(
-            recs[sel], check_values=check_values,
-            positions=None if positions is None else positions[sel], context=context)
+            recs[sel],
+            check_values=check_values,
+            positions=None if positions is None else positions[sel],
+            context=context,
+        )
         for n, col in cols.items():
             target[n][sel] = col
     return target

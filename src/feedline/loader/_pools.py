@@ -44,15 +44,35 @@ _watched: dict[int, weakref.finalize] = {}
 class PoolSpec:
     """What a loader's pool must be: its datasets, settings and key."""
 
-    def __init__(self, datasets: list, fields: dict, batch_size: int, workers: int,
-                 prefetch: int, check_values: bool, transform: Any, output: str,
-                 device: str | None, digest: str, transform_digest: str | None) -> None:
+    def __init__(
+        self,
+        datasets: list,
+        fields: dict,
+        batch_size: int,
+        workers: int,
+        prefetch: int,
+        check_values: bool,
+        transform: Any,
+        output: str,
+        device: str | None,
+        digest: str,
+        transform_digest: str | None,
+    ) -> None:
         self.datasets = datasets
         self.args = (datasets, fields, batch_size, workers, prefetch, check_values)
         self.kwargs = {"transform": transform, "output": output, "device": device}
         layout = tuple((n, f.dtype.str, tuple(f.shape)) for n, f in fields.items())
-        self.key = (digest, transform_digest, layout, batch_size, workers, prefetch,
-                    check_values, output, device)
+        self.key = (
+            digest,
+            transform_digest,
+            layout,
+            batch_size,
+            workers,
+            prefetch,
+            check_values,
+            output,
+            device,
+        )
 
 
 def live_pools() -> list[WorkerPool]:

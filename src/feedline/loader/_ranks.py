@@ -19,8 +19,10 @@ def detect_rank() -> tuple[int, int]:
         try:
             rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         except ValueError as e:
-            raise ValueError(f"RANK={os.environ['RANK']!r} and WORLD_SIZE="
-                             f"{os.environ['WORLD_SIZE']!r} are not integers") from e
+            raise ValueError(
+                f"RANK={os.environ['RANK']!r} and WORLD_SIZE="
+                f"{os.environ['WORLD_SIZE']!r} are not integers"
+            ) from e
         if not 0 <= rank < world:
             raise ValueError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
         return rank, world

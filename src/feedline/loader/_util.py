@@ -20,11 +20,11 @@ def as_dataset(src: Any) -> Dataset:
         return Dataset(record, src)
     raise TypeError(
         f"the loader reads typed records: give it a fl.Dataset(Record, source), a dict of "
-        f"arrays, or a Seq / Order over datasets, not a {type(src).__name__}")
+        f"arrays, or a Seq / Order over datasets, not a {type(src).__name__}"
+    )
 
 
-def check_int(name: str, value: Any, minimum: int | None = None,
-              maximum: int | None = None) -> int:
+def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as an int in ``[minimum, maximum]``; the error names the option."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
@@ -34,7 +34,6 @@ def check_int(name: str, value: Any, minimum: int | None = None,
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
     return value
-
 
 
 def to_torch(fields: dict[str, np.ndarray], device: Any = None) -> dict[str, Any]:

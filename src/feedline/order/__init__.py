@@ -6,5 +6,15 @@ from ._order import Cursor, Item, Order
 from ._schedule import Schedule, ScheduleReason
 from ._seq import ORDERING_VERSION, LengthSource, Seq
 
-__all__ = ["MAX_DEPTH", "ORDERING_VERSION", "Cursor", "Item", "LengthSource", "Order",
-           "Schedule", "ScheduleReason", "Seq", "salt"]
+__all__ = [
+    "MAX_DEPTH",
+    "ORDERING_VERSION",
+    "Cursor",
+    "Item",
+    "LengthSource",
+    "Order",
+    "Schedule",
+    "ScheduleReason",
+    "Seq",
+    "salt",
+]

@@ -44,8 +44,9 @@ class Node(abc.ABC):
         return []
 
     @abc.abstractmethod
-    def locate(self, pos: np.ndarray, seed: int, epoch, cache: dict
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def locate(
+        self, pos: np.ndarray, seed: int, epoch, cache: dict
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(source ordinals, records) of positions ``pos`` in context ``(seed, epoch)``."""
 
 
@@ -161,8 +162,7 @@ class Shuffle(Node):
         return _perm.permute_array(self.shape, rk, pos)
 
     def locate(self, pos, seed, epoch, cache):
-        return self.child.locate(self.permute(pos, seed, epoch, in_place=True), seed, epoch,
-                                 cache)
+        return self.child.locate(self.permute(pos, seed, epoch, in_place=True), seed, epoch, cache)
 
 
 @dataclass(eq=False)
@@ -360,8 +360,7 @@ class Mix(Node):
         ends = np.cumsum(counts)
         for i in np.flatnonzero(counts):
             idx = by_part[ends[i] - counts[i] : ends[i]]
-            o, r = self.parts[i].locate(j[idx].astype(np.uint64), seed, _subset(epoch, idx),
-                                        cache)
+            o, r = self.parts[i].locate(j[idx].astype(np.uint64), seed, _subset(epoch, idx), cache)
             ords[idx] = o
             recs[idx] = r
         return ords, recs

@@ -108,8 +108,7 @@ class Order:
 
     def __repr__(self) -> str:
         epoch = f", epoch={self.epoch}" if self.epoch else ""
-        return (f"Order(len={self.length}, seed={self.seed}{epoch}, "
-                f"sources={len(self._sources)})")
+        return f"Order(len={self.length}, seed={self.seed}{epoch}, sources={len(self._sources)})"
 
     @property
     def root(self) -> Node:
@@ -121,8 +120,7 @@ class Order:
         pos = operator.index(pos)
         if not 0 <= pos < self._root.n:
             return None
-        ords, recs = self._root.locate(np.array([pos], dtype=np.uint64), self.seed,
-                                       self.epoch, {})
+        ords, recs = self._root.locate(np.array([pos], dtype=np.uint64), self.seed, self.epoch, {})
         o = int(ords[0])
         return Item(o, self._sources[o], int(recs[0]))
 
@@ -154,8 +152,7 @@ class Order:
             bad = (flat < 0) | (flat >= n)
             first = int(flat[np.flatnonzero(bad)[0]])
             raise BoundsError(f"position {first} is outside the order of length {n}")
-        ords, recs = self._root.locate(flat.astype(np.uint64, copy=True), self.seed,
-                                       self.epoch, {})
+        ords, recs = self._root.locate(flat.astype(np.uint64, copy=True), self.seed, self.epoch, {})
         # Records are below 2**63 (orders are addressed by int64 positions), so a view
         # reinterprets them without a copy.
         return ords.reshape(arr.shape), _records(recs, self._wide).reshape(arr.shape)

@@ -25,7 +25,11 @@ class Shape:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Shape) and (self.n, self.rb, self.lmask, self.rmask) == (
-            other.n, other.rb, other.lmask, other.rmask)
+            other.n,
+            other.rb,
+            other.lmask,
+            other.rmask,
+        )
 
     def __hash__(self) -> int:
         return hash((self.n, self.rb))

@@ -171,9 +171,7 @@ class Schedule:
 
     def finite(self) -> bool:
         """Whether every derived coefficient is a finite float."""
-        return all(
-            math.isfinite(v) for seg in self.segments() for v in (*seg[2:], 4.0 * seg[5])
-        )
+        return all(math.isfinite(v) for seg in self.segments() for v in (*seg[2:], 4.0 * seg[5]))
 
     def rows(self) -> np.ndarray:
         """The segments as a ``(MAX_SEGMENTS, 8)`` array, padded with never-selected rows."""
@@ -251,8 +249,10 @@ class Schedule:
             except OverflowError:
                 points = None
             if points is None or not all(math.isfinite(v) for v in points):
-                raise OrderError(OrderErrorKind.INVALID_JSON, f"a trapezoid's points are "
-                                 f"finite numbers, got {value!r:.80}")
+                raise OrderError(
+                    OrderErrorKind.INVALID_JSON,
+                    f"a trapezoid's points are finite numbers, got {value!r:.80}",
+                )
             return cls.trapezoid(*points)
         raise OrderError(OrderErrorKind.INVALID_JSON, f"unknown schedule {d!r}")
 

@@ -64,8 +64,10 @@ def source_len(src: object) -> int:
 def _not_a_source(src: object) -> str:
     """Why ``src`` cannot stand for a dataset ('' when it can)."""
     if isinstance(src, (str, bytes, os.PathLike)):
-        return (f"the source {src!r} is a name or a path, not a dataset: resolve it first, "
-                "e.g. seq.map_sources(open_dataset)")
+        return (
+            f"the source {src!r} is a name or a path, not a dataset: resolve it first, "
+            "e.g. seq.map_sources(open_dataset)"
+        )
     if isinstance(src, (bool, np.bool_)) or not hasattr(src, "__len__"):
         return f"a source is an int or has __len__, got {type(src).__name__}"
     return ""
@@ -243,15 +245,18 @@ class Seq:
             )
         return Seq("split", (self,), (index, count))
 
-    def batches(self, n: int | None = None, *, batch_size: int | None = None,
-                **loader_options: Any) -> Any:
+    def batches(
+        self, n: int | None = None, *, batch_size: int | None = None, **loader_options: Any
+    ) -> Any:
         """A ``fl.Loader`` over this order: batches of ``n`` (by position or ``n=``, as
         ShapeScript's ``batches(64)``; ``batch_size=`` is the same; see ``Loader``)."""
         if LOADER is None:
             raise RuntimeError("feedline's loader is not imported; `import feedline` first")
         if (n is None) == (batch_size is None):
-            raise TypeError(f"batches takes the batch size once, as n (by position or n=) or "
-                            f"batch_size=; got n={n!r} and batch_size={batch_size!r}")
+            raise TypeError(
+                f"batches takes the batch size once, as n (by position or n=) or "
+                f"batch_size=; got n={n!r} and batch_size={batch_size!r}"
+            )
         return LOADER[0](self, n if batch_size is None else batch_size, **loader_options)
 
     # -- sources ------------------------------------------------------------------------
@@ -266,8 +271,14 @@ class Seq:
         ``fn``'s exception as its cause."""
         return self._map(fn, [0], wrap=True, root=self)
 
-    def _map(self, fn, counter: list[int], wrap: bool, root: Seq | None = None,
-             path: tuple[int, ...] = ()) -> Seq:
+    def _map(
+        self,
+        fn,
+        counter: list[int],
+        wrap: bool,
+        root: Seq | None = None,
+        path: tuple[int, ...] = (),
+    ) -> Seq:
         if self.op == "source":
             ordinal = counter[0]
             counter[0] += 1
@@ -277,13 +288,18 @@ class Seq:
                 return Seq.source(fn(self.args[0].obj))
             except Exception as e:  # the caller's resolver: any failure is reported
                 from ._compile import render_path
+
                 assert root is not None  # try_map_sources passes the root with wrap
                 raise OrderError(
                     OrderErrorKind.NOT_A_SOURCE,
                     f"source {ordinal} ({self.args[0]!r}) could not be mapped: {e}",
-                    path, render_path(root, path), source=ordinal) from e
-        children = tuple(c._map(fn, counter, wrap, root, (*path, i))
-                         for i, c in enumerate(self.children))
+                    path,
+                    render_path(root, path),
+                    source=ordinal,
+                ) from e
+        children = tuple(
+            c._map(fn, counter, wrap, root, (*path, i)) for i, c in enumerate(self.children)
+        )
         return Seq(self.op, children, self.args)
 
     # -- inspection ---------------------------------------------------------------------
@@ -375,8 +391,9 @@ def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
     out: dict = {}
     for key, value in pairs:
         if key in out:
-            raise OrderError(OrderErrorKind.INVALID_JSON,
-                             f"the key {key!r} appears twice in one object")
+            raise OrderError(
+                OrderErrorKind.INVALID_JSON, f"the key {key!r} appears twice in one object"
+            )
         out[key] = value
     return out
 
@@ -387,8 +404,10 @@ def _loads(text: str | bytes) -> dict:
     except ValueError as e:
         raise OrderError(OrderErrorKind.INVALID_JSON, f"not valid JSON: {e}") from e
     except RecursionError as e:
-        raise OrderError(OrderErrorKind.INVALID_JSON, "the JSON is nested deeper than any "
-                         "ordering document (at most 16 levels of nodes)") from e
+        raise OrderError(
+            OrderErrorKind.INVALID_JSON,
+            "the JSON is nested deeper than any ordering document (at most 16 levels of nodes)",
+        ) from e
     if not isinstance(data, dict):
         raise OrderError(OrderErrorKind.INVALID_JSON, "an ordering document is a JSON object")
     return data
@@ -446,12 +465,15 @@ def _int_field(body: dict, name: str) -> int:
     return v
 
 
-def _node_from_dict(d: object, sources: Sequence[object] | None, counter: list[int],
-                    depth: int = 1) -> Seq:
+def _node_from_dict(
+    d: object, sources: Sequence[object] | None, counter: list[int], depth: int = 1
+) -> Seq:
     if depth > _MAX_DOC_DEPTH:
-        raise OrderError(OrderErrorKind.INVALID_JSON,
-                         f"the configuration is nested deeper than any ordering document "
-                         f"(at most {_MAX_DOC_DEPTH} levels of nodes), or is cyclic")
+        raise OrderError(
+            OrderErrorKind.INVALID_JSON,
+            f"the configuration is nested deeper than any ordering document "
+            f"(at most {_MAX_DOC_DEPTH} levels of nodes), or is cyclic",
+        )
     if not isinstance(d, dict) or len(d) != 1:
         raise OrderError(
             OrderErrorKind.INVALID_JSON, f"a node is an object with one operation, got {d!r}"

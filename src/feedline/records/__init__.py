@@ -4,5 +4,13 @@ from ._domain import Index, Mask, Range
 from ._record import Field, Record, field
 from ._schema import make_record, record_from_schema
 
-__all__ = ["Field", "Index", "Mask", "Range", "Record", "field", "make_record",
-           "record_from_schema"]
+__all__ = [
+    "Field",
+    "Index",
+    "Mask",
+    "Range",
+    "Record",
+    "field",
+    "make_record",
+    "record_from_schema",
+]

@@ -90,10 +90,12 @@ class Range:
     def __post_init__(self) -> None:
         for name in ("lo", "hi"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.number))
-                                  or v != v):
-                raise RecordError(f"Range({self.lo!r}, {self.hi!r}): {name} must be a number or "
-                                  f"None")
+            if v is not None and (
+                isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or v != v
+            ):
+                raise RecordError(
+                    f"Range({self.lo!r}, {self.hi!r}): {name} must be a number or None"
+                )
         if self.lo is not None and self.hi is not None and self.lo > self.hi:
             raise RecordError(f"Range({self.lo!r}, {self.hi!r}): lo is above hi")
 

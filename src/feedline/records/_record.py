@@ -58,8 +58,9 @@ class _FieldSpec:
         self.shape, self.dtype, self.domain, self.doc, self.where = shape, dtype, domain, doc, where
 
 
-def field(shape: int | str | tuple | list, dtype: Any, domain: Any = None,
-          doc: str | None = None) -> Any:
+def field(
+    shape: int | str | tuple | list, dtype: Any, domain: Any = None, doc: str | None = None
+) -> Any:
     """Declare a field of a record: its shape (ints and dims), dtype, domain and doc.
 
     ``shape`` is ``()`` for a scalar, a dim name or an int for one axis, or a tuple
@@ -149,8 +150,9 @@ class _Namespace(dict):
 
 class _RecordMeta(type):
     @classmethod
-    def __prepare__(mcs, name: str, bases: tuple[type, ...], /,
-                    **kwargs: Any) -> MutableMapping[str, object]:
+    def __prepare__(
+        mcs, name: str, bases: tuple[type, ...], /, **kwargs: Any
+    ) -> MutableMapping[str, object]:
         return _Namespace()
 
     def __new__(mcs, name, bases, namespace, **kwargs):
@@ -186,24 +188,33 @@ class Record(metaclass=_RecordMeta):
         fields: dict[str, Field] = {}
         for name_, inherited in getattr(cls, "fields", {}).items():
             # Inherited fields are bound again, so they follow dims this record redeclares.
-            spec = _FieldSpec(inherited.dims, inherited.dtype, inherited.domain, inherited.doc,
-                              inherited.where)
+            spec = _FieldSpec(
+                inherited.dims, inherited.dtype, inherited.domain, inherited.doc, inherited.where
+            )
             fields[name_] = _bind(name, name_, spec, all_dims)
         for attr, value in list(cls.__dict__.items()):
             if isinstance(value, _FieldSpec):
                 if attr in fields:
-                    raise RecordError(f"record {name} declares field `{attr}` twice "
-                                      f"(it is inherited from a base record)")
+                    raise RecordError(
+                        f"record {name} declares field `{attr}` twice "
+                        f"(it is inherited from a base record)"
+                    )
                 fields[attr] = _bind(name, attr, value, all_dims)
-            elif not attr.startswith("_") and _looks_like_data(value) and not isinstance(
-                    value, Field):
+            elif (
+                not attr.startswith("_")
+                and _looks_like_data(value)
+                and not isinstance(value, Field)
+            ):
                 raise RecordError(
                     f"record {name}: attribute `{attr}` = {value!r} is not a field; declare "
-                    f"fields with fl.field(shape, dtype, ...)")
+                    f"fields with fl.field(shape, dtype, ...)"
+                )
         for attr in inspect.get_annotations(cls):
             if attr not in fields and not attr.startswith("_"):
-                raise RecordError(f"record {name}: `{attr}` is annotated but not a field; declare "
-                                  f"fields with fl.field(shape, dtype, ...)")
+                raise RecordError(
+                    f"record {name}: `{attr}` is annotated but not a field; declare "
+                    f"fields with fl.field(shape, dtype, ...)"
+                )
         cls.dims = MappingProxyType(all_dims)
         cls.fields = MappingProxyType(fields)
         for attr, f in fields.items():
@@ -211,8 +222,9 @@ class Record(metaclass=_RecordMeta):
 
     # -- checking -----------------------------------------------------------------------
     @classmethod
-    def check(cls, item: Any, index: int | None = None, *,
-              check_values: bool = True) -> dict[str, np.ndarray]:
+    def check(
+        cls, item: Any, index: int | None = None, *, check_values: bool = True
+    ) -> dict[str, np.ndarray]:
         """Check one item against the record and convert it to the fields' dtypes.
 
         ``item`` is a dict with the fields (other keys ignored), a tuple or list in field
@@ -228,13 +240,15 @@ class Record(metaclass=_RecordMeta):
             out[f.name] = arr
         if check_values:
             for f in cls.fields.values():
-                cls._check_domain(f, out[f.name], None if index is None else np.array([index]),
-                                  batched=False)
+                cls._check_domain(
+                    f, out[f.name], None if index is None else np.array([index]), batched=False
+                )
         return out
 
     @classmethod
-    def check_columns(cls, columns: Mapping[str, Any], indices: Any = None, *,
-                      check_values: bool = False) -> dict[str, np.ndarray]:
+    def check_columns(
+        cls, columns: Mapping[str, Any], indices: Any = None, *, check_values: bool = False
+    ) -> dict[str, np.ndarray]:
         """Check a batch given as columns (batch axis first), converting dtypes.
 
         ``indices`` are the rows' item indices in their source (for messages). One
@@ -244,15 +258,20 @@ class Record(metaclass=_RecordMeta):
         n = None
         for f in cls.fields.values():
             if f.name not in columns:
-                raise ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` is missing from "
-                                 f"the batch (it has {sorted(columns)})")
-            arr = cls._convert(f, columns[f.name], None if indices is None else -1, batch=True,
-                               indices=indices)
+                raise ShapeError(
+                    f"{f.where}: {cls.__name__} field `{f.name}` is missing from "
+                    f"the batch (it has {sorted(columns)})"
+                )
+            arr = cls._convert(
+                f, columns[f.name], None if indices is None else -1, batch=True, indices=indices
+            )
             if n is None:
                 n = arr.shape[0] if arr.ndim else 0
             if arr.ndim and arr.shape[1:] == f.shape and arr.shape[0] != n:
-                raise ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` has {arr.shape[0]} "
-                                 f"rows, the batch's first field has {n}")
+                raise ShapeError(
+                    f"{f.where}: {cls.__name__} field `{f.name}` has {arr.shape[0]} "
+                    f"rows, the batch's first field has {n}"
+                )
             if arr.ndim == 0 or arr.shape[1:] != f.shape:
                 first = None if indices is None or len(indices) == 0 else int(indices[0])
                 got = arr.shape[1:] if arr.ndim else arr.shape
@@ -273,7 +292,8 @@ class Record(metaclass=_RecordMeta):
                 if f.name not in item:
                     raise ShapeError(
                         f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} is "
-                        f"missing (the item has keys {sorted(map(str, item))})")
+                        f"missing (the item has keys {sorted(map(str, item))})"
+                    )
                 values.append(item[f.name])
             return values
         if len(fields) == 1:
@@ -285,37 +305,47 @@ class Record(metaclass=_RecordMeta):
                 names = ", ".join(f.name for f in fields)
                 raise ShapeError(
                     f"{cls.__name__}: {_item(index)} should have {len(fields)} fields "
-                    f"({names}), got a {type(item).__name__} of {len(item)}")
+                    f"({names}), got a {type(item).__name__} of {len(item)}"
+                )
             return list(item)
         raise ShapeError(
             f"{cls.__name__}: {_item(index)} should be a dict or a tuple of the fields "
-            f"({', '.join(f.name for f in fields)}), got {type(item).__name__}")
+            f"({', '.join(f.name for f in fields)}), got {type(item).__name__}"
+        )
 
     @classmethod
-    def _convert(cls, f: Field, value: Any, index: int | None, batch: bool = False,
-                 indices: Any = None) -> np.ndarray:
+    def _convert(
+        cls, f: Field, value: Any, index: int | None, batch: bool = False, indices: Any = None
+    ) -> np.ndarray:
         try:
             arr = to_numpy(value)
         except Exception as e:  # a value numpy cannot even look at
-            raise ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} "
-                             f"is not an array-like value: {e}") from e
+            raise ShapeError(
+                f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} "
+                f"is not an array-like value: {e}"
+            ) from e
         kind = f.dtype.kind
         if arr.dtype.kind not in _ACCEPTS[kind] and not (arr.size == 0 and arr.dtype == object):
             where = _item(index) if not batch else _rows(indices)
             raise ShapeError(
                 f"{f.where}: {cls.__name__} field `{f.name}` of {where} should be {f.dtype} "
-                f"({_KIND_WORDS[kind]}), got {arr.dtype} values")
+                f"({_KIND_WORDS[kind]}), got {arr.dtype} values"
+            )
         if arr.dtype != f.dtype:
-            arr = _cast(arr, f, cls.__name__, index if not batch else None,
-                        indices if batch else None)
+            arr = _cast(
+                arr, f, cls.__name__, index if not batch else None, indices if batch else None
+            )
         return arr
 
     @classmethod
-    def _shape_error(cls, f: Field, index: int | None, got: tuple,
-                     rows: int | None = None) -> ShapeError:
+    def _shape_error(
+        cls, f: Field, index: int | None, got: tuple, rows: int | None = None
+    ) -> ShapeError:
         what = f"items from {_item(index)}" if rows is not None else _item(index)
-        return ShapeError(f"{f.where}: {cls.__name__} field `{f.name}` of {what} should be "
-                          f"{f.declared} = {f.shape}, got shape {got}")
+        return ShapeError(
+            f"{f.where}: {cls.__name__} field `{f.name}` of {what} should be "
+            f"{f.declared} = {f.shape}, got shape {got}"
+        )
 
     @classmethod
     def _check_domain(cls, f: Field, arr: np.ndarray, indices: Any, batched: bool) -> None:
@@ -333,8 +363,10 @@ class Record(metaclass=_RecordMeta):
             value = arr[bad].reshape(-1)[0]
             index = None if indices is None else int(np.asarray(indices)[0])
         value = value.item() if hasattr(value, "item") else value
-        raise DomainError(f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} "
-                          f"should be in {f.domain.describe(dict(cls.dims))}, got {value!r}")
+        raise DomainError(
+            f"{f.where}: {cls.__name__} field `{f.name}` of {_item(index)} "
+            f"should be in {f.domain.describe(dict(cls.dims))}, got {value!r}"
+        )
 
     @classmethod
     def schema(cls) -> dict:
@@ -344,9 +376,14 @@ class Record(metaclass=_RecordMeta):
             "doc": cls.__doc__ if cls.__doc__ is not Record.__doc__ else None,
             "dims": dict(cls.dims),
             "fields": [
-                {"name": f.name, "dims": list(f.dims), "shape": list(f.shape),
-                 "dtype": f.dtype.str, "domain": None if f.domain is None else f.domain.to_dict(),
-                 "doc": f.doc}
+                {
+                    "name": f.name,
+                    "dims": list(f.dims),
+                    "shape": list(f.shape),
+                    "dtype": f.dtype.str,
+                    "domain": None if f.domain is None else f.domain.to_dict(),
+                    "doc": f.doc,
+                }
                 for f in cls.fields.values()
             ],
         }
@@ -355,7 +392,8 @@ class Record(metaclass=_RecordMeta):
     def same_schema(cls, other: type[Record]) -> bool:
         """Whether two records have the same fields (names, shapes, dtypes, domains)."""
         return [(f.name, f.shape, f.dtype, f.domain) for f in cls.fields.values()] == [
-            (f.name, f.shape, f.dtype, f.domain) for f in other.fields.values()]
+            (f.name, f.shape, f.dtype, f.domain) for f in other.fields.values()
+        ]
 
     @classmethod
     def describe(cls) -> str:
@@ -379,8 +417,9 @@ def to_numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def _cast(arr: np.ndarray, f: Field, record: str, index: int | None,
-          indices: Any = None) -> np.ndarray:
+def _cast(
+    arr: np.ndarray, f: Field, record: str, index: int | None, indices: Any = None
+) -> np.ndarray:
     """``arr`` as the field's dtype, refusing values the dtype cannot hold.
 
     ``index`` names a single item; for a batch (``arr`` batch-first) ``indices`` are its
@@ -394,23 +433,30 @@ def _cast(arr: np.ndarray, f: Field, record: str, index: int | None,
     with np.errstate(over="ignore", invalid="ignore"):
         out = arr.astype(target)
     # A finite number that overflows to inf (70000 as float16, 1e300 as float32).
-    if (target.kind in "fc" and arr.dtype.kind in "iufc" and arr.size
-            and not np.can_cast(arr.dtype, target)):
+    if (
+        target.kind in "fc"
+        and arr.dtype.kind in "iufc"
+        and arr.size
+        and not np.can_cast(arr.dtype, target)
+    ):
         lost = np.isinf(out) & np.isfinite(arr)
         if lost.any():
             _refuse(arr, lost, f, record, index, indices)
     return out
 
 
-def _refuse(arr: np.ndarray, bad: np.ndarray, f: Field, record: str, index: int | None,
-            indices: Any) -> None:
+def _refuse(
+    arr: np.ndarray, bad: np.ndarray, f: Field, record: str, index: int | None, indices: Any
+) -> None:
     """Raise the "does not fit" error for the first value of ``arr`` marked in ``bad``."""
     if indices is not None and arr.ndim:
         row = int(np.flatnonzero(bad.reshape(len(arr), -1).any(axis=1))[0])
         index = _row_item(indices, row)
     value = arr[bad].reshape(-1)[0]
-    raise ShapeError(f"{f.where}: {record} field `{f.name}` of {_item(index)}: "
-                     f"{value.item()!r} does not fit {f.dtype}")
+    raise ShapeError(
+        f"{f.where}: {record} field `{f.name}` of {_item(index)}: "
+        f"{value.item()!r} does not fit {f.dtype}"
+    )
 
 
 def _item(index: int | None) -> str:
@@ -439,59 +485,81 @@ def _looks_like_data(value: Any) -> bool:
 
 def _bind(record: str, name: str, spec: _FieldSpec, dims: dict[str, int]) -> Field:
     if keyword.iskeyword(name) or name.startswith("_"):
-        raise RecordError(f"{spec.where}: record {record} field `{name}` is a Python keyword or "
-                          f"starts with _")
+        raise RecordError(
+            f"{spec.where}: record {record} field `{name}` is a Python keyword or starts with _"
+        )
     if hasattr(Record, name):
-        raise RecordError(f"{spec.where}: record {record} field `{name}` would hide the "
-                          f"record's own `{name}`")
+        raise RecordError(
+            f"{spec.where}: record {record} field `{name}` would hide the record's own `{name}`"
+        )
     raw = spec.shape
     if isinstance(raw, (str, int, np.integer)) and not isinstance(raw, bool):
         raw = (raw,)
     if not isinstance(raw, (tuple, list)):
-        raise RecordError(f"{spec.where}: record {record} field `{name}`: a shape is a tuple of "
-                          f"ints and dim names, got {spec.shape!r}")
+        raise RecordError(
+            f"{spec.where}: record {record} field `{name}`: a shape is a tuple of "
+            f"ints and dim names, got {spec.shape!r}"
+        )
     shape = []
     for d in raw:
         if isinstance(d, str):
             if d not in dims:
-                raise RecordError(f"{spec.where}: record {record} field `{name}` uses dim `{d}`, "
-                                  f"which the record does not declare (dims: {sorted(dims)})")
+                raise RecordError(
+                    f"{spec.where}: record {record} field `{name}` uses dim `{d}`, "
+                    f"which the record does not declare (dims: {sorted(dims)})"
+                )
             shape.append(dims[d])
         elif isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0:
             shape.append(int(d))
         else:
-            raise RecordError(f"{spec.where}: record {record} field `{name}`: shape entry {d!r} "
-                              f"is not a dim name or a non-negative int")
+            raise RecordError(
+                f"{spec.where}: record {record} field `{name}`: shape entry {d!r} "
+                f"is not a dim name or a non-negative int"
+            )
     try:
         if spec.dtype is None:  # np.dtype(None) would be float64, silently
             raise TypeError("no dtype")
         dtype = np.dtype(spec.dtype)
     except TypeError as e:
-        raise RecordError(f"{spec.where}: record {record} field `{name}`: numpy does not know "
-                          f"the dtype {spec.dtype!r}") from e
+        raise RecordError(
+            f"{spec.where}: record {record} field `{name}`: numpy does not know "
+            f"the dtype {spec.dtype!r}"
+        ) from e
     if dtype.kind not in _ACCEPTS:
-        raise RecordError(f"{spec.where}: record {record} field `{name}`: dtype {dtype} is not "
-                          f"a number or bool dtype")
+        raise RecordError(
+            f"{spec.where}: record {record} field `{name}`: dtype {dtype} is not "
+            f"a number or bool dtype"
+        )
     if dtype.byteorder not in ("=", "|"):  # byte order is storage, not the field's type
         dtype = dtype.newbyteorder("=")
     dom = spec.domain
     if dom is not None:
         if isinstance(dom, Index):
             if isinstance(dom.n, str) and dom.n not in dims:
-                raise RecordError(f"{spec.where}: record {record} field `{name}`: Index uses dim "
-                                  f"`{dom.n}`, which the record does not declare")
+                raise RecordError(
+                    f"{spec.where}: record {record} field `{name}`: Index uses dim "
+                    f"`{dom.n}`, which the record does not declare"
+                )
             if dtype.kind not in "iub":
-                raise RecordError(f"{spec.where}: record {record} field `{name}`: Index needs an "
-                                  f"integer dtype, got {dtype}")
+                raise RecordError(
+                    f"{spec.where}: record {record} field `{name}`: Index needs an "
+                    f"integer dtype, got {dtype}"
+                )
         elif isinstance(dom, _MaskDomain):
             if dtype.kind not in "biu":
-                raise RecordError(f"{spec.where}: record {record} field `{name}`: Mask needs a "
-                                  f"bool (or integer) dtype, got {dtype}")
+                raise RecordError(
+                    f"{spec.where}: record {record} field `{name}`: Mask needs a "
+                    f"bool (or integer) dtype, got {dtype}"
+                )
         elif not isinstance(dom, Range):
-            raise RecordError(f"{spec.where}: record {record} field `{name}`: a domain is "
-                              f"fl.Index(n), fl.Mask or fl.Range(lo, hi), got {dom!r}")
+            raise RecordError(
+                f"{spec.where}: record {record} field `{name}`: a domain is "
+                f"fl.Index(n), fl.Mask or fl.Range(lo, hi), got {dom!r}"
+            )
         elif dtype.kind not in "iuf":
-            raise RecordError(f"{spec.where}: record {record} field `{name}`: "
-                              f"{dom.describe(dims)} does not fit {dtype}: a Range needs an "
-                              f"integer or float dtype")
+            raise RecordError(
+                f"{spec.where}: record {record} field `{name}`: "
+                f"{dom.describe(dims)} does not fit {dtype}: a Range needs an "
+                f"integer or float dtype"
+            )
     return Field(name, tuple(shape), dtype, dom, spec.doc, tuple(raw), spec.where)

@@ -25,8 +25,9 @@ def _reduce_record(meta: _RecordMeta) -> Any:
     return cls.__qualname__
 
 
-def _rebuild(schema: Mapping[str, Any], where: str,
-             wheres: Mapping[str, str] | None = None) -> type[Record]:
+def _rebuild(
+    schema: Mapping[str, Any], where: str, wheres: Mapping[str, str] | None = None
+) -> type[Record]:
     return _from_schema(schema, where, wheres or {})
 
 
@@ -45,8 +46,7 @@ def record_from_schema(schema: Mapping[str, Any], where: str) -> type[Record]:
     return _from_schema(schema, where, {})
 
 
-def _from_schema(schema: Mapping[str, Any], where: str,
-                 wheres: Mapping[str, str]) -> type[Record]:
+def _from_schema(schema: Mapping[str, Any], where: str, wheres: Mapping[str, str]) -> type[Record]:
     """``record_from_schema``; ``wheres`` maps field names to their ``where`` (default
     ``<where>:<name>``)."""
     fields = schema["fields"]
@@ -58,22 +58,36 @@ def _from_schema(schema: Mapping[str, Any], where: str,
         if not isinstance(f, Mapping):
             raise RecordError(f"{where}: expected a field (an object), found {f!r:.80}")
         fname = f["name"]
-        if (not isinstance(fname, str) or not fname.isidentifier() or fname.startswith("_")
-                or hasattr(Record, fname)):
-            raise RecordError(f"{where}: expected a field name that is an identifier, neither "
-                              f"starts with _ nor hides a Record attribute, found {fname!r:.80}")
+        if (
+            not isinstance(fname, str)
+            or not fname.isidentifier()
+            or fname.startswith("_")
+            or hasattr(Record, fname)
+        ):
+            raise RecordError(
+                f"{where}: expected a field name that is an identifier, neither "
+                f"starts with _ nor hides a Record attribute, found {fname!r:.80}"
+            )
         at = f"{where}:{fname}"
         dims = f["dims"]
         if not isinstance(dims, (list, tuple)) or not all(map(_is_dim, dims)):
-            raise RecordError(f"{at}: field `{fname}`: expected dims of dim names and ints >= 0, "
-                              f"found {dims!r:.80}")
+            raise RecordError(
+                f"{at}: field `{fname}`: expected dims of dim names and ints >= 0, "
+                f"found {dims!r:.80}"
+            )
         doc = f.get("doc")
         if doc is not None and not isinstance(doc, str):
-            raise RecordError(f"{at}: field `{fname}`: expected a doc string or null, found "
-                              f"{doc!r:.80}")
+            raise RecordError(
+                f"{at}: field `{fname}`: expected a doc string or null, found {doc!r:.80}"
+            )
         dom = None if f.get("domain") is None else domain_from_dict(f["domain"])
-        namespace[fname] = _FieldSpec(tuple(d if isinstance(d, str) else int(d) for d in dims),
-                                      f["dtype"], dom, doc, str(wheres.get(fname, at)))
+        namespace[fname] = _FieldSpec(
+            tuple(d if isinstance(d, str) else int(d) for d in dims),
+            f["dtype"],
+            dom,
+            doc,
+            str(wheres.get(fname, at)),
+        )
         if "shape" in f:
             stored_shapes[fname] = f["shape"]
     if schema.get("doc"):
@@ -81,14 +95,17 @@ def _from_schema(schema: Mapping[str, Any], where: str,
     name = str(schema["name"])
     if not name.isidentifier():
         raise RecordError(f"{where}: record name {name!r} is not an identifier")
-    cls = cast("type[Record]",
-               _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {}))))
+    cls = cast(
+        "type[Record]", _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {})))
+    )
     for fname, stored in stored_shapes.items():
         field_ = cls.fields[fname]
         if not _is_shape(stored, field_.shape):
-            raise RecordError(f"{where}:{fname}: field `{fname}`: the stored shape "
-                              f"{stored!r:.80} is not {list(field_.shape)}, the shape its dims "
-                              f"{list(field_.dims)} resolve to")
+            raise RecordError(
+                f"{where}:{fname}: field `{fname}`: the stored shape "
+                f"{stored!r:.80} is not {list(field_.shape)}, the shape its dims "
+                f"{list(field_.dims)} resolve to"
+            )
     cls._built_at_run_time = True
     cls._where = where
     return cls
@@ -103,13 +120,19 @@ def _is_dim(d: Any) -> bool:
 
 def _is_shape(stored: Any, shape: tuple[int, ...]) -> bool:
     """Whether ``stored`` lists exactly the ints of ``shape`` (no floats, no bools)."""
-    return (isinstance(stored, (list, tuple)) and len(stored) == len(shape)
-            and all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s == d
-                    for s, d in zip(stored, shape)))
+    return (
+        isinstance(stored, (list, tuple))
+        and len(stored) == len(shape)
+        and all(
+            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s == d
+            for s, d in zip(stored, shape)
+        )
+    )
 
 
-def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
-                doc: str | None = None) -> type[Record]:
+def make_record(
+    name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]], doc: str | None = None
+) -> type[Record]:
     """A record class built at run time: ``specs`` maps field name -> (shape, dtype).
 
     ``name`` may be any string (a dataset's name, e.g. ``mnist-train``): the class is
@@ -119,8 +142,10 @@ def make_record(name: str, specs: Mapping[str, tuple[tuple[int, ...], Any]],
     namespace = _Namespace()
     for fname, (shape, dtype) in specs.items():
         if not isinstance(fname, str) or not fname.isidentifier():
-            raise RecordError(f"record {name}: field name {fname!r:.80} is not an identifier "
-                              "(a field is a batch attribute)")
+            raise RecordError(
+                f"record {name}: field name {fname!r:.80} is not an identifier "
+                "(a field is a batch attribute)"
+            )
         namespace[fname] = _FieldSpec(tuple(shape), dtype, None, None, f"<{name}>")
     if doc:
         namespace["__doc__"] = doc

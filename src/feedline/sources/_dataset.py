@@ -45,8 +45,12 @@ def _is_tensor_dataset(src: Any) -> bool:
         return False
     TensorDataset = torch.utils.data.TensorDataset
     cls = type(src)
-    return (isinstance(src, TensorDataset) and cls.__getitem__ is TensorDataset.__getitem__
-            and cls.__len__ is TensorDataset.__len__ and not hasattr(cls, "__getitems__"))
+    return (
+        isinstance(src, TensorDataset)
+        and cls.__getitem__ is TensorDataset.__getitem__
+        and cls.__len__ is TensorDataset.__len__
+        and not hasattr(cls, "__getitems__")
+    )
 
 
 def _example_state(seed: int, context: int, position: int) -> dict:
@@ -54,9 +58,12 @@ def _example_state(seed: int, context: int, position: int) -> dict:
     a = mix64((seed * PHI + mix64(context ^ 0x9E3779B97F4A7C15)) & MASK64)
     hi = mix64(a ^ mix64(position))
     lo = mix64(hi ^ (position * PHI & MASK64) ^ 0xD1B54A32D192ED03)
-    return {"bit_generator": "PCG64", "state": {"state": (hi << 64) | lo,
-                                                "inc": (mix64(a) << 1) | 1},
-            "has_uint32": 0, "uinteger": 0}
+    return {
+        "bit_generator": "PCG64",
+        "state": {"state": (hi << 64) | lo, "inc": (mix64(a) << 1) | 1},
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
 
 
 def _versions(tensors: tuple) -> list[int]:
@@ -105,35 +112,45 @@ def _unflatten(arrays: dict[str, Any]) -> dict[str, Any]:
             continue
         v = arrays.pop(k)
         if np.ndim(v) != 0:
-            raise RecordError(f"from_arrays: {k} must be an int, got an array of shape "
-                              f"{np.shape(v)}")
+            raise RecordError(
+                f"from_arrays: {k} must be an int, got an array of shape {np.shape(v)}"
+            )
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
             raise RecordError(f"from_arrays: {k} must be an int, got {v!r}")
         if v < 0:
             raise ShapeError(f"from_arrays: {k} must be >= 0, got {v}")
         sizes[k] = int(v)
     if "n" not in sizes:
-        raise RecordError(f"from_arrays: the flat form needs n, the number of examples "
-                          f"(given: {', '.join(sizes)})")
+        raise RecordError(
+            f"from_arrays: the flat form needs n, the number of examples "
+            f"(given: {', '.join(sizes)})"
+        )
     n = sizes["n"]
     wants = (("x", "d", "features"), ("y", "l", "labels"))
     for field_, size, what in wants:
         if field_ not in arrays:
             if sizes.get(size, 0) != 0:
-                raise ShapeError(f"from_arrays: {size} = {sizes[size]} {what} per example, "
-                                 f"but no `{field_}`")
+                raise ShapeError(
+                    f"from_arrays: {size} = {sizes[size]} {what} per example, but no `{field_}`"
+                )
             continue
         if size not in sizes:
-            raise RecordError(f"from_arrays: the flat form (n=...) needs {size}, the {what} "
-                              f"per example of `{field_}`")
+            raise RecordError(
+                f"from_arrays: the flat form (n=...) needs {size}, the {what} "
+                f"per example of `{field_}`"
+            )
         flat = _column(arrays[field_], f"from_arrays: `{field_}`")
         per = sizes[size]
         if flat.ndim != 1:
-            raise ShapeError(f"from_arrays: `{field_}` should be a flat vector of n*{size} = "
-                             f"{n}*{per} = {n * per} numbers, got shape {flat.shape}")
+            raise ShapeError(
+                f"from_arrays: `{field_}` should be a flat vector of n*{size} = "
+                f"{n}*{per} = {n * per} numbers, got shape {flat.shape}"
+            )
         if flat.size != n * per:
-            raise ShapeError(f"from_arrays: `{field_}` should hold n*{size} = {n}*{per} = "
-                             f"{n * per} numbers, got {flat.size}")
+            raise ShapeError(
+                f"from_arrays: `{field_}` should hold n*{size} = {n}*{per} = "
+                f"{n * per} numbers, got {flat.size}"
+            )
         arrays[field_] = flat.reshape(n, per)
     return arrays
 
@@ -152,8 +169,9 @@ class Dataset:
     (10, (2, 3))
     """
 
-    def __init__(self, record: type[Record], source: Any, *, name: str | None = None,
-                 salt: int | None = None) -> None:
+    def __init__(
+        self, record: type[Record], source: Any, *, name: str | None = None, salt: int | None = None
+    ) -> None:
         if not (isinstance(record, type) and issubclass(record, Record)):
             raise TypeError(f"a Dataset's first argument is a fl.Record subclass, got {record!r}")
         if not record.fields:
@@ -185,18 +203,26 @@ class Dataset:
         self._base: Dataset = self
         self._hf = source.with_format("numpy") if _is_hf_dataset(source) else None
         own_record = getattr(source, "record", None)
-        self._trusted = bool(getattr(source, "fixed_layout", False)) and own_record is not None \
+        self._trusted = (
+            bool(getattr(source, "fixed_layout", False))
+            and own_record is not None
             and (own_record is record or own_record.same_schema(record))
+        )
         # A file whose columns memory-map as arrays is gathered like arrays in memory.
         mapped = getattr(source, "columns", None) if self._trusted else None
         self._mapped_columns: dict[str, np.ndarray] | None = (
-            dict(mapped) if isinstance(mapped, Mapping) and set(mapped) == set(record.fields)
-            else None)
+            dict(mapped)
+            if isinstance(mapped, Mapping) and set(mapped) == set(record.fields)
+            else None
+        )
         if not (isinstance(source, Mapping) or _is_tensor_dataset(source)) and (
-                not hasattr(source, "__len__") or not (
-                hasattr(source, "__getitem__") or hasattr(source, "getitems"))):
-            raise TypeError(f"a Dataset's source is map-style (__len__ and __getitem__), got "
-                            f"{type(source).__name__}")
+            not hasattr(source, "__len__")
+            or not (hasattr(source, "__getitem__") or hasattr(source, "getitems"))
+        ):
+            raise TypeError(
+                f"a Dataset's source is map-style (__len__ and __getitem__), got "
+                f"{type(source).__name__}"
+            )
         self._read_source()
 
     def _read_source(self) -> None:
@@ -204,17 +230,28 @@ class Dataset:
         source, record = self.source, self.record
         if isinstance(source, Mapping):
             self._cols = self._check_whole(
-                {f: _column(source[f], self._where(f, "dict"))
-                 for f in record.fields if f in source}, "dict")
+                {
+                    f: _column(source[f], self._where(f, "dict"))
+                    for f in record.fields
+                    if f in source
+                },
+                "dict",
+            )
         elif _is_tensor_dataset(source):
             tensors = source.tensors
             if len(tensors) != len(record.fields):
-                raise ShapeError(f"{record.__name__}: the TensorDataset has {len(tensors)} "
-                                 f"tensors, the record has {len(record.fields)} fields")
+                raise ShapeError(
+                    f"{record.__name__}: the TensorDataset has {len(tensors)} "
+                    f"tensors, the record has {len(record.fields)} fields"
+                )
             seen = (tensors, _versions(tensors))
             self._cols = self._check_whole(
-                {f: _column(t, self._where(f, "TensorDataset"))
-                 for f, t in zip(record.fields, tensors)}, "TensorDataset")
+                {
+                    f: _column(t, self._where(f, "TensorDataset"))
+                    for f, t in zip(record.fields, tensors)
+                },
+                "TensorDataset",
+            )
             self._seen = seen
         self._len = len(self._cols[next(iter(record.fields))]) if self._cols else len(source)
         self._recheck = self._recheck or self._values_checked
@@ -267,8 +304,9 @@ class Dataset:
         lengths = {len(c) if c.ndim else None for c in columns.values()}
         if len(lengths) > 1:
             sizes = {k: (len(v) if v.ndim else None) for k, v in columns.items()}
-            raise ShapeError(f"{self.record.__name__}: the {what}'s columns have different "
-                             f"lengths: {sizes}")
+            raise ShapeError(
+                f"{self.record.__name__}: the {what}'s columns have different lengths: {sizes}"
+            )
         checked = self.record.check_columns(columns, np.array([0]), check_values=False)
         return {k: np.ascontiguousarray(v) for k, v in checked.items()}
 
@@ -299,8 +337,9 @@ class Dataset:
         specs = {}
         for k, v in cols.items():
             if v.ndim == 0:
-                raise ShapeError(f"from_arrays: `{k}` must have a first (example) axis, got a "
-                                 f"scalar")
+                raise ShapeError(
+                    f"from_arrays: `{k}` must have a first (example) axis, got a scalar"
+                )
             specs[k] = (v.shape[1:], v.dtype)
         record = make_record(name or "Arrays", specs, doc="Fields inferred from arrays.")
         return cls(record, cols, name=name)
@@ -362,12 +401,15 @@ class Dataset:
         else:
             # The source's own items (a mapped dataset's functions run as it loads).
             base = self._base
-            item_bytes = sum(f.dtype.itemsize * int(np.prod(f.shape, dtype=np.int64))
-                             for f in self.record.fields.values())
+            item_bytes = sum(
+                f.dtype.itemsize * int(np.prod(f.shape, dtype=np.int64))
+                for f in self.record.fields.values()
+            )
             step = max(1, min(_CHECK_ITEMS, _CHECK_BYTES // max(1, item_bytes)))
             for start in range(0, len(base), step):
-                base.getitems(np.arange(start, min(start + step, len(base))),
-                              check_values=True, in_range=True)
+                base.getitems(
+                    np.arange(start, min(start + step, len(base))), check_values=True, in_range=True
+                )
         self._values_checked = True
         self._recheck = False
 
@@ -378,8 +420,10 @@ class Dataset:
             if lo < 0 or hi >= self._len:
                 bad = lo if lo < 0 else hi
                 span = f"0 to {self._len - 1}" if self._len else "none: it is empty"
-                raise BoundsError(f"{self.record.__name__}: item {bad} is outside the dataset "
-                                  f"of {self._len:,} items (indices: {span})")
+                raise BoundsError(
+                    f"{self.record.__name__}: item {bad} is outside the dataset "
+                    f"of {self._len:,} items (indices: {span})"
+                )
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         i = int(index)
@@ -393,9 +437,16 @@ class Dataset:
             return {k: np.array(v[0]) for k, v in self.getitems(np.array([i])).items()}
         return self.record.check(self.source[i], i, check_values=False)
 
-    def getitems(self, indices: Any, *, check_values: bool = False,
-                 out: dict[str, np.ndarray] | None = None, positions: Any = None,
-                 context: int = 0, in_range: bool = False) -> dict[str, np.ndarray]:
+    def getitems(
+        self,
+        indices: Any,
+        *,
+        check_values: bool = False,
+        out: dict[str, np.ndarray] | None = None,
+        positions: Any = None,
+        context: int = 0,
+        in_range: bool = False,
+    ) -> dict[str, np.ndarray]:
         """A batch of items as columns (batch axis first), one gather per field.
 
         With ``out``, the batch is written into the given arrays' first rows. For a mapped
@@ -407,8 +458,7 @@ class Dataset:
         if self._maps:
             idx = _as_indices(indices, self.record.__name__)
             batch = self._base.getitems(idx, check_values=check_values, in_range=in_range)
-            batch = self._apply_maps(batch, idx,
-                                     positions, context, check_values)
+            batch = self._apply_maps(batch, idx, positions, context, check_values)
             if out is not None:
                 for k, v in batch.items():
                     out[k][: len(v)] = v
@@ -443,8 +493,9 @@ class Dataset:
                 self.record.check_columns(batch, idx, check_values=True)
             return batch
         elif len(idx) == 0:  # the record alone fixes an empty batch (HF cannot index [])
-            batch = {k: np.zeros((0, *f.shape), dtype=f.dtype)
-                     for k, f in self.record.fields.items()}
+            batch = {
+                k: np.zeros((0, *f.shape), dtype=f.dtype) for k, f in self.record.fields.items()
+            }
         elif hasattr(src, "getitems"):
             cols = src.getitems(idx)
             batch = self.record.check_columns(cols, idx, check_values=check_values)
@@ -461,8 +512,13 @@ class Dataset:
                 out[k][: len(idx)] = v
         return batch
 
-    def _stack_or_explain(self, items: list | None, idx: np.ndarray, check_values: bool,
-                          columns: Mapping | None = None) -> dict[str, np.ndarray]:
+    def _stack_or_explain(
+        self,
+        items: list | None,
+        idx: np.ndarray,
+        check_values: bool,
+        columns: Mapping | None = None,
+    ) -> dict[str, np.ndarray]:
         rec = self.record
         if columns is None:
             assert items is not None  # the items, or else their columns, are given
@@ -473,14 +529,18 @@ class Dataset:
                     per_field[f].append(v)
             columns = per_field
         try:
-            arrays = {f: [_to_numpy(v) for v in columns[f]] if isinstance(columns[f], list)
-                      else _to_numpy(columns[f]) for f in rec.fields}
-            if items is not None and any(len({a.dtype for a in v}) > 1
-                                         for v in arrays.values()):
+            arrays = {
+                f: [_to_numpy(v) for v in columns[f]]
+                if isinstance(columns[f], list)
+                else _to_numpy(columns[f])
+                for f in rec.fields
+            }
+            if items is not None and any(len({a.dtype for a in v}) > 1 for v in arrays.values()):
                 # np.stack would promote mixed dtypes (uint64 with int64 to float64):
                 # check and convert item by item to the fields' dtypes first.
-                checked = [rec.check(item, int(i), check_values=False)
-                           for item, i in zip(items, idx)]
+                checked = [
+                    rec.check(item, int(i), check_values=False) for item, i in zip(items, idx)
+                ]
                 arrays = {f: [c[f] for c in checked] for f in rec.fields}
             cols = {f: np.stack(v) if isinstance(v, list) else v for f, v in arrays.items()}
             return rec.check_columns(cols, idx, check_values=check_values)
@@ -508,8 +568,11 @@ class Dataset:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         try:
-            params = [p for p in inspect.signature(fn).parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            params = [
+                p
+                for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
             takes_rng = len(params) >= 2
         except (TypeError, ValueError):
             takes_rng = False
@@ -519,8 +582,14 @@ class Dataset:
         mapped._base = self._base
         return mapped
 
-    def _apply_maps(self, batch: dict[str, np.ndarray], idx: np.ndarray, positions: Any,
-                    context: int, check_values: bool) -> dict[str, np.ndarray]:
+    def _apply_maps(
+        self,
+        batch: dict[str, np.ndarray],
+        idx: np.ndarray,
+        positions: Any,
+        context: int,
+        check_values: bool,
+    ) -> dict[str, np.ndarray]:
         pos = idx if positions is None else np.asarray(positions, dtype=np.int64)
         rows = []
         names = list(self.record.fields)
@@ -558,8 +627,9 @@ class Dataset:
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         return Seq.source(self).shuffle(int(seed))
 
-    def batches(self, n: int | None = None, *, batch_size: int | None = None,
-                **loader_options: Any):
+    def batches(
+        self, n: int | None = None, *, batch_size: int | None = None, **loader_options: Any
+    ):
         """A loader over this dataset of batches of ``n`` examples, in order unless
         ``seed`` shuffles (see ``Loader``). ``n`` is given by position or as ``n=``, as
         ShapeScript's ``batches(64)``; ``batch_size=`` is the same.
@@ -567,8 +637,10 @@ class Dataset:
         if _seq.LOADER is None:
             raise RuntimeError("feedline's loader is not imported; `import feedline` first")
         if (n is None) == (batch_size is None):
-            raise TypeError(f"batches takes the batch size once, as n (by position or n=) or "
-                            f"batch_size=; got n={n!r} and batch_size={batch_size!r}")
+            raise TypeError(
+                f"batches takes the batch size once, as n (by position or n=) or "
+                f"batch_size=; got n={n!r} and batch_size={batch_size!r}"
+            )
         return _seq.LOADER[0](self, n if batch_size is None else batch_size, **loader_options)
 
     def close(self) -> None:
@@ -591,8 +663,10 @@ def _as_indices(indices: Any, name: str) -> np.ndarray:
     arr = np.asarray(indices)
     if arr.size == 0:
         return arr.astype(np.int64)
-    if arr.dtype == object and all(isinstance(v, (int, np.integer)) and not isinstance(
-            v, (bool, np.bool_)) for v in arr.reshape(-1).tolist()):
+    if arr.dtype == object and all(
+        isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+        for v in arr.reshape(-1).tolist()
+    ):
         values = [int(v) for v in arr.reshape(-1).tolist()]
         bad = next((v for v in values if not -(1 << 63) <= v < 1 << 63), None)
         if bad is not None:
@@ -600,10 +674,13 @@ def _as_indices(indices: Any, name: str) -> np.ndarray:
         return np.array(values, dtype=np.int64).reshape(arr.shape)
     if arr.dtype.kind == "u":
         if int(arr.max()) >= 1 << 63:
-            raise BoundsError(f"{name}: item {int(arr.max())} is outside any dataset "
-                              "(indices fit int64)")
+            raise BoundsError(
+                f"{name}: item {int(arr.max())} is outside any dataset (indices fit int64)"
+            )
         return arr.astype(np.int64)
     if arr.dtype.kind != "i":
-        raise TypeError(f"{name}: item indices must be integers, got {arr.dtype} values "
-                        f"({arr.reshape(-1)[0]!r:.40})")
+        raise TypeError(
+            f"{name}: item indices must be integers, got {arr.dtype} values "
+            f"({arr.reshape(-1)[0]!r:.40})"
+        )
     return arr.astype(np.int64, copy=False)

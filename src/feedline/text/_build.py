@@ -77,14 +77,16 @@ class BuildSummary:
     def __str__(self) -> str:
         mb = self.source_bytes / 1e6
         rate = mb / self.seconds if self.seconds > 0 else float("inf")
-        return "\n".join([
-            f"wrote {self.path}: {self.bytes:,} bytes",
-            f"  documents {self.documents:,} (train {self.train_docs:,}, test "
-            f"{self.test_docs:,}; {self.empty_docs:,} without tokens)",
-            f"  tokens {self.tokens:,}; loss on {self.loss_share:.1%} "
-            f"(loss_scope {self.loss_scope})",
-            f"  {mb:,.1f} MB of text in {self.seconds:.2f} s ({rate:,.1f} MB/s)",
-        ])
+        return "\n".join(
+            [
+                f"wrote {self.path}: {self.bytes:,} bytes",
+                f"  documents {self.documents:,} (train {self.train_docs:,}, test "
+                f"{self.test_docs:,}; {self.empty_docs:,} without tokens)",
+                f"  tokens {self.tokens:,}; loss on {self.loss_share:.1%} "
+                f"(loss_scope {self.loss_scope})",
+                f"  {mb:,.1f} MB of text in {self.seconds:.2f} s ({rate:,.1f} MB/s)",
+            ]
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +106,9 @@ class _Chunk:
 _SLICES_FROM = 32
 
 
-def _blocks(flow: np.ndarray, counts: np.ndarray, mask: np.ndarray | None
-            ) -> tuple[np.ndarray, np.ndarray]:
+def _blocks(
+    flow: np.ndarray, counts: np.ndarray, mask: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
     """The document blocks ``[count u64][count x u64][count x u8]?`` as bytes, and each
     block's start (then the end) within them."""
     width = 8 if mask is None else 9
@@ -116,10 +119,11 @@ def _blocks(flow: np.ndarray, counts: np.ndarray, mask: np.ndarray | None
         # (numpy types its arrays' buffer protocol for Python 3.12+ only)
         dst, marks = memoryview(res), memoryview(mask.view(np.uint8))  # type: ignore[arg-type]
         src = memoryview(flow.astype("<u8", copy=False).view(np.uint8))  # type: ignore[arg-type]
-        for a, t, c in zip((starts[:-1] + 8).tolist(), (np.cumsum(counts) - counts).tolist(),
-                           counts.tolist()):
-            dst[a:a + 8 * c] = src[8 * t:8 * (t + c)]
-            dst[a + 8 * c:a + 9 * c] = marks[t:t + c]
+        for a, t, c in zip(
+            (starts[:-1] + 8).tolist(), (np.cumsum(counts) - counts).tolist(), counts.tolist()
+        ):
+            dst[a : a + 8 * c] = src[8 * t : 8 * (t + c)]
+            dst[a + 8 * c : a + 9 * c] = marks[t : t + c]
         return res, starts
     step = counts + 1
     out = np.empty(len(flow) + len(counts), dtype="<u8")
@@ -151,24 +155,35 @@ def _encode(tokenizer: Tokenizer, docs: list[bytes]) -> tuple[np.ndarray, np.nda
     counts = np.asarray(counts, dtype=np.int64)
     flow = np.asarray(flow)
     if len(counts) != len(docs) or int(counts.sum()) != len(flow) or flow.ndim != 1:
-        raise ValueError(f"{type(tokenizer).__name__} returned {len(counts)} documents and "
-                         f"{len(flow)} tokens for {len(docs)} documents")
+        raise ValueError(
+            f"{type(tokenizer).__name__} returned {len(counts)} documents and "
+            f"{len(flow)} tokens for {len(docs)} documents"
+        )
     if len(flow) and (flow.dtype.kind not in "iu" or int(flow.min()) < 0):
-        raise ValueError(f"{type(tokenizer).__name__} returned ids of dtype {flow.dtype} "
-                         "(expected non-negative integers)")
+        raise ValueError(
+            f"{type(tokenizer).__name__} returned ids of dtype {flow.dtype} "
+            "(expected non-negative integers)"
+        )
     return flow.astype(np.uint64, copy=False), counts
 
 
-def _chunk(tokenizer: Tokenizer, docs: list[bytes], first: int, nbytes: int,
-           test: np.ndarray, markers: tuple[int, int] | None) -> _Chunk:
+def _chunk(
+    tokenizer: Tokenizer,
+    docs: list[bytes],
+    first: int,
+    nbytes: int,
+    test: np.ndarray,
+    markers: tuple[int, int] | None,
+) -> _Chunk:
     """Tokenize, mask and lay out one chunk of documents (``first`` numbers the first)."""
     flow, counts = _encode(tokenizer, docs)
     size = tokenizer.vocab_size
     if len(flow) and int(flow.max()) >= size:
         at = int(np.argmax(flow >= size))
         doc = first + int(np.searchsorted(np.cumsum(counts), at, side="right"))
-        raise ValueError(f"document {doc}: token id {int(flow[at])} is outside the "
-                         f"tokenizer's vocab_size {size}")
+        raise ValueError(
+            f"document {doc}: token id {int(flow[at])} is outside the tokenizer's vocab_size {size}"
+        )
     mask = None if markers is None else mark_assistant_span(flow, *markers, counts=counts)
     loss = len(flow) if mask is None else int(np.count_nonzero(mask))
     blocks, starts = _blocks(flow, counts, mask)
@@ -176,15 +191,20 @@ def _chunk(tokenizer: Tokenizer, docs: list[bytes], first: int, nbytes: int,
     lo, hi = np.searchsorted(test, [first, first + len(docs)])
     is_test[test[lo:hi] - first] = True
     # maximal runs of documents bound for the same subset, as byte ranges of the blocks
-    edges = np.concatenate(([0], np.flatnonzero(is_test[1:] != is_test[:-1]) + 1,
-                            [len(docs)])).tolist() if len(docs) else [0]
-    runs = [(bool(is_test[a]), int(starts[a]), int(starts[b]))
-            for a, b in itertools.pairwise(edges)]
+    edges = (
+        np.concatenate(([0], np.flatnonzero(is_test[1:] != is_test[:-1]) + 1, [len(docs)])).tolist()
+        if len(docs)
+        else [0]
+    )
+    runs = [
+        (bool(is_test[a]), int(starts[a]), int(starts[b])) for a, b in itertools.pairwise(edges)
+    ]
     return _Chunk(blocks, runs, counts[~is_test], counts[is_test], len(flow), loss, nbytes)
 
 
-def _in_order(fn: Callable[..., _Chunk], tasks: Iterator[tuple], workers: int
-              ) -> Generator[_Chunk, None, None]:
+def _in_order(
+    fn: Callable[..., _Chunk], tasks: Iterator[tuple], workers: int
+) -> Generator[_Chunk, None, None]:
     """``fn(*task)`` for each task, in order, on ``workers`` threads (2 tasks queued per
     thread), or in the calling thread when ``workers`` is 0."""
     if workers == 0:
@@ -241,32 +261,53 @@ def _progress(enabled: bool | None, total: int, desc: str) -> Any:
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                leave=False, dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        leave=False,
+        dynamic_ncols=True,
+    )
 
 
-def _check_args(corpus: Any, out_path: Any, tokenizer: Any, test_docs: Any, test_split: Any,
-                loss_scope: Any, workers: Any, seed: Any) -> None:
+def _check_args(
+    corpus: Any,
+    out_path: Any,
+    tokenizer: Any,
+    test_docs: Any,
+    test_split: Any,
+    loss_scope: Any,
+    workers: Any,
+    seed: Any,
+) -> None:
     for name in ("encode_batch", "vocab_record", "special_id"):
         if not callable(getattr(tokenizer, name, None)):
-            raise TypeError(f"tokenizer must have {name}() (a ByteTokenizer, a BPETokenizer "
-                            f"or a fl.text.Tokenizer), got {type(tokenizer).__name__}")
+            raise TypeError(
+                f"tokenizer must have {name}() (a ByteTokenizer, a BPETokenizer "
+                f"or a fl.text.Tokenizer), got {type(tokenizer).__name__}"
+            )
     if not isinstance(getattr(tokenizer, "vocab_size", None), (int, np.integer)):
-        raise TypeError(f"tokenizer.vocab_size must be an int, got "
-                        f"{getattr(tokenizer, 'vocab_size', None)!r}")
+        raise TypeError(
+            f"tokenizer.vocab_size must be an int, got {getattr(tokenizer, 'vocab_size', None)!r}"
+        )
     for name, v, low in (("test_docs", test_docs, 0), ("seed", seed, 0)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
             raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
-                                or workers < 0):
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 0
+    ):
         raise ValueError(f"workers must be None or an int >= 0, got {workers!r}")
     if test_split not in ("random", "last"):
         raise ValueError(f"test_split must be 'random' or 'last', got {test_split!r}")
     if loss_scope not in nndataset.LOSS_SCOPES:
         raise ValueError(f"loss_scope must be 'all' or 'assistant', got {loss_scope!r}")
     if not os.path.isfile(corpus):
-        raise FileNotFoundError(f"{os.fspath(corpus)}: no such corpus file (expected a text "
-                                "file with one document a line)")
+        raise FileNotFoundError(
+            f"{os.fspath(corpus)}: no such corpus file (expected a text "
+            "file with one document a line)"
+        )
     check_out_path(out_path, "out_path")
     if os.path.exists(out_path) and os.path.samefile(corpus, out_path):
         raise ValueError(f"out_path {os.fspath(out_path)!r} is the corpus itself")
@@ -277,20 +318,29 @@ def check_out_path(path: str | os.PathLike[str], what: str) -> None:
     does not exist (the error names ``path``, not the temporary written beside it)."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        raise IsADirectoryError(f"{what} {path!r} is a directory (expected the name of a "
-                                "file to write)")
+        raise IsADirectoryError(
+            f"{what} {path!r} is a directory (expected the name of a file to write)"
+        )
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise FileNotFoundError(f"{what} {path!r}: no such directory {parent!r} to write "
-                                "into")
+        raise FileNotFoundError(f"{what} {path!r}: no such directory {parent!r} to write into")
 
 
-def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
-          tokenizer: Tokenizer, *, test_docs: int = 0,
-          test_split: Literal["random", "last"] = "random",
-          loss_scope: Literal["all", "assistant"] = "all", workers: int | None = None,
-          seed: int = 0, created: int | None = None, license: str | None = None,
-          progress: bool | None = None, chunk_bytes: int = CHUNK_BYTES) -> BuildSummary:
+def build(
+    corpus: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    tokenizer: Tokenizer,
+    *,
+    test_docs: int = 0,
+    test_split: Literal["random", "last"] = "random",
+    loss_scope: Literal["all", "assistant"] = "all",
+    workers: int | None = None,
+    seed: int = 0,
+    created: int | None = None,
+    license: str | None = None,
+    progress: bool | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> BuildSummary:
     """Tokenize the text file ``corpus`` (a document a line, as ``read_text_docs``
     reads it) into the ``.nndataset`` ``out_path``, atomically.
 
@@ -340,19 +390,29 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
     try:
         # A tokenizer that needs text would turn invalid bytes into U+FFFD: refused
         # here with the offset instead; one that keeps bytes keeps them.
-        scan = scan_text_docs(corpus, chunk_bytes, None if bar is None else bar.update,
-                              utf8=not getattr(tokenizer, "keeps_bytes", False))
+        scan = scan_text_docs(
+            corpus,
+            chunk_bytes,
+            None if bar is None else bar.update,
+            utf8=not getattr(tokenizer, "keeps_bytes", False),
+        )
     finally:
         if bar is not None:
             bar.close()
     if test_docs > scan.docs:
-        raise ValueError(f"test_docs = {test_docs} but {os.fspath(corpus)} has {scan.docs} "
-                         "documents")
+        raise ValueError(
+            f"test_docs = {test_docs} but {os.fspath(corpus)} has {scan.docs} documents"
+        )
     test = _test_choice(scan.docs, int(test_docs), test_split, int(seed))
-    meta = nndataset.Build(tokenizer.vocab_record(), os.fspath(corpus), scan.sha256,
-                           scan.docs, loss_scope=loss_scope,
-                           created=int(time.time()) if created is None else created,
-                           license=license)
+    meta = nndataset.Build(
+        tokenizer.vocab_record(),
+        os.fspath(corpus),
+        scan.sha256,
+        scan.docs,
+        loss_scope=loss_scope,
+        created=int(time.time()) if created is None else created,
+        license=license,
+    )
 
     digest = hashlib.sha256()  # of the text tokenized, checked against the scan's
 
@@ -365,21 +425,40 @@ def build(corpus: str | os.PathLike[str], out_path: str | os.PathLike[str],
     bar = _progress(progress, scan.bytes, "tokenizing")
     n_threads = _DEFAULT_WORKERS if workers is None else workers
     try:
-        with contextlib.closing(tasks()) as todo, \
-                contextlib.closing(_in_order(_chunk, todo, n_threads)) as chunks:
+        with (
+            contextlib.closing(tasks()) as todo,
+            contextlib.closing(_in_order(_chunk, todo, n_threads)) as chunks,
+        ):
             totals = _write(out_path, meta, len(test), scan.bytes, chunks, bar, digest)
     finally:
         if bar is not None:
             bar.close()
     train_counts, test_counts, tokens, loss_tokens, size = totals
     empty = int(np.count_nonzero(train_counts == 0) + np.count_nonzero(test_counts == 0))
-    return BuildSummary(os.fspath(out_path), scan.docs, len(train_counts), len(test_counts),
-                        tokens, loss_tokens, empty, loss_scope, scan.bytes, size,
-                        time.perf_counter() - t0)
+    return BuildSummary(
+        os.fspath(out_path),
+        scan.docs,
+        len(train_counts),
+        len(test_counts),
+        tokens,
+        loss_tokens,
+        empty,
+        loss_scope,
+        scan.bytes,
+        size,
+        time.perf_counter() - t0,
+    )
 
 
-def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
-           n_bytes: int, chunks: Iterator[_Chunk], bar: Any, digest: Any) -> tuple:
+def _write(
+    out_path: str | os.PathLike[str],
+    meta: nndataset.Build,
+    n_test: int,
+    n_bytes: int,
+    chunks: Iterator[_Chunk],
+    bar: Any,
+    digest: Any,
+) -> tuple:
     """Write the chunks' blocks after room for the root record (train) or to a spill
     file (test, appended at the end), then the root record; atomically. ``digest`` has
     hashed the text the chunks came from once they are all read: a corpus whose bytes
@@ -408,15 +487,20 @@ def _write(out_path: str | os.PathLike[str], meta: nndataset.Build, n_test: int,
                 bar.set_postfix_str(f"{rate / 1e6:.2f} M tokens/s", refresh=False)
         train, test = (np.concatenate([np.zeros(0, np.int64), *counts[k]]) for k in (False, True))
         if (len(train), len(test), read) != (meta.source_docs - n_test, n_test, n_bytes):
-            raise FormatError(f"the corpus changed while it was read: {meta.source_docs} "
-                              f"documents in {n_bytes} bytes when counted, "
-                              f"{len(train) + len(test)} in {read} when tokenized",
-                              source)
+            raise FormatError(
+                f"the corpus changed while it was read: {meta.source_docs} "
+                f"documents in {n_bytes} bytes when counted, "
+                f"{len(train) + len(test)} in {read} when tokenized",
+                source,
+            )
         if digest.hexdigest() != sha:
-            raise FormatError(f"the corpus changed while it was read: SHA-256 "
-                              f"{sha[:16]}... when counted, "
-                              f"{digest.hexdigest()[:16]}... when tokenized (same size "
-                              "and document count)", source)
+            raise FormatError(
+                f"the corpus changed while it was read: SHA-256 "
+                f"{sha[:16]}... when counted, "
+                f"{digest.hexdigest()[:16]}... when tokenized (same size "
+                "and document count)",
+                source,
+            )
         _append_file(spill, f)
         size = f.tell()
         f.seek(0)

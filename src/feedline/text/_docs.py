@@ -31,8 +31,13 @@ import numpy as np
 
 from ..errors import FormatError
 
-__all__ = ["CorpusScan", "iter_doc_chunks", "mark_assistant_span", "read_text_docs",
-           "scan_text_docs"]
+__all__ = [
+    "CorpusScan",
+    "iter_doc_chunks",
+    "mark_assistant_span",
+    "read_text_docs",
+    "scan_text_docs",
+]
 
 _TRIM = b" \t\r"
 _NL = ord("\n")
@@ -45,15 +50,19 @@ def _open(path: str | os.PathLike[str]) -> Any:
     try:
         return open(path, "rb")
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"{os.fspath(path)}: no such corpus file (expected a text "
-                                "file with one document a line)") from e
+        raise FileNotFoundError(
+            f"{os.fspath(path)}: no such corpus file (expected a text "
+            "file with one document a line)"
+        ) from e
     except IsADirectoryError as e:
-        raise IsADirectoryError(f"{os.fspath(path)}: expected a text file with one "
-                                "document a line, found a directory") from e
+        raise IsADirectoryError(
+            f"{os.fspath(path)}: expected a text file with one document a line, found a directory"
+        ) from e
 
 
-def iter_doc_chunks(path: str | os.PathLike[str],
-                    chunk_bytes: int = CHUNK_BYTES) -> Iterator[list[bytes]]:
+def iter_doc_chunks(
+    path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[list[bytes]]:
     """The documents of ``path`` as lists of trimmed, non-empty ``bytes``, in file order.
 
     Reads ``chunk_bytes`` at a time and yields the whole lines of each block (a line
@@ -65,8 +74,9 @@ def iter_doc_chunks(path: str | os.PathLike[str],
         yield docs
 
 
-def _doc_blocks(path: str | os.PathLike[str], chunk_bytes: int, digest: Any = None
-                ) -> Iterator[tuple[list[bytes], int]]:
+def _doc_blocks(
+    path: str | os.PathLike[str], chunk_bytes: int, digest: Any = None
+) -> Iterator[tuple[list[bytes], int]]:
     """:func:`iter_doc_chunks`' lists, each with the bytes of the file it covers; each
     block read is also fed to ``digest.update`` (a ``hashlib`` hash) when given."""
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
@@ -84,7 +94,7 @@ def _doc_blocks(path: str | os.PathLike[str], chunk_bytes: int, digest: Any = No
             if cut < 0:
                 carry = data
                 continue
-            carry = data[cut + 1:]
+            carry = data[cut + 1 :]
             lines = data[:cut].split(b"\n")
             yield [d for d in (line.strip(_TRIM) for line in lines) if d], cut + 1
         if carry:
@@ -98,19 +108,25 @@ _ENCODE_ONLY = ("xmlcharrefreplace", "namereplace")
 
 def _check_errors(errors: Any) -> None:
     if not isinstance(errors, str):
-        raise TypeError(f"read_text_docs: errors is the name of an error handler (a str, as "
-                        f"open() takes), got {type(errors).__name__}")
+        raise TypeError(
+            f"read_text_docs: errors is the name of an error handler (a str, as "
+            f"open() takes), got {type(errors).__name__}"
+        )
     try:
         codecs.lookup_error(errors)
     except LookupError:
-        raise ValueError(f"read_text_docs: errors={errors!r} is not an error handler; "
-                         "expected one open() takes: 'strict', 'replace', 'ignore', "
-                         "'surrogateescape', 'backslashreplace', or one registered with "
-                         "codecs.register_error") from None
+        raise ValueError(
+            f"read_text_docs: errors={errors!r} is not an error handler; "
+            "expected one open() takes: 'strict', 'replace', 'ignore', "
+            "'surrogateescape', 'backslashreplace', or one registered with "
+            "codecs.register_error"
+        ) from None
     if errors in _ENCODE_ONLY:
-        raise ValueError(f"read_text_docs: errors={errors!r} is a handler for writing text; "
-                         "reading takes 'strict', 'replace', 'ignore', 'surrogateescape' or "
-                         "'backslashreplace'")
+        raise ValueError(
+            f"read_text_docs: errors={errors!r} is a handler for writing text; "
+            "reading takes 'strict', 'replace', 'ignore', 'surrogateescape' or "
+            "'backslashreplace'"
+        )
 
 
 def read_text_docs(path: str | os.PathLike[str], errors: str = "strict") -> list[str]:
@@ -143,14 +159,20 @@ def read_text_docs(path: str | os.PathLike[str], errors: str = "strict") -> list
     with _open(path) as f:
         data = f.read()
     if errors != "strict":
-        return [d.decode("utf-8", errors)
-                for d in (line.strip(_TRIM) for line in data.split(b"\n")) if d]
+        return [
+            d.decode("utf-8", errors)
+            for d in (line.strip(_TRIM) for line in data.split(b"\n"))
+            if d
+        ]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise FormatError(f"expected UTF-8 text, found the byte 0x{data[e.start]:02x} (pass "
-                          "errors='replace' or 'surrogateescape' to read it anyway)", path,
-                          e.start) from e
+        raise FormatError(
+            f"expected UTF-8 text, found the byte 0x{data[e.start]:02x} (pass "
+            "errors='replace' or 'surrogateescape' to read it anyway)",
+            path,
+            e.start,
+        ) from e
     return [d for d in (line.strip(" \t\r") for line in text.split("\n")) if d]
 
 
@@ -163,8 +185,12 @@ class CorpusScan:
     sha256: str
 
 
-def scan_text_docs(path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES,
-                   on_block: Any = None, utf8: bool = False) -> CorpusScan:
+def scan_text_docs(
+    path: str | os.PathLike[str],
+    chunk_bytes: int = CHUNK_BYTES,
+    on_block: Any = None,
+    utf8: bool = False,
+) -> CorpusScan:
     """Count the documents :func:`iter_doc_chunks` yields and hash the file, in one pass.
 
     A line is a document when it holds a byte other than space, tab and CR; counting
@@ -199,8 +225,7 @@ def scan_text_docs(path: str | os.PathLike[str], chunk_bytes: int = CHUNK_BYTES,
     return CorpusScan(docs, size, digest.hexdigest())
 
 
-def _check_utf8(decoder: Any, block: bytes, offset: int,
-                path: str | os.PathLike[str]) -> None:
+def _check_utf8(decoder: Any, block: bytes, offset: int, path: str | os.PathLike[str]) -> None:
     """Feed ``block`` (at file offset ``offset``; empty at the end) to the incremental
     UTF-8 ``decoder``; invalid text is a FormatError naming its byte offset."""
     pending = decoder.getstate()[0]  # the start of a character cut by the last block
@@ -208,12 +233,16 @@ def _check_utf8(decoder: Any, block: bytes, offset: int,
         decoder.decode(block, final=not block)
     except UnicodeDecodeError as e:  # e.start counts from the pending bytes
         data = pending + block
-        raise FormatError(f"expected UTF-8 text, found the byte 0x{data[e.start]:02x}",
-                          path, offset - len(pending) + e.start) from None
+        raise FormatError(
+            f"expected UTF-8 text, found the byte 0x{data[e.start]:02x}",
+            path,
+            offset - len(pending) + e.start,
+        ) from None
 
 
-def mark_assistant_span(tokens: Any, begin_id: int, end_id: int, *,
-                        counts: Any = None) -> np.ndarray:
+def mark_assistant_span(
+    tokens: Any, begin_id: int, end_id: int, *, counts: Any = None
+) -> np.ndarray:
     """Which tokens are inside an assistant span (neuralnet.cpp's ``mark_assistant_span``).
 
     Walking the tokens: a token equal to ``begin_id`` enters the span, each token's
@@ -232,17 +261,21 @@ def mark_assistant_span(tokens: Any, begin_id: int, end_id: int, *,
     """
     tok = np.asarray(tokens)
     if tok.ndim != 1 or (tok.size and tok.dtype.kind not in "iu"):
-        raise TypeError(f"mark_assistant_span: tokens must be a 1-D array of integer ids, "
-                        f"got shape {tok.shape} and dtype {tok.dtype}")
+        raise TypeError(
+            f"mark_assistant_span: tokens must be a 1-D array of integer ids, "
+            f"got shape {tok.shape} and dtype {tok.dtype}"
+        )
     n = len(tok)
     if counts is None:
         ends = np.array([n], dtype=np.int64)
     else:
         c = np.asarray(counts, dtype=np.int64)
         if c.ndim != 1 or (c < 0).any() or int(c.sum()) != n:
-            raise ValueError(f"mark_assistant_span: counts must be per-document token counts "
-                             f"summing to the {n} tokens, got {int(c.sum())} over "
-                             f"{len(c)} documents")
+            raise ValueError(
+                f"mark_assistant_span: counts must be per-document token counts "
+                f"summing to the {n} tokens, got {int(c.sum())} over "
+                f"{len(c)} documents"
+            )
         ends = np.cumsum(c)
     is_begin = tok == begin_id
     at = np.flatnonzero(is_begin | (tok == end_id))  # the markers, in order

@@ -36,8 +36,14 @@ from ..errors import FormatError
 from ..formats import nndataset
 from ..formats._io import atomic_write
 
-__all__ = ["BPETokenizer", "ByteTokenizer", "Tokenizer", "load_tokenizer",
-           "tokenizer_from_vocab", "write_vocab"]
+__all__ = [
+    "BPETokenizer",
+    "ByteTokenizer",
+    "Tokenizer",
+    "load_tokenizer",
+    "tokenizer_from_vocab",
+    "write_vocab",
+]
 
 ASSISTANT, END_OF_ASSISTANT = "<|assistant|>", "<|end_of_assistant|>"
 DEFAULT_SPECIALS = (ASSISTANT, END_OF_ASSISTANT)
@@ -94,8 +100,10 @@ def _specials_map(specials: Iterable[str], first: int) -> dict[str, int]:
 
 
 def _missing_special(kind: str, name: str, specials: Mapping[str, int]) -> ValueError:
-    return ValueError(f"the {kind} tokenizer has no special token {name!r}; its specials "
-                      f"are {sorted(specials, key=specials.__getitem__)}")
+    return ValueError(
+        f"the {kind} tokenizer has no special token {name!r}; its specials "
+        f"are {sorted(specials, key=specials.__getitem__)}"
+    )
 
 
 class _Specials:
@@ -140,8 +148,9 @@ class ByteTokenizer(_Specials):
         self._pattern = None
         if self._specials:
             longest_first = sorted(self._specials, key=lambda s: -len(s.encode("utf-8")))
-            self._pattern = re.compile(b"|".join(re.escape(s.encode("utf-8"))
-                                                 for s in longest_first))
+            self._pattern = re.compile(
+                b"|".join(re.escape(s.encode("utf-8")) for s in longest_first)
+            )
         self._ids = {s.encode("utf-8"): i for s, i in self._specials.items()}
 
     @property
@@ -158,8 +167,10 @@ class ByteTokenizer(_Specials):
             return np.frombuffer(text, np.uint8).astype(np.uint64), lens
         # Specials are found with a newline between documents: a special has none, so
         # no match spans two documents.
-        found = [(m.start(), m.end(), self._ids[m.group()])
-                 for m in self._pattern.finditer(b"\n".join(raw))]
+        found = [
+            (m.start(), m.end(), self._ids[m.group()])
+            for m in self._pattern.finditer(b"\n".join(raw))
+        ]
         if not found:
             return np.frombuffer(text, np.uint8).astype(np.uint64), lens
         at, end, ids = (np.array(col, dtype=np.int64) for col in zip(*found))
@@ -187,8 +198,10 @@ class ByteTokenizer(_Specials):
             raise TypeError(f"ids must be integers, got dtype {arr.dtype}")
         bad = np.flatnonzero((arr < 0) | (arr >= self.vocab_size))
         if len(bad):
-            raise ValueError(f"id {int(arr[bad[0]])} at position {int(bad[0])} is outside "
-                             f"the byte tokenizer's {self.vocab_size} ids")
+            raise ValueError(
+                f"id {int(arr[bad[0]])} at position {int(bad[0])} is outside "
+                f"the byte tokenizer's {self.vocab_size} ids"
+            )
         special = np.flatnonzero(arr >= 256)
         arr = arr.astype(np.int64)
         pieces, pos = [], 0
@@ -229,14 +242,23 @@ class BPETokenizer(_Specials):
 
     def __init__(self, tokenizer: Any) -> None:
         self._tok = tokenizer
-        self._specials = {t.content: int(i) for i, t in
-                          sorted(tokenizer.get_added_tokens_decoder().items()) if t.special}
+        self._specials = {
+            t.content: int(i)
+            for i, t in sorted(tokenizer.get_added_tokens_decoder().items())
+            if t.special
+        }
         self._encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
 
     @classmethod
-    def train(cls, files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-              vocab_size: int, specials: Sequence[str] = DEFAULT_SPECIALS, *,
-              min_frequency: int = 2, show_progress: bool = False) -> BPETokenizer:
+    def train(
+        cls,
+        files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        vocab_size: int,
+        specials: Sequence[str] = DEFAULT_SPECIALS,
+        *,
+        min_frequency: int = 2,
+        show_progress: bool = False,
+    ) -> BPETokenizer:
         """Train a byte-level BPE of ``vocab_size`` ids on the documents of ``files``
         (read as :func:`~feedline.text.read_text_docs` reads them, streamed).
 
@@ -250,8 +272,10 @@ class BPETokenizer(_Specials):
             raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
         specials_map = _specials_map(specials, 0)
         if vocab_size < 256 + len(specials_map):
-            raise ValueError(f"vocab_size must hold the 256 byte symbols and "
-                             f"{len(specials_map)} specials, got {vocab_size}")
+            raise ValueError(
+                f"vocab_size must hold the 256 byte symbols and "
+                f"{len(specials_map)} specials, got {vocab_size}"
+            )
         if vocab_size > 2**32:  # the library's ids are u32
             raise ValueError(f"vocab_size must be at most 2**32, got {vocab_size}")
         paths = [files] if isinstance(files, (str, os.PathLike)) else list(files)
@@ -265,9 +289,12 @@ class BPETokenizer(_Specials):
         tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = hf.decoders.ByteLevel()
         trainer = hf.trainers.BpeTrainer(
-            vocab_size=vocab_size, min_frequency=min_frequency,
-            special_tokens=list(specials_map), show_progress=show_progress,
-            initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet())
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=list(specials_map),
+            show_progress=show_progress,
+            initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
+        )
         tok.train_from_iterator(docs(), trainer)
         return cls(tok)
 
@@ -277,13 +304,15 @@ class BPETokenizer(_Specials):
         hf = _hf()
         path = os.fspath(path)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: no such tokenizer file (expected a "
-                                    "HuggingFace tokenizer.json)")
+            raise FileNotFoundError(
+                f"{path}: no such tokenizer file (expected a HuggingFace tokenizer.json)"
+            )
         try:
             return cls(hf.Tokenizer.from_file(path))
         except Exception as e:  # the library raises a bare Exception for bad JSON
-            raise FormatError(f"expected a HuggingFace tokenizer.json, the library says: {e}",
-                              path) from e
+            raise FormatError(
+                f"expected a HuggingFace tokenizer.json, the library says: {e}", path
+            ) from e
 
     @classmethod
     def from_str(cls, json: str) -> BPETokenizer:
@@ -303,13 +332,13 @@ class BPETokenizer(_Specials):
     def encode_batch(self, docs: Sequence[str | bytes]) -> list[np.ndarray]:
         """One ``uint64`` id array per document (``bytes`` are decoded as UTF-8, an
         invalid byte becoming U+FFFD)."""
-        texts = [d.decode("utf-8", errors="replace") if isinstance(d, bytes) else d
-                 for d in docs]
+        texts = [d.decode("utf-8", errors="replace") if isinstance(d, bytes) else d for d in docs]
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"document {i}: expected str or bytes, got {type(t).__name__}")
-        return [np.array(e.ids, dtype=np.uint64)
-                for e in self._encode(texts, add_special_tokens=False)]
+        return [
+            np.array(e.ids, dtype=np.uint64) for e in self._encode(texts, add_special_tokens=False)
+        ]
 
     def encode_flow(self, docs: Sequence[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
         """All documents' ids concatenated (``uint64``) and each one's count (``int64``)."""
@@ -320,8 +349,9 @@ class BPETokenizer(_Specials):
 
     def decode(self, ids: Any) -> str:
         """The text of ``ids``, special tokens included."""
-        return self._tok.decode([int(i) for i in np.asarray(ids).ravel()],
-                                skip_special_tokens=False)
+        return self._tok.decode(
+            [int(i) for i in np.asarray(ids).ravel()], skip_special_tokens=False
+        )
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the ``tokenizer.json``, atomically."""
@@ -330,8 +360,12 @@ class BPETokenizer(_Specials):
 
     def vocab_record(self) -> dict[str, Any]:
         """``{"tokenizer": "hf", "size": ..., "specials": {...}, "hf_json": ...}``."""
-        return {"tokenizer": "hf", "size": self.vocab_size, "specials": dict(self._specials),
-                "hf_json": self._tok.to_str()}
+        return {
+            "tokenizer": "hf",
+            "size": self.vocab_size,
+            "specials": dict(self._specials),
+            "hf_json": self._tok.to_str(),
+        }
 
     def __repr__(self) -> str:
         return f"BPETokenizer(vocab_size={self.vocab_size}, specials={tuple(self._specials)!r})"
@@ -347,13 +381,20 @@ def tokenizer_from_vocab(record: Mapping[str, Any]) -> ByteTokenizer | BPETokeni
     specials = record.get("specials") if isinstance(record, Mapping) else None
     if kind not in ("byte", "hf") or not isinstance(specials, Mapping):
         keys = sorted(record) if isinstance(record, Mapping) else type(record).__name__
-        raise ValueError(f"expected a feedline vocab record (tokenizer 'byte' or 'hf' and a "
-                         f"specials record), found {keys} with tokenizer {kind!r}")
+        raise ValueError(
+            f"expected a feedline vocab record (tokenizer 'byte' or 'hf' and a "
+            f"specials record), found {keys} with tokenizer {kind!r}"
+        )
     for name, value in specials.items():
-        if not isinstance(name, str) or isinstance(value, bool) \
-                or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"the vocab record's specials must map token texts to int ids, "
-                             f"found {name!r}: {value!r} ({type(value).__name__})")
+        if (
+            not isinstance(name, str)
+            or isinstance(value, bool)
+            or not isinstance(value, (int, np.integer))
+        ):
+            raise ValueError(
+                f"the vocab record's specials must map token texts to int ids, "
+                f"found {name!r}: {value!r} ({type(value).__name__})"
+            )
     in_order = sorted(specials, key=specials.__getitem__)
     if kind == "byte":
         tok: ByteTokenizer | BPETokenizer = ByteTokenizer(in_order)
@@ -362,9 +403,11 @@ def tokenizer_from_vocab(record: Mapping[str, Any]) -> ByteTokenizer | BPETokeni
             raise ValueError("a vocab record of tokenizer 'hf' needs its hf_json (Str)")
         tok = BPETokenizer.from_str(record["hf_json"])
     if tok.specials != dict(specials) or tok.vocab_size != record.get("size"):
-        raise ValueError(f"the vocab record says size {record.get('size')} and specials "
-                         f"{dict(specials)}, the tokenizer it holds has {tok.vocab_size} "
-                         f"and {tok.specials}")
+        raise ValueError(
+            f"the vocab record says size {record.get('size')} and specials "
+            f"{dict(specials)}, the tokenizer it holds has {tok.vocab_size} "
+            f"and {tok.specials}"
+        )
     return tok
 
 

@@ -31,8 +31,24 @@ def _copy_flow(u8, cum, tok_start, d, p, q, out8, o):
 
 
 @numba.njit(cache=True, nogil=True)
-def fill_windows(u8, cum, tok_start, mask_start, has_mask, a, b, pad_id,
-                 inp8, tgt8, inp, tgt, loss_mask, doc_ids, pos_ids, want_pos):
+def fill_windows(
+    u8,
+    cum,
+    tok_start,
+    mask_start,
+    has_mask,
+    a,
+    b,
+    pad_id,
+    inp8,
+    tgt8,
+    inp,
+    tgt,
+    loss_mask,
+    doc_ids,
+    pos_ids,
+    want_pos,
+):
     """Window w reads flow tokens [a[w], b[w]) (at most seq_len + 1 of them): inputs
     are tokens [a, b - 1), targets [a + 1, b), the loss mask is the targets' mask, the
     doc ids (position + 1) and position ids belong to the inputs; the rest is padding

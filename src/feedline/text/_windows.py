@@ -63,8 +63,9 @@ def window_record(seq_len: int, position_ids: bool = False) -> type[Record]:
     }
     if position_ids:
         specs["position_ids"] = ((seq_len,), np.int64)
-    return make_record(f"Window{seq_len}", specs,
-                       doc=f"Language-model windows of {seq_len} tokens.")
+    return make_record(
+        f"Window{seq_len}", specs, doc=f"Language-model windows of {seq_len} tokens."
+    )
 
 
 class Windows:
@@ -90,9 +91,17 @@ class Windows:
 
     fixed_layout = True  # the record fixes every shape and dtype: no per-batch checks
 
-    def __init__(self, dataset: str | os.PathLike[str] | nndataset.Nndataset, seq_len: int, *,
-                 stride: int | None = None, subset: str = "train", cross_docs: bool = True,
-                 position_ids: bool = False, pad_id: int = 0) -> None:
+    def __init__(
+        self,
+        dataset: str | os.PathLike[str] | nndataset.Nndataset,
+        seq_len: int,
+        *,
+        stride: int | None = None,
+        subset: str = "train",
+        cross_docs: bool = True,
+        position_ids: bool = False,
+        pad_id: int = 0,
+    ) -> None:
         self.seq_len = _check_int("seq_len", seq_len, 1)
         self.stride = self.seq_len if stride is None else _check_int("stride", stride, 1)
         self.cross_docs = bool(cross_docs)
@@ -135,8 +144,9 @@ class Windows:
         """The flow ranges ``[a, b)`` that windows ``indices`` read (int64 arrays)."""
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self._n):
-            raise BoundsError(f"window indices must be in [0, {self._n}), got "
-                              f"{int(idx.min())}..{int(idx.max())}")
+            raise BoundsError(
+                f"window indices must be in [0, {self._n}), got {int(idx.min())}..{int(idx.max())}"
+            )
         span = self.seq_len + 1
         if self._win_cum is None:
             a = idx * self.stride
@@ -146,8 +156,9 @@ class Windows:
         a = cum[d] + (idx - self._win_cum[d]) * self.stride
         return a, np.minimum(a + span, cum[d + 1])
 
-    def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None
-                 ) -> dict[str, np.ndarray]:
+    def getitems(
+        self, indices: Any, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Windows ``indices`` as columns ``[len(indices), seq_len]`` (into ``out``'s first
         rows when given)."""
         a, b = self.spans(indices)
@@ -173,8 +184,9 @@ class Windows:
             self._check_ids(a, b, batch, isinstance(u8, np.ndarray))
         return batch
 
-    def _check_ids(self, a: np.ndarray, b: np.ndarray, batch: dict[str, np.ndarray],
-                   local: bool) -> None:
+    def _check_ids(
+        self, a: np.ndarray, b: np.ndarray, batch: dict[str, np.ndarray], local: bool
+    ) -> None:
         """Token ids are u64 in the file, int64 in a window: one of 2**63 or more would
         read as negative. A local file is checked by blocks of the flow, each read once
         (the windows' blocks all clean: nothing more to do); a remote one, or a block
@@ -182,8 +194,11 @@ class Windows:
         if local:
             lo, hi = a // _ID_BLOCK, (b - 1) // _ID_BLOCK
             span = int((hi - lo).max())
-            blocks = np.concatenate((lo, hi)) if span <= 1 else np.concatenate(
-                [np.arange(x, y + 1) for x, y in zip(lo.tolist(), hi.tolist())])
+            blocks = (
+                np.concatenate((lo, hi))
+                if span <= 1
+                else np.concatenate([np.arange(x, y + 1) for x, y in zip(lo.tolist(), hi.tolist())])
+            )
             state = self._id_blocks[blocks]
             if (state == _CLEAN).all():
                 return
@@ -203,11 +218,16 @@ class Windows:
         d1 = int(np.searchsorted(lay.cum, hi - 1, "right")) - 1
         if not lay.has_mask:  # documents back to back: [count][tokens], all on 8 bytes
             # (a count's high byte is 0: no file holds 2**56 tokens)
-            top = u8[int(lay.tok_start[d0]) + 7:int(lay.offsets[d1 + 1]):8]
+            top = u8[int(lay.tok_start[d0]) + 7 : int(lay.offsets[d1 + 1]) : 8]
             big = bool(top.size) and int(top.max()) >= 0x80
         else:  # a mask section between documents: each document's tokens on their own
-            big = any(int(u8[t + 7:t + 8 * n:8].max()) >= 0x80 for t, n in zip(
-                lay.tok_start[d0:d1 + 1].tolist(), lay.counts[d0:d1 + 1].tolist()) if n)
+            big = any(
+                int(u8[t + 7 : t + 8 * n : 8].max()) >= 0x80
+                for t, n in zip(
+                    lay.tok_start[d0 : d1 + 1].tolist(), lay.counts[d0 : d1 + 1].tolist()
+                )
+                if n
+            )
         self._id_blocks[k] = _BIG if big else _CLEAN
         self._id_clean += not big
 
@@ -226,12 +246,17 @@ class Windows:
         lay = self._layout
         d = int(np.searchsorted(lay.cum, pos, "right")) - 1
         offset = int(lay.tok_start[d]) + 8 * (pos - int(lay.cum[d]))
-        raise FormatError(f"{self.subset} document {d} (doc_id {d + 1}) holds the token id "
-                          f"{value + 2**64} at flow position {pos}: windows are int64 and hold "
-                          f"ids below 2**63 only", self.path, offset)
+        raise FormatError(
+            f"{self.subset} document {d} (doc_id {d + 1}) holds the token id "
+            f"{value + 2**64} at flow position {pos}: windows are int64 and hold "
+            f"ids below 2**63 only",
+            self.path,
+            offset,
+        )
 
-    def _fill(self, u8: np.ndarray, a: np.ndarray, b: np.ndarray,
-              batch: dict[str, np.ndarray]) -> None:
+    def _fill(
+        self, u8: np.ndarray, a: np.ndarray, b: np.ndarray, batch: dict[str, np.ndarray]
+    ) -> None:
         lay = self._layout
         k = _kernels.get()
         if k is not None and len(a) and all(v.flags.c_contiguous for v in batch.values()):
@@ -239,10 +264,24 @@ class Windows:
 
             pos = batch.get("position_ids", batch["doc_ids"])
             inp, tgt = batch["input_ids"], batch["targets"]
-            _window_jit.fill_windows(u8, lay.cum, lay.tok_start, lay.mask_start, lay.has_mask,
-                                     a, b, self.pad_id, inp.view(np.uint8), tgt.view(np.uint8),
-                                     inp, tgt, batch["loss_mask"], batch["doc_ids"], pos,
-                                     self.position_ids)
+            _window_jit.fill_windows(
+                u8,
+                lay.cum,
+                lay.tok_start,
+                lay.mask_start,
+                lay.has_mask,
+                a,
+                b,
+                self.pad_id,
+                inp.view(np.uint8),
+                tgt.view(np.uint8),
+                inp,
+                tgt,
+                batch["loss_mask"],
+                batch["doc_ids"],
+                pos,
+                self.position_ids,
+            )
         else:
             _fill_numpy(u8, lay, a, b, self.pad_id, batch)
 
@@ -254,9 +293,15 @@ class Windows:
     # -- handles -----------------------------------------------------------------------
     def share(self) -> Windows:
         """Another handle on the same open file."""
-        return Windows(self._ds, self.seq_len, stride=self.stride, subset=self.subset,
-                       cross_docs=self.cross_docs, position_ids=self.position_ids,
-                       pad_id=self.pad_id)
+        return Windows(
+            self._ds,
+            self.seq_len,
+            stride=self.stride,
+            subset=self.subset,
+            cross_docs=self.cross_docs,
+            position_ids=self.position_ids,
+            pad_id=self.pad_id,
+        )
 
     def close(self) -> None:
         """Give up this handle's share of the file."""
@@ -269,23 +314,55 @@ class Windows:
         self.close()
 
     def __reduce__(self):
-        return (_reopen, (self.path, self.seq_len, self.stride, self.subset, self.cross_docs,
-                          self.position_ids, self.pad_id))
+        return (
+            _reopen,
+            (
+                self.path,
+                self.seq_len,
+                self.stride,
+                self.subset,
+                self.cross_docs,
+                self.position_ids,
+                self.pad_id,
+            ),
+        )
 
     def __repr__(self) -> str:
         mode = "packed" if self.cross_docs else "per document"
-        return (f"Windows({self.path!r}, {self.subset}, seq_len={self.seq_len}, "
-                f"stride={self.stride}, {mode}, {self._n:,} windows)")
+        return (
+            f"Windows({self.path!r}, {self.subset}, seq_len={self.seq_len}, "
+            f"stride={self.stride}, {mode}, {self._n:,} windows)"
+        )
 
 
-def _reopen(path: str, seq_len: int, stride: int, subset: str, cross_docs: bool,
-            position_ids: bool, pad_id: int) -> Windows:
-    return Windows(path, seq_len, stride=stride, subset=subset, cross_docs=cross_docs,
-                   position_ids=position_ids, pad_id=pad_id)
+def _reopen(
+    path: str,
+    seq_len: int,
+    stride: int,
+    subset: str,
+    cross_docs: bool,
+    position_ids: bool,
+    pad_id: int,
+) -> Windows:
+    return Windows(
+        path,
+        seq_len,
+        stride=stride,
+        subset=subset,
+        cross_docs=cross_docs,
+        position_ids=position_ids,
+        pad_id=pad_id,
+    )
 
 
-def _fill_numpy(u8: np.ndarray, lay: Any, a: np.ndarray, b: np.ndarray, pad_id: int,
-                batch: dict[str, np.ndarray]) -> None:
+def _fill_numpy(
+    u8: np.ndarray,
+    lay: Any,
+    a: np.ndarray,
+    b: np.ndarray,
+    pad_id: int,
+    batch: dict[str, np.ndarray],
+) -> None:
     """The numpy path of ``fill_windows``: one slice copy per window and document piece."""
     cum = lay.cum
     for w, (p, q) in enumerate(zip(a.tolist(), b.tolist())):
@@ -293,23 +370,24 @@ def _fill_numpy(u8: np.ndarray, lay: Any, a: np.ndarray, b: np.ndarray, pad_id: 
         d0 = int(np.searchsorted(cum, p, "right")) - 1
         d1 = int(np.searchsorted(cum, q, "left"))  # documents [d0, d1) overlap [p, q)
         starts = np.maximum(cum[d0:d1], p)
-        ends = np.minimum(cum[d0 + 1:d1 + 1], q)
+        ends = np.minimum(cum[d0 + 1 : d1 + 1], q)
         flow = np.empty(q - p, dtype=np.int64)
         mask = np.ones(q - p, dtype=np.bool_)
         docs = np.repeat(np.arange(d0 + 1, d1 + 1, dtype=np.int64), ends - starts)
         for d, s, e in zip(range(d0, d1), starts.tolist(), ends.tolist()):
             within = s - int(cum[d])
             t = int(lay.tok_start[d]) + 8 * within
-            flow[s - p:e - p] = u8[t:t + 8 * (e - s)].view("<i8")
+            flow[s - p : e - p] = u8[t : t + 8 * (e - s)].view("<i8")
             if lay.has_mask:
                 m = int(lay.mask_start[d]) + within
-                mask[s - p:e - p] = u8[m:m + e - s] != 0
+                mask[s - p : e - p] = u8[m : m + e - s] != 0
         batch["input_ids"][w, :pairs] = flow[:-1]
         batch["targets"][w, :pairs] = flow[1:]
         batch["loss_mask"][w, :pairs] = mask[1:]
         batch["doc_ids"][w, :pairs] = docs[:-1]
         if "position_ids" in batch:
-            batch["position_ids"][w, :pairs] = (np.arange(p, q - 1, dtype=np.int64)
-                                                - cum[docs[:-1] - 1])
+            batch["position_ids"][w, :pairs] = (
+                np.arange(p, q - 1, dtype=np.int64) - cum[docs[:-1] - 1]
+            )
         for k, v in batch.items():
             v[w, pairs:] = pad_id if k in ("input_ids", "targets") else 0
