@@ -63,7 +63,8 @@ def _arrays(batch: Batch) -> dict[str, np.ndarray]:
                     raise DomainError(
                         f"field `{name}` ({a.dtype}) holds {lo} .. {hi}, which JAX's 32-bit "
                         f"{narrow.dtype} cannot hold: enable 64-bit values with "
-                        "jax.config.update('jax_enable_x64', True)")
+                        "jax.config.update('jax_enable_x64', True)"
+                    )
     return arrays
 
 
@@ -89,8 +90,9 @@ def _sharding_for(sharding: jax.sharding.Sharding, ndim: int) -> jax.sharding.Sh
     more axes than the array has (the mask and scalar fields are 1-D) keeps its first
     ``ndim`` entries; the batch axis is always the first."""
     if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > ndim:
-        return jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec(
-            *sharding.spec[:ndim]))
+        return jax.sharding.NamedSharding(
+            sharding.mesh, jax.sharding.PartitionSpec(*sharding.spec[:ndim])
+        )
     return sharding
 
 
@@ -99,31 +101,53 @@ def global_batch(batch: Batch, sharding: jax.sharding.Sharding) -> Batch:
     (the batch axis is the first; every process passes its own rows), the metadata's
     arrays included (``meta.size`` stays this process's count). A spec for the widest
     field applies to the others through their own axes."""
-    return _rebuilt(batch, lambda a: jax.make_array_from_process_local_data(
-        _sharding_for(sharding, a.ndim), a))
+    return _rebuilt(
+        batch, lambda a: jax.make_array_from_process_local_data(_sharding_for(sharding, a.ndim), a)
+    )
 
 
 def _flatten(batch: Batch) -> tuple[tuple, tuple]:
     m = batch.meta
-    return ((*batch.fields.values(), m.size, m.mask, m.positions, m.source_ordinals,
-             m.record_indices, dict(m.lengths)), (tuple(batch.fields), len(batch)))
+    return (
+        (
+            *batch.fields.values(),
+            m.size,
+            m.mask,
+            m.positions,
+            m.source_ordinals,
+            m.record_indices,
+            dict(m.lengths),
+        ),
+        (tuple(batch.fields), len(batch)),
+    )
 
 
 def _unflatten(aux: tuple, children: tuple) -> Batch:
     names, rows = aux
     k = len(names)
     size, mask, positions, ordinals, records, lengths = children[k:]
-    meta = BatchMeta.of(size=size, mask=mask, positions=positions, source_ordinals=ordinals,
-                        record_indices=records, lengths=lengths)
-    return Batch.with_meta(dict(zip(names, children[:k])), size, rows, 0, None, None,
-                           meta=meta)
+    meta = BatchMeta.of(
+        size=size,
+        mask=mask,
+        positions=positions,
+        source_ordinals=ordinals,
+        record_indices=records,
+        lengths=lengths,
+    )
+    return Batch.with_meta(dict(zip(names, children[:k])), size, rows, 0, None, None, meta=meta)
 
 
 jax.tree_util.register_pytree_node(Batch, _flatten, _unflatten)
 
 
-def batches(source: Any, batch_size: int, *, sharding: jax.sharding.Sharding | None = None,
-            device: Any = None, **loader_options: Any) -> Iterator[Batch]:
+def batches(
+    source: Any,
+    batch_size: int,
+    *,
+    sharding: jax.sharding.Sharding | None = None,
+    device: Any = None,
+    **loader_options: Any,
+) -> Iterator[Batch]:
     """One pass of a loader's batches with ``jax.Array`` fields and metadata.
 
     With ``sharding``, each batch is assembled into global arrays across the job's
@@ -131,7 +155,8 @@ def batches(source: Any, batch_size: int, *, sharding: jax.sharding.Sharding | N
     ``shard="auto"`` and ``even=True`` are the defaults, so every process takes the same
     number of steps (padding rows have ``meta.mask`` False).
     """
-    loader_options.setdefault("shard", "auto")
+    if loader_options.get("split") is None:  # a split is the ranks' slice instead
+        loader_options.setdefault("shard", "auto")
     loader_options.setdefault("even", True)
     with Loader(source, batch_size, **loader_options) as loader:
         for batch in loader:

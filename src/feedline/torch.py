@@ -58,7 +58,8 @@ class IterableDataset(_TorchIterable):
 
     def __init__(self, source: Any, batch_size: int, **loader_options: Any) -> None:
         super().__init__()
-        loader_options.setdefault("shard", "auto")
+        if loader_options.get("split") is None:  # a split is the ranks' slice instead
+            loader_options.setdefault("shard", "auto")
         # Every rank takes the same number of steps (the short ranks' last batch padded
         # with masked examples): a DDP job whose ranks differ by one batch hangs at the
         # last collective. fl.jax has the same default.
@@ -176,8 +177,7 @@ class _Passes:
         """A copy made in this process (``copy.deepcopy`` of the dataset): a file of its
         own, starting from this one's record, so neither outlives the other's."""
         twin = _Passes()
-        with contextlib.suppress(OSError), open(self.path, "rb") as f, \
-                open(twin.path, "wb") as g:
+        with contextlib.suppress(OSError), open(self.path, "rb") as f, open(twin.path, "wb") as g:
             g.write(f.read())
         return twin
 

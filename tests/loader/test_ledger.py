@@ -9,6 +9,7 @@ reset during a gather, a read-only output. Exactly-once is checked by counting
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -31,8 +32,9 @@ def dataset(n: int = 40) -> fl.Dataset:
 
 def pairs(batch) -> list[tuple[int, int]]:
     m = batch.meta
-    return list(zip(m.source_ordinals[: m.size].tolist(), m.record_indices[: m.size].tolist(),
-                    strict=True))
+    return list(
+        zip(m.source_ordinals[: m.size].tolist(), m.record_indices[: m.size].tolist(), strict=True)
+    )
 
 
 # -- iteration is not the loader ---------------------------------------------------------------
@@ -209,7 +211,7 @@ def test_next_into_a_read_only_buffer_loses_no_batch():
         loader.next_into(out)
     out["i"] = np.zeros(8, np.int64)
     got = []
-    while (rows := loader.next_into(out)):
+    while rows := loader.next_into(out):
         got.extend(out["i"][:rows].tolist())
     assert sorted(got) == list(range(40))
 
@@ -230,8 +232,7 @@ def test_shard_deals_a_datasets_shuffled_positions_to_ranks():
 def test_split_is_data_nus_contiguous_slice_shuffled_within_itself():
     ds = dataset(40)
     for rank in range(3):
-        got = [r for b in fl.Loader(ds, 5, seed=4, split=(rank, 3), workers=0)
-               for _, r in pairs(b)]
+        got = [r for b in fl.Loader(ds, 5, seed=4, split=(rank, 3), workers=0) for _, r in pairs(b)]
         lo, hi = rank * 40 // 3, (rank + 1) * 40 // 3
         assert sorted(got) == list(range(lo, hi))
     plain = [r for b in fl.Loader(ds, 5, split=(1, 3), workers=0) for _, r in pairs(b)]
@@ -270,3 +271,87 @@ def test_a_typed_source_goes_into_an_order_without_being_wrapped(tmp_path):
         seq = fl.Seq.mix([fl.Seq.source(f).shuffle(1), fl.Seq.source(dataset(10)).shuffle(2)])
         got = Counter(p for b in fl.Loader(seq, 7, workers=0) for p in pairs(b))
     assert got == Counter([(0, i) for i in range(30)] + [(1, i) for i in range(10)])
+
+
+def test_a_new_pass_never_claims_from_the_last_passs_order_block():
+    # Review of the rebuild: iter() started the next pass, then dropped the order block
+    # after releasing the lock; a claim by another thread in between read the last pass's
+    # block. Here the other thread claims in that very window.
+    ds = fl.Dataset.from_arrays(x=np.arange(80.0).reshape(40, 2))
+    loader = fl.Loader(ds, 4, seed=5, workers=0)
+    for _ in loader:
+        pass
+    led = loader._ledger
+    real = type(led).start_next_pass
+    got: list = []
+
+    def claim_now():
+        out = {"x": np.zeros((4, 2))}
+        meta = {"record_indices": np.zeros(4, np.int64)}
+        loader.next_into(out, meta=meta)
+        got.append(meta["record_indices"].tolist())
+
+    other = threading.Thread(target=claim_now, daemon=True)
+
+    def slow(self, steps):
+        out = real(self, steps)
+        other.start()  # another thread claims while this one starts the pass
+        time.sleep(0.2)
+        return out
+
+    type(led).start_next_pass = slow
+    try:
+        iter(loader)
+    finally:
+        type(led).start_next_pass = real
+    other.join(10)
+    ref = fl.Loader(ds, 4, seed=5, workers=0)
+    list(ref)
+    assert got == [next(iter(ref)).meta.record_indices.tolist()]  # pass 1's first batch
+
+
+@pytest.mark.parametrize("saver", [0, 1, 2])
+def test_the_end_of_pass_state_of_any_rank_resumes_with_another_number_of_ranks(saver):
+    ds = dataset(13)
+    ranks = [fl.Loader(ds, 2, seed=1, shard=(i, 3), workers=0) for i in range(3)]
+    for r in ranks:
+        list(r)
+    state = ranks[saver].state_dict()
+    seen: Counter = Counter()
+    for i in range(2):
+        r = fl.Loader(ds, 2, seed=1, shard=(i, 2), workers=0)
+        r.load_state_dict(state)
+        seen.update(p for b in r for p in pairs(b))
+    assert seen == Counter((0, i) for i in range(13))
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"drop_last": "no"},
+        {"pad": "false"},
+        {"even": "False", "shard": (0, 2)},
+        {"check_values": 1},
+    ],
+)
+def test_a_yes_no_option_takes_only_a_bool(kw):
+    with pytest.raises(TypeError, match=next(iter(kw))):
+        fl.Loader(dataset(), 8, **kw)
+
+
+def test_contradictory_options_are_refused(monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="shard and split"):
+        fl.Loader(dataset(), 8, shard="auto", split=(0, 2))
+    with pytest.raises(ValueError, match="device"):
+        fl.Loader(dataset(), 8, output="numpy", device="cpu")
+    assert fl.Loader(dataset(), 8, even=True).options.even is False  # no ranks to even
+
+
+def test_a_state_of_another_length_names_the_lengths():
+    loader = fl.Loader(dataset(37), 4, workers=0)
+    next(loader)
+    state = loader.state_dict()
+    with pytest.raises(fl.StateError, match="length 37 saved, 38 here"):
+        fl.Loader(dataset(38), 4, workers=0).load_state_dict(state)

@@ -31,8 +31,9 @@ def never_returns(ex, rng):
 
 def pairs(batch) -> list[tuple[int, int]]:
     m = batch.meta
-    return list(zip(m.source_ordinals[: m.size].tolist(), m.record_indices[: m.size].tolist(),
-                    strict=True))
+    return list(
+        zip(m.source_ordinals[: m.size].tolist(), m.record_indices[: m.size].tolist(), strict=True)
+    )
 
 
 def mapped(n: int, fn):
@@ -161,6 +162,89 @@ def test_a_torch_dataset_whose_state_was_read_before_the_fork_is_not_repeated():
     ds = fl.Dataset.from_arrays(y=np.arange(64))
     batches = flt.IterableDataset(ds, 8, seed=3, shard=None)
     batches.state_dict()  # builds a loader in this process before the workers fork
-    got = [int(v) for b in DataLoader(batches, batch_size=None, num_workers=2)
-           for v in torch.as_tensor(b.y).tolist()]
+    got = [
+        int(v)
+        for b in DataLoader(batches, batch_size=None, num_workers=2)
+        for v in torch.as_tensor(b.y).tolist()
+    ]
     assert sorted(got) == list(range(64))
+
+
+def hang_on_13(ex, rng):
+    if int(ex["y"]) == 13:
+        time.sleep(30)
+    return ex
+
+
+def interrupt_on_7(ex, rng):
+    """Raises KeyboardInterrupt on record 7 the first time (a flag file says so)."""
+    flag = os.environ.get("FEEDLINE_TEST_FLAG", "")
+    if int(ex["y"]) == 7 and flag and os.path.exists(flag):
+        os.unlink(flag)
+        raise KeyboardInterrupt
+    return ex
+
+
+@pytest.mark.parametrize("stop_after", [6, 9])
+def test_a_loop_left_near_the_end_of_a_pass_with_workers_is_continued_not_skipped(stop_after):
+    # Review of the rebuild: the claim that found the end while batches were still in
+    # flight made the next loop start the next pass after them.
+    loader = fl.Loader(mapped(40, slow_item), 4, seed=3, workers=2, prefetch=4)
+    first = []
+    for b in loader:
+        first.append(pairs(b))
+        if len(first) == stop_after:
+            break
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches"], state["ended"]) == (0, stop_after, False)
+    rest = [pairs(b) for b in loader]
+    assert len(first) + len(rest) == 10
+    assert Counter(p for bp in first + rest for p in bp) == Counter((0, i) for i in range(40))
+    assert len(list(loader)) == 10  # then pass 1, whole
+    loader.close()
+
+
+def test_an_interrupt_raised_by_a_map_in_a_worker_is_the_callers_and_the_batch_is_made_again(
+    tmp_path, monkeypatch
+):
+    flag = tmp_path / "flag"
+    flag.write_text("")
+    monkeypatch.setenv("FEEDLINE_TEST_FLAG", str(flag))
+    loader = fl.Loader(mapped(40, interrupt_on_7), 4, seed=3, workers=2)
+    seen: Counter = Counter()
+    interrupts = 0
+    while True:
+        try:
+            batch = next(loader)
+        except KeyboardInterrupt:
+            interrupts += 1
+            continue
+        except StopIteration:
+            break
+        seen.update(pairs(batch))
+    assert interrupts == 1
+    assert seen == Counter((0, i) for i in range(40))
+    loader.close()
+
+
+def test_close_from_another_thread_stops_a_batch_that_never_ends_at_once():
+    loader = fl.Loader(mapped(40, hang_on_13), 40, workers=1, prefetch=1)
+    got: list = []
+
+    def run():
+        try:
+            got.extend(loader)
+        except BaseException as e:
+            got.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    time.sleep(1.5)  # the worker is inside the map that sleeps 30 s
+    t0 = time.monotonic()
+    closer = threading.Thread(target=loader.close, daemon=True)
+    closer.start()
+    closer.join(20)
+    t.join(20)
+    assert not closer.is_alive() and not t.is_alive()
+    assert time.monotonic() - t0 < 10
+    assert got and isinstance(got[-1], Exception) and "closed" in str(got[-1])

@@ -119,16 +119,17 @@ class Ledger:
                 heapq.heappush(self.redo, claim.index)
                 self.ended = False
 
-    def start_pass_if_ended(self, steps: int) -> bool:
-        """After a finished pass, the next, of ``steps`` batches (True when one started)."""
-        with self.lock:
-            if not self.ended or self.redo:
-                return False
-            self.epoch += 1
-            self.base = 0
-            self.steps = steps
-            self.new_generation()
-            return True
+    def start_next_pass(self, steps: int) -> bool:
+        """Under the lock: after a finished pass (every claim of it delivered: batches a
+        worker made ahead, or another thread is still making, belong to it), the next,
+        of ``steps`` batches. True when one started."""
+        if not self.finished():
+            return False
+        self.epoch += 1
+        self.base = 0
+        self.steps = steps
+        self.new_generation()
+        return True
 
     def finished(self) -> bool:
         """The pass ended and every claim of it was delivered."""

@@ -64,19 +64,41 @@ class Loader:
     [2, 2, 1]
     """
 
-    def __init__(self, source: Any, batch_size: int, *, seed: int | None = None,
-                 shard: tuple[int, int] | Literal["auto"] | None = None,
-                 split: tuple[int, int] | None = None, even: bool = False,
-                 drop_last: bool = False, pad: bool = False, workers: int | None = None,
-                 prefetch: int = 2, device: Any = None,
-                 output: Literal["numpy", "torch"] = "numpy", check_values: bool = False,
-                 batch_transform: Callable[[Batch], Any] | None = None,
-                 timeout: float | None = None) -> None:
-        opts = LoaderOptions.make(batch_size, seed=seed, shard=shard, split=split, even=even,
-                                  drop_last=drop_last, pad=pad, workers=workers,
-                                  prefetch=prefetch, device=device, output=output,
-                                  check_values=check_values, batch_transform=batch_transform,
-                                  timeout=timeout)
+    def __init__(
+        self,
+        source: Any,
+        batch_size: int,
+        *,
+        seed: int | None = None,
+        shard: tuple[int, int] | Literal["auto"] | None = None,
+        split: tuple[int, int] | None = None,
+        even: bool = False,
+        drop_last: bool = False,
+        pad: bool = False,
+        workers: int | None = None,
+        prefetch: int = 2,
+        device: Any = None,
+        output: Literal["numpy", "torch"] | None = None,
+        check_values: bool = False,
+        batch_transform: Callable[[Batch], Any] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        opts = LoaderOptions.make(
+            batch_size,
+            seed=seed,
+            shard=shard,
+            split=split,
+            even=even,
+            drop_last=drop_last,
+            pad=pad,
+            workers=workers,
+            prefetch=prefetch,
+            device=device,
+            output=output,
+            check_values=check_values,
+            batch_transform=batch_transform,
+            timeout=timeout,
+        )
         self.options = opts
         self._b = opts.batch_size
         self._own_dataset = False
@@ -98,11 +120,12 @@ class Loader:
         self._orders: dict[tuple, Order] = {}
         self._pass_cache: tuple | None = None
         self._full_len = Order(self._split_seq()).length if opts.shard is not None else -1
-        self._geometry = _state.Geometry(opts.batch_size, opts.drop_last, opts.even,
-                                         opts.shard, self._full_len, self._order_len)
+        self._geometry = _state.Geometry(
+            opts.batch_size, opts.drop_last, opts.even, opts.shard, self._full_len, self._order_len
+        )
         self._ledger = Ledger(base_seed, self._geometry.steps(0))
         self._steps0 = self._ledger.steps
-        self._block: tuple[int, np.ndarray, np.ndarray, int, int] | None = None
+        self._block: tuple | None = None  # (first, ordinals, records, length, end, gen)
         self._ahead: Ahead | None = None
         self._values_checked = False
         self._print = self._make_fingerprint()
@@ -133,14 +156,16 @@ class Loader:
                 raise TypeError(
                     f"the loader reads typed records: every source of its order must be a "
                     f"typed source (a fl.Dataset, a .flr file, text windows: anything with "
-                    f"a .record), found {type(src).__name__}")
+                    f"a .record), found {type(src).__name__}"
+                )
         datasets = cast("list[Dataset]", sources)  # each one checked just above
         first = datasets[0].record
         for ds in datasets[1:]:
             if ds.record is not first and not first.same_schema(ds.record):
                 raise RecordError(
                     f"one loader reads one record: its datasets' records differ:\n"
-                    f"{first.describe()}\n{ds.record.describe()}")
+                    f"{first.describe()}\n{ds.record.describe()}"
+                )
         return list(datasets)
 
     def _split_seq(self) -> Seq:
@@ -164,8 +189,7 @@ class Loader:
         return order
 
     def _order_len(self, base: int) -> int:
-        return self._order(self._ledger.seed if hasattr(self, "_ledger") else None,
-                           base).length
+        return self._order(self._ledger.seed if hasattr(self, "_ledger") else None, base).length
 
     def _pass_order(self) -> Order:
         led = self._ledger
@@ -180,9 +204,20 @@ class Loader:
         self._pass_cache = (key, order)
         return order
 
+    def _stream(self) -> dict[str, Any]:
+        """What a state records in the clear (and a refusal names): the options that
+        decide the batches, the pass's length before dealing and the number of sources."""
+        length = self._full_len if self.options.shard is not None else self._order_len(0)
+        return {**self.options.stream(), "length": length, "sources": len(self._datasets)}
+
     def _make_fingerprint(self) -> str:
-        return _state.fingerprint(self._seq.to_dict(), self._plain is not None, self.record,
-                                  self.options.stream(), self._ledger.share)
+        return _state.fingerprint(
+            self._seq.to_dict(),
+            self._plain is not None,
+            self.record,
+            self._stream(),
+            self._ledger.share,
+        )
 
     def share_batches(self, index: int, count: int) -> None:
         """Take only batches ``index, index + count, ...`` of every pass (a share of the
@@ -243,7 +278,9 @@ class Loader:
         w, k = led.share
         b = self._b
         start = (index * k + w) * b
-        block = self._block  # (first position, ordinals, records, pass length, end)
+        block = self._block  # (first position, ordinals, records, pass length, end, gen)
+        if block is not None and block[5] != led.gen:
+            block = None  # a block of another pass (or of the same pass before a reset)
         stop = min(start + b, block[3] if block is not None else self._pass_order().length)
         if start >= stop:  # an all-padding step of a short rank (even=True)
             empty = np.zeros(0, dtype=np.int64)
@@ -251,10 +288,16 @@ class Loader:
         if block is None or not block[0] <= start or stop > block[4]:
             block = self._fetch(self._pass_order(), start)
         offset = block[0]
-        return Claim(led.gen, index, start, stop, block[1][start - offset:stop - offset],
-                     block[2][start - offset:stop - offset])
+        return Claim(
+            led.gen,
+            index,
+            start,
+            stop,
+            block[1][start - offset : stop - offset],
+            block[2][start - offset : stop - offset],
+        )
 
-    def _fetch(self, order: Order, start: int) -> tuple[int, np.ndarray, np.ndarray, int, int]:
+    def _fetch(self, order: Order, start: int) -> tuple:
         """The order block starting at ``start`` (made ahead, if the last fetch made it),
         and the next one started on the look-ahead thread."""
         b = self.options.batch_size
@@ -267,7 +310,7 @@ class Loader:
             _kernels.load_in_background()
             cursor = order.cursor(start)
             ords, recs = Ahead.make(cursor, length)
-        self._block = (start, ords, recs, order.length, start + len(ords))
+        self._block = (start, ords, recs, order.length, start + len(ords), self._ledger.gen)
         # the next block starts at this loader's next batch past this one (with a share
         # of k, the first of its batches at or after the block's end)
         w, k = self._ledger.share
@@ -304,16 +347,26 @@ class Loader:
         order = self._pass_order()
         return order.seed if not order.epoch else _pass_context(order.seed, order.epoch)
 
-    def gather(self, claim: Claim, rows: int,
-               out: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    def gather(
+        self, claim: Claim, rows: int, out: dict[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
         """Read (and map) the claim's examples: the fields stacked, padded to ``rows``."""
         if self.options.check_values and not self._values_checked:
             for ds in self._datasets:
                 if ds.in_memory:  # checked whole, once; others batch by batch, as they load
                     ds.check_values()
             self._values_checked = True
-        return gather(self._datasets, self.record.fields, claim.ords, claim.recs, rows,
-                      self.positions(claim), self.context(), self.options.check_values, out)
+        return gather(
+            self._datasets,
+            self.record.fields,
+            claim.ords,
+            claim.recs,
+            rows,
+            self.positions(claim),
+            self.context(),
+            self.options.check_values,
+            out,
+        )
 
     def make(self, claim: Claim) -> Any:
         """The batch of ``claim`` made in this thread: read, map, collate, deliver."""
@@ -321,8 +374,9 @@ class Loader:
         fields = self.gather(claim, rows)
         if self.options.output == "torch":
             fields = to_torch(fields, self.options.device)
-        return self.finish(Batch(dict(fields), claim.size, rows, claim.start, claim.ords,
-                                 claim.recs))
+        return self.finish(
+            Batch(dict(fields), claim.size, rows, claim.start, claim.ords, claim.recs)
+        )
 
     def finish(self, batch: Batch) -> Any:
         transform = self.options.batch_transform
@@ -358,10 +412,11 @@ class Loader:
         return self._plan.dataset if isinstance(self._plan, PlainPlan) else None
 
     def __iter__(self) -> Iterator[Any]:
-        if self._ledger.start_pass_if_ended(self._steps0):
-            self._block = None
-            self._ahead = None
-            self._plan.new_pass()
+        led = self._ledger
+        with led.lock:  # the new pass and its empty block cache, in one step
+            if led.start_next_pass(self._steps0):
+                self._block = None
+                self._ahead = None
         # The plan is the iterator: it has no close(), so a generator around the loader
         # (yield from loader) that is dropped part-way never closes the loader.
         return self._plan
@@ -369,8 +424,9 @@ class Loader:
     def __next__(self) -> Any:
         return self._plan.next()
 
-    def next_into(self, out: Mapping[str, np.ndarray], *,
-                  meta: Mapping[str, np.ndarray] | None = None) -> int:
+    def next_into(
+        self, out: Mapping[str, np.ndarray], *, meta: Mapping[str, np.ndarray] | None = None
+    ) -> int:
         """Gather the next batch into caller-provided arrays; returns its row count.
 
         ``out`` maps each field to a writable array of the field's dtype with at least
@@ -418,7 +474,7 @@ class Loader:
         led = self._ledger
         with led.lock:
             world = self.options.shard[1] if self.options.shard is not None else None
-            return _state.to_dict(led, self._print, self.options.stream(), world)
+            return _state.to_dict(led, self._print, self._stream(), world)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue exactly after the batches the saved loader had delivered.
@@ -430,13 +486,20 @@ class Loader:
         consumed (see ``_state``).
         """
         led = self._ledger
-        restored = _state.parse(state, self._print, self.options.stream(),
-                                _state.Geometry(self.options.batch_size, self.options.drop_last,
-                                                self.options.even, self.options.shard,
-                                                self._full_len,
-                                                lambda base: self._order(
-                                                    state.get("seed"), base).length),
-                                led.share)
+        restored = _state.parse(
+            state,
+            self._print,
+            self._stream(),
+            _state.Geometry(
+                self.options.batch_size,
+                self.options.drop_last,
+                self.options.even,
+                self.options.shard,
+                self._full_len,
+                lambda base: self._order(state.get("seed"), base).length,
+            ),
+            led.share,
+        )
         self._plan.drain()
         with led.lock:
             led.seed = restored.seed
@@ -473,8 +536,10 @@ class Loader:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"Loader({self.record.__name__}, batch_size={self.options.batch_size}, "
-                f"{self._ledger.steps} batches a pass, epoch {self._ledger.epoch})")
+        return (
+            f"Loader({self.record.__name__}, batch_size={self.options.batch_size}, "
+            f"{self._ledger.steps} batches a pass, epoch {self._ledger.epoch})"
+        )
 
 
 def _pass_context(seed: int, epoch: int) -> int:
@@ -497,8 +562,7 @@ def _typed(seq: Seq) -> Seq:
             made[id(src)] = as_dataset(src)
         return made[id(src)]
 
-    if all(isinstance(s, Dataset) or getattr(s, "record", None) is None
-           for s in seq.sources()):
+    if all(isinstance(s, Dataset) or getattr(s, "record", None) is None for s in seq.sources()):
         return seq
     return seq.map_sources(wrap)
 

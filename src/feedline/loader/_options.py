@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
+
 from ._config import default_workers
 from ._ranks import detect_rank
 from ._util import check_int
@@ -44,6 +46,13 @@ from ._util import check_int
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 64) - 1
 # Slots of shared memory per worker: more only holds memory, the workers stay as busy.
 MAX_PREFETCH = 64
+
+
+def _flag(name: str, value: Any) -> bool:
+    """A yes/no option: a bool (a string such as ``"no"`` would be true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
 
 
 def _pair(name: str, value: Any) -> tuple[int, int]:
@@ -79,19 +88,35 @@ class LoaderOptions:
     timeout: float | None = None
 
     @classmethod
-    def make(cls, batch_size: int, *, seed: int | None = None,
-             shard: tuple[int, int] | Literal["auto"] | None = None,
-             split: tuple[int, int] | None = None, even: bool = False,
-             drop_last: bool = False, pad: bool = False, workers: int | None = None,
-             prefetch: int = 2, device: Any = None,
-             output: Literal["numpy", "torch"] = "numpy", check_values: bool = False,
-             batch_transform: Callable[[Any], Any] | None = None,
-             timeout: float | None = None) -> LoaderOptions:
+    def make(
+        cls,
+        batch_size: int,
+        *,
+        seed: int | None = None,
+        shard: tuple[int, int] | Literal["auto"] | None = None,
+        split: tuple[int, int] | None = None,
+        even: bool = False,
+        drop_last: bool = False,
+        pad: bool = False,
+        workers: int | None = None,
+        prefetch: int = 2,
+        device: Any = None,
+        output: Literal["numpy", "torch"] | None = None,
+        check_values: bool = False,
+        batch_transform: Callable[[Any], Any] | None = None,
+        timeout: float | None = None,
+    ) -> LoaderOptions:
         """The options of ``Loader(source, batch_size, **options)``, checked; every error
         names its option."""
         batch_size = check_int("batch_size", batch_size, 1)
         if seed is not None:
             seed = check_int("seed", seed, SEED_MIN, SEED_MAX)
+        even, drop_last, pad, check_values = (
+            _flag("even", even),
+            _flag("drop_last", drop_last),
+            _flag("pad", pad),
+            _flag("check_values", check_values),
+        )
         auto = False
         if shard == "auto":
             shard, auto = detect_rank(), True
@@ -99,39 +124,63 @@ class LoaderOptions:
             shard = _pair("shard", shard)
         if split is not None:
             split = _pair("split", split)
-            if shard is not None and not auto:
-                raise ValueError("shard and split exclude each other: shard deals the "
-                                 "positions to ranks, split slices them")
-            if auto:  # fl.torch's default shard="auto" gives way to a split
-                shard, auto = None, False
+            if shard is not None:
+                raise ValueError(
+                    "shard and split exclude each other: shard deals the "
+                    "positions to ranks, split slices them"
+                )
+        # even is about ranks: without a shard there is nothing to even out
+        even = even and shard is not None
         if drop_last and pad:
-            raise ValueError("drop_last and pad exclude each other: the last partial batch is "
-                             "either dropped or padded")
+            raise ValueError(
+                "drop_last and pad exclude each other: the last partial batch is "
+                "either dropped or padded"
+            )
         # None: fl.loader_workers(), else min(4, usable CPUs) (ShapeScript's default; the
         # measurement behind it is beside _config._DEFAULT_MAX). Workers start only for
         # datasets that need Python per batch (see _plan).
         workers_default = workers is None
         workers = default_workers() if workers is None else check_int("workers", workers, 0)
         prefetch = check_int("prefetch", prefetch, 1, MAX_PREFETCH)
+        if output is None:
+            output = "numpy" if device is None else "torch"
         if output not in ("numpy", "torch"):
             raise ValueError(f"output must be 'numpy' or 'torch', got {output!r}")
-        if device is not None:
-            output = "torch"
+        if device is not None and output != "torch":
+            raise ValueError(
+                f"device={device!r} puts batches on a torch device: output must be "
+                f"'torch' (or left out), got {output!r}"
+            )
         if batch_transform is not None and not callable(batch_transform):
-            raise TypeError(f"batch_transform must be callable, got "
-                            f"{type(batch_transform).__name__}")
+            raise TypeError(
+                f"batch_transform must be callable, got {type(batch_transform).__name__}"
+            )
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise TypeError(f"timeout must be a number of seconds, got "
-                                f"{type(timeout).__name__}")
+                raise TypeError(
+                    f"timeout must be a number of seconds, got {type(timeout).__name__}"
+                )
             if not (timeout > 0 and math.isfinite(timeout)):
                 raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
             timeout = float(timeout)
-        return cls(batch_size=batch_size, seed=seed, shard=shard, auto_shard=auto,
-                   split=split, even=bool(even), drop_last=bool(drop_last), pad=bool(pad),
-                   workers=workers, workers_default=workers_default, prefetch=prefetch,
-                   device=device, output=output, check_values=bool(check_values),
-                   batch_transform=batch_transform, timeout=timeout)
+        return cls(
+            batch_size=batch_size,
+            seed=seed,
+            shard=shard,
+            auto_shard=auto,
+            split=split,
+            even=bool(even),
+            drop_last=bool(drop_last),
+            pad=bool(pad),
+            workers=workers,
+            workers_default=workers_default,
+            prefetch=prefetch,
+            device=device,
+            output=output,
+            check_values=bool(check_values),
+            batch_transform=batch_transform,
+            timeout=timeout,
+        )
 
     @property
     def padded(self) -> bool:
@@ -142,6 +191,11 @@ class LoaderOptions:
         """The options that decide which examples a state's batches hold (they are
         recorded in a state and must match when it loads; the rank and the number of
         ranks may change, see ``_state``)."""
-        return {"batch_size": self.batch_size, "drop_last": self.drop_last, "pad": self.pad,
-                "even": self.even, "split": list(self.split) if self.split else None,
-                "sharded": self.shard is not None}
+        return {
+            "batch_size": self.batch_size,
+            "drop_last": self.drop_last,
+            "pad": self.pad,
+            "even": self.even,
+            "split": list(self.split) if self.split else None,
+            "sharded": self.shard is not None,
+        }

@@ -66,8 +66,9 @@ class LocalPlan:
             raise StopIteration
         return loader.deliver(claim, loader.make)
 
-    def next_into(self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray],
-                  padded: bool) -> int:
+    def next_into(
+        self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
+    ) -> int:
         loader = self.loader
         claim = loader.claim()
         if claim is None:
@@ -79,9 +80,6 @@ class LocalPlan:
         """Write the claim's rows into ``out``'s first rows."""
         loader = self.loader
         loader.gather(claim, claim.size, out={n: out[n] for n in loader.record.fields})
-
-    def new_pass(self) -> None:
-        pass
 
     def drain(self) -> None:
         pass
@@ -141,7 +139,7 @@ class PlainPlan(LocalPlan):
             return super()._fill(claim, out)
         # the order's records are in range: "clip" spares numpy a buffered copy
         for n, col in cols.items():
-            np.take(col, claim.recs, axis=0, out=out[n][:claim.size], mode="clip")
+            np.take(col, claim.recs, axis=0, out=out[n][: claim.size], mode="clip")
         return None
 
 
@@ -161,8 +159,9 @@ class DevicePlan(LocalPlan):
                     if loader.options.check_values:
                         for ds in loader._datasets:
                             ds.check_values()
-                    self._device = DeviceColumns(loader._datasets, dict(loader.record.fields),
-                                                 loader.options.device)
+                    self._device = DeviceColumns(
+                        loader._datasets, dict(loader.record.fields), loader.options.device
+                    )
         return self._device
 
     def next(self) -> Any:
@@ -208,9 +207,12 @@ class WorkerPlan:
         digest, reason = examine(loader._datasets)
         if reason is not None:
             if asked:
-                warnings.warn(f"the loader's datasets are loaded in the calling process, not "
-                              f"in {opts.workers} workers: {reason}", RuntimeWarning,
-                              stacklevel=_caller_level())
+                warnings.warn(
+                    f"the loader's datasets are loaded in the calling process, not "
+                    f"in {opts.workers} workers: {reason}",
+                    RuntimeWarning,
+                    stacklevel=_caller_level(),
+                )
             return None
         assert digest is not None  # examine gives a digest or a reason
         transform, transform_digest = opts.batch_transform, None
@@ -219,14 +221,26 @@ class WorkerPlan:
             if reason is not None:
                 # The transform stays here; the workers still make the batches.
                 if asked:
-                    warnings.warn(f"batch_transform runs in the calling process: {reason}",
-                                  RuntimeWarning, stacklevel=_caller_level())
+                    warnings.warn(
+                        f"batch_transform runs in the calling process: {reason}",
+                        RuntimeWarning,
+                        stacklevel=_caller_level(),
+                    )
                 transform = None
         self.transform_in_workers = transform is not None
-        return PoolSpec(loader._datasets, dict(loader.record.fields), opts.batch_size,
-                        opts.workers, opts.prefetch, opts.check_values, transform,
-                        opts.output, None if opts.device is None else str(opts.device),
-                        digest, transform_digest)
+        return PoolSpec(
+            loader._datasets,
+            dict(loader.record.fields),
+            opts.batch_size,
+            opts.workers,
+            opts.prefetch,
+            opts.check_values,
+            transform,
+            opts.output,
+            None if opts.device is None else str(opts.device),
+            digest,
+            transform_digest,
+        )
 
     def _spec(self) -> PoolSpec | None:
         if not self.decided:
@@ -247,8 +261,9 @@ class WorkerPlan:
             if pool.holder is not None and pool.holder() is self.loader:
                 if pool.broken is not None:
                     pool.use_lock.release()
-                    raise WorkerError(f"{pool.broken} (reset() or load_state_dict() "
-                                      "continues with new workers)")
+                    raise WorkerError(
+                        f"{pool.broken} (reset() or load_state_dict() continues with new workers)"
+                    )
                 return pool
             pool.use_lock.release()
         if self.spec is None:
@@ -283,9 +298,15 @@ class WorkerPlan:
                 if claim is None:
                     break
                 try:
-                    pool.submit(self._batch_no(claim), claim.ords, claim.recs,
-                                loader.rows_for(claim.size), claim.start,
-                                loader.positions(claim), loader.context())
+                    pool.submit(
+                        self._batch_no(claim),
+                        claim.ords,
+                        claim.recs,
+                        loader.rows_for(claim.size),
+                        claim.start,
+                        loader.positions(claim),
+                        loader.context(),
+                    )
                 except BaseException:
                     led.release(claim)
                     raise
@@ -306,6 +327,11 @@ class WorkerPlan:
                 self.inflight.popleft()
                 led.deliver(claim, None)
                 raise
+            except BaseException as e:
+                if getattr(e, "feedline_batch_done", False):  # the map raised the interrupt:
+                    self.inflight.popleft()  # the batch is made again, as in process
+                    led.release(claim)
+                raise  # else it landed in the wait: the batch stays in flight
             self.inflight.popleft()
             return claim, fields
         finally:
@@ -331,16 +357,19 @@ class WorkerPlan:
 
         return loader.deliver(claim, finish)
 
-    def next_into(self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray],
-                  padded: bool) -> int:
+    def next_into(
+        self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
+    ) -> int:
         if self._spec() is None:
             return self.local.next_into(out, meta, padded)
         if self.transform_in_workers:
             if self.inflight:
-                raise ValueError("next_into fills arrays with the records' fields, and this "
-                                 "loader's workers have made batches ahead through its "
-                                 "batch_transform: iterate it, or use next_into from the "
-                                 "start of a pass")
+                raise ValueError(
+                    "next_into fills arrays with the records' fields, and this "
+                    "loader's workers have made batches ahead through its "
+                    "batch_transform: iterate it, or use next_into from the "
+                    "start of a pass"
+                )
             return self.local.next_into(out, meta, padded)
         try:
             batch = self.next(raw=True)
@@ -353,9 +382,6 @@ class WorkerPlan:
         _into.fill_meta(meta, size, rows, batch._pos0, batch._ordinals, batch._records)
         return rows if padded else size
 
-    def new_pass(self) -> None:
-        pass
-
     def drain(self) -> None:
         """Discard batches the workers are making ahead (before a reset or a resume);
         after a worker died, let the next batch start new workers."""
@@ -366,8 +392,11 @@ class WorkerPlan:
             pool = self.pool
             if pool is not None:
                 with pool.use_lock:
-                    if (pool.holder is not None and pool.holder() is self.loader
-                            and pool.broken is None):
+                    if (
+                        pool.holder is not None
+                        and pool.holder() is self.loader
+                        and pool.broken is None
+                    ):
                         pool.drain()  # a worker that dies meanwhile leaves it broken
                 if pool.broken is not None:
                     discard(pool)
@@ -375,12 +404,22 @@ class WorkerPlan:
             self.inflight.clear()
 
     def shutdown(self) -> None:
-        """Stop the pool this loader holds (the loader closes)."""
-        with self.lock:
+        """Stop the pool this loader holds (the loader closes). If another thread is
+        waiting for a batch, the pool is stopped under it, at once: that thread's wait
+        ends with a ``WorkerError`` saying the loader was closed."""
+        if not self.lock.acquire(timeout=0.05):
+            pool = self.pool
+            self.spec, self.decided = None, True
+            if pool is not None and pool.holder is not None and pool.holder() is self.loader:
+                discard(pool)  # stops its workers: the waiting thread sees "closed"
+            self.lock.acquire()
+        try:
             pool, self.pool = self.pool, None
             self.spec, self.decided = None, True
             self.inflight.clear()
-        if pool is not None:
+        finally:
+            self.lock.release()
+        if pool is not None and not pool.closed:
             hand_back(pool, self.loader)
 
 
@@ -394,13 +433,22 @@ def choose_plan(loader: Any) -> Any:
         # travel between processes (benchmarks/workers.py; the figures are beside the
         # default in _config.py), and sending arrays would copy them into every worker.
         return WorkerPlan(loader)
-    if (opts.output == "torch" and all(ds.in_memory and not ds.mapped for ds in datasets)
-            and DeviceColumns.fits(datasets, opts.device)):
+    if (
+        opts.output == "torch"
+        and all(ds.in_memory and not ds.mapped for ds in datasets)
+        and DeviceColumns.fits(datasets, opts.device)
+    ):
         return DevicePlan(loader)
     ds = datasets[0] if len(datasets) == 1 else None
-    if (ds is not None and not ds.mapped and not opts.check_values and opts.output == "numpy"
-            and opts.batch_transform is None and not opts.padded
-            and (ds.columns is not None or ds._mapped_columns)):
+    if (
+        ds is not None
+        and not ds.mapped
+        and not opts.check_values
+        and opts.output == "numpy"
+        and opts.batch_transform is None
+        and not opts.padded
+        and (ds.columns is not None or ds._mapped_columns)
+    ):
         return PlainPlan(loader, ds)
     return LocalPlan(loader)
 

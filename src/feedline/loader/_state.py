@@ -32,8 +32,22 @@ STATE_VERSION = 4
 # in the clear. Versions 2 and 3 were saved under ordering version 1, whose orders differ
 # (issue 13): they are refused, naming both ordering versions, rather than resumed in
 # another order.
-_KEYS = frozenset(("format", "version", "ordering_version", "fingerprint", "options",
-                   "seed", "epoch", "batches", "ahead", "ended", "world", "base"))
+_KEYS = frozenset(
+    (
+        "format",
+        "version",
+        "ordering_version",
+        "fingerprint",
+        "options",
+        "seed",
+        "epoch",
+        "batches",
+        "ahead",
+        "ended",
+        "world",
+        "base",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -53,8 +67,7 @@ class Geometry:
         """Batches of a pass after ``base`` positions (all shares), for this rank, or for
         rank 0 of ``world`` ranks (the one with the most positions)."""
         b = self.batch_size
-        if self.shard is not None and (self.even or (world is not None
-                                                     and world != self.shard[1])):
+        if self.shard is not None and (self.even or (world is not None and world != self.shard[1])):
             count = world if world is not None else self.shard[1]
             full = self.full_len - base
             if self.even and self.drop_last:  # the full batches the shortest rank has
@@ -67,11 +80,16 @@ class Geometry:
         return n // b if self.drop_last else -(-n // b)
 
 
-def fingerprint(seq_doc: dict, plain: bool, record: Any, options: dict[str, Any],
-                share: tuple[int, int]) -> str:
-    doc = {"seq": seq_doc, "plain": plain,
-           "record": {n: [list(f.shape), str(f.dtype)] for n, f in record.fields.items()},
-           "options": options, "share": list(share)}
+def fingerprint(
+    seq_doc: dict, plain: bool, record: Any, options: dict[str, Any], share: tuple[int, int]
+) -> str:
+    doc = {
+        "seq": seq_doc,
+        "plain": plain,
+        "record": {n: [list(f.shape), str(f.dtype)] for n, f in record.fields.items()},
+        "options": options,
+        "share": list(share),
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -116,42 +134,58 @@ def _int(state: Mapping[str, Any], key: str, low: int, high: int | None = None) 
 
 def _check_header(state: Any, print_: str, options: dict[str, Any]) -> None:
     if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
-        raise StateError(f"not a feedline loader state (format "
-                         f"{state.get('format') if isinstance(state, Mapping) else state!r})")
+        raise StateError(
+            f"not a feedline loader state (format "
+            f"{state.get('format') if isinstance(state, Mapping) else state!r})"
+        )
     version = state.get("version")
     if type(version) is int and version in (2, 3):
-        raise StateError(f"the state was saved with ordering version 1 (loader state "
-                         f"version {version}); this feedline computes ordering version "
-                         f"{ORDERING_VERSION}, whose orders differ: resume it with the "
-                         "feedline that saved it, or start the run afresh")
+        raise StateError(
+            f"the state was saved with ordering version 1 (loader state "
+            f"version {version}); this feedline computes ordering version "
+            f"{ORDERING_VERSION}, whose orders differ: resume it with the "
+            "feedline that saved it, or start the run afresh"
+        )
     if type(version) is not int or version != STATE_VERSION:
-        raise StateError(f"loader state version {version!r}; this feedline reads version "
-                         f"{STATE_VERSION}")
+        raise StateError(
+            f"loader state version {version!r}; this feedline reads version {STATE_VERSION}"
+        )
     if state.get("ordering_version", ORDERING_VERSION) != ORDERING_VERSION:
-        raise StateError(f"the state was saved with ordering version "
-                         f"{state['ordering_version']!r}; this feedline computes ordering "
-                         f"version {ORDERING_VERSION}")
+        raise StateError(
+            f"the state was saved with ordering version "
+            f"{state['ordering_version']!r}; this feedline computes ordering "
+            f"version {ORDERING_VERSION}"
+        )
     if set(state) != _KEYS:
-        raise StateError(f"a version {version} loader state has the keys {sorted(_KEYS)}; "
-                         f"this one lacks {sorted(_KEYS - set(state))} and has unknown "
-                         f"{sorted(map(str, set(state) - _KEYS))}")
+        raise StateError(
+            f"a version {version} loader state has the keys {sorted(_KEYS)}; "
+            f"this one lacks {sorted(_KEYS - set(state))} and has unknown "
+            f"{sorted(map(str, set(state) - _KEYS))}"
+        )
     saved = state["options"]
     if not isinstance(saved, Mapping):
         raise StateError(f"the state's 'options' must be an object, got {saved!r:.80}")
     differ = [k for k in sorted(set(options) | set(saved)) if saved.get(k) != options.get(k)]
     if differ:
-        raise StateError("the state was saved by a loader with other options: " + "; ".join(
-            f"{k} {json.dumps(saved.get(k))} saved, {json.dumps(options.get(k))} here"
-            for k in differ))
+        raise StateError(
+            "the state was saved by a loader with other options: "
+            + "; ".join(
+                f"{k} {json.dumps(saved.get(k))} saved, {json.dumps(options.get(k))} here"
+                for k in differ
+            )
+        )
     if state["fingerprint"] != print_:
-        raise StateError("the state was saved by a loader of another configuration: its "
-                         "order, its sources (lengths and salts), its record or its share of "
-                         f"the batches differ (fingerprint {str(state['fingerprint'])[:12]}... "
-                         f"is not {print_[:12]}...)")
+        raise StateError(
+            "the state was saved by a loader of another configuration: its "
+            "order, its sources (lengths and salts), its record or its share of "
+            f"the batches differ (fingerprint {str(state['fingerprint'])[:12]}... "
+            f"is not {print_[:12]}...)"
+        )
 
 
-def parse(state: Any, print_: str, options: dict[str, Any], geo: Geometry,
-          share: tuple[int, int]) -> Restored:
+def parse(
+    state: Any, print_: str, options: dict[str, Any], geo: Geometry, share: tuple[int, int]
+) -> Restored:
     """Where ``state`` puts a loader of this configuration; ``StateError`` when it was
     saved by another one, or is not a state at all."""
     _check_header(state, print_, options)
@@ -164,15 +198,23 @@ def parse(state: Any, print_: str, options: dict[str, Any], geo: Geometry,
     if not isinstance(ended, bool):
         raise StateError(f"the state's 'ended' must be true or false, got {ended!r}")
     ahead = state["ahead"]
-    if (not isinstance(ahead, list) or any(type(a) is not int for a in ahead)
-            or ahead != sorted(set(ahead)) or (ahead and (ahead[0] <= batches or ended))):
-        raise StateError(f"the state's 'ahead' must list increasing batch numbers past "
-                         f"its {batches} batches (none in an ended pass), got {ahead!r:.80}")
+    if (
+        not isinstance(ahead, list)
+        or any(type(a) is not int for a in ahead)
+        or ahead != sorted(set(ahead))
+        or (ahead and (ahead[0] <= batches or ended))
+    ):
+        raise StateError(
+            f"the state's 'ahead' must list increasing batch numbers past "
+            f"its {batches} batches (none in an ended pass), got {ahead!r:.80}"
+        )
     where = f"(epoch {epoch}, batch {batches}, base {base}, world {world})"
     dealt = geo.shard is not None
     if (world is None) == dealt:
-        raise StateError(f"the state's world {world!r} does not fit a loader whose "
-                         f"positions are {'' if dealt else 'not '}dealt to ranks")
+        raise StateError(
+            f"the state's world {world!r} does not fit a loader whose "
+            f"positions are {'' if dealt else 'not '}dealt to ranks"
+        )
     if (base and not dealt) or (dealt and base > geo.full_len):
         raise StateError(f"the state's position {where} is not one this loader can be at")
     restart = False  # an ended pass saved by other ranks: the next pass starts afresh
@@ -181,9 +223,13 @@ def parse(state: Any, print_: str, options: dict[str, Any], geo: Geometry,
             assert geo.shard is not None and world is not None  # dealt (and checked above)
             # what the saving ranks' pass allowed: rank 0 has the most positions
             saved = geo.steps(base, world)
-            if batches > saved or (ended and batches != saved):
-                raise StateError(f"the state's position {where} does not fit the saving "
-                                 f"ranks' pass of {saved} batches")
+            # an ended pass of another number of ranks may be any rank's (a short one
+            # took fewer batches); with the same ranks, it is this rank's own
+            if batches > saved or (ended and batches != saved and world == geo.shard[1]):
+                raise StateError(
+                    f"the state's position {where} does not fit the saving "
+                    f"ranks' pass of {saved} batches"
+                )
             if world != geo.shard[1]:
                 if ended:
                     base, restart = 0, True
@@ -191,12 +237,14 @@ def parse(state: Any, print_: str, options: dict[str, Any], geo: Geometry,
                     raise StateError(
                         f"the state was saved by {world} ranks and this loader is one of "
                         f"{geo.shard[1]}: a change of ranks cannot be resumed from a state "
-                        f"saved while threads had batches {ahead} out of order")
+                        f"saved while threads had batches {ahead} out of order"
+                    )
                 elif share != (0, 1):
                     raise StateError(
                         f"the state was saved by {world} ranks and this loader is one of "
                         f"{geo.shard[1]}: a change of ranks cannot be resumed when the "
-                        "batches are shared (torch DataLoader workers)")
+                        "batches are shared (torch DataLoader workers)"
+                    )
                 else:
                     base = min(base + batches * geo.batch_size * world, geo.full_len)
                     batches = 0
@@ -204,14 +252,19 @@ def parse(state: Any, print_: str, options: dict[str, Any], geo: Geometry,
     except (FeedlineError, ValueError, OverflowError) as e:
         if isinstance(e, StateError):
             raise
-        raise StateError(f"the state's position {where} does not make an order for this "
-                         f"loader: {e}") from e
+        raise StateError(
+            f"the state's position {where} does not make an order for this loader: {e}"
+        ) from e
     w, k = share
     share_steps = max(0, -(-(steps - w) // k))
     if restart:
         batches = share_steps
-    if (batches > share_steps or (ended and batches != share_steps)
-            or (ahead and ahead[-1] >= share_steps)):
-        raise StateError(f"the state's position {where} does not fit a pass of "
-                         f"{share_steps} batches")
+    if (
+        batches > share_steps
+        or (ended and batches != share_steps)
+        or (ahead and ahead[-1] >= share_steps)
+    ):
+        raise StateError(
+            f"the state's position {where} does not fit a pass of {share_steps} batches"
+        )
     return Restored(seed, epoch, base, steps, batches, tuple(ahead), ended)

@@ -22,10 +22,13 @@ import numpy as np
 from feedline.loader._gather import gather
 
 
-def _views(shm: SharedMemory, layout: list[tuple[str, str, tuple[int, ...], int]],
-           rows: int) -> dict[str, np.ndarray]:
-    return {name: np.ndarray((rows, *shape), dtype=np.dtype(dtype), buffer=shm.buf, offset=off)
-            for name, dtype, shape, off in layout}
+def _views(
+    shm: SharedMemory, layout: list[tuple[str, str, tuple[int, ...], int]], rows: int
+) -> dict[str, np.ndarray]:
+    return {
+        name: np.ndarray((rows, *shape), dtype=np.dtype(dtype), buffer=shm.buf, offset=off)
+        for name, dtype, shape, off in layout
+    }
 
 
 def serve(conn: Connection) -> None:
@@ -51,19 +54,32 @@ def serve(conn: Connection) -> None:
             try:
                 out = _views(slots[slot], layout, batch_size)
                 size = len(recs)
-                gather(datasets, fields, ords, recs, size, seeds, context, check_values,
-                       out={name: a for name, a in out.items()})
+                gather(
+                    datasets,
+                    fields,
+                    ords,
+                    recs,
+                    size,
+                    seeds,
+                    context,
+                    check_values,
+                    out={name: a for name, a in out.items()},
+                )
                 if rows > size:
                     for name in out:
                         out[name][size:rows] = 0
                 if transform is None:
                     conn.send(("done", batch_no, slot))
                 else:
-                    result = _transform(transform, out, size, rows, start, ords, recs, output,
-                                        device)
-                    conn.send(("result", batch_no,
-                               pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)))
-            except Exception as e:  # reaches the caller with this traceback's text
+                    result = _transform(
+                        transform, out, size, rows, start, ords, recs, output, device
+                    )
+                    conn.send(
+                        ("result", batch_no, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+                    )
+            except (Exception, KeyboardInterrupt) as e:  # reaches the caller, with the
+                # traceback's text; a KeyboardInterrupt a map raised too (the batch is then
+                # made again, as in process), never the end of this worker
                 text = traceback.format_exc()
                 try:
                     payload = pickle.dumps(e)

@@ -79,8 +79,11 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "feedline.loader._worker_main", str(child.fileno())],
-            pass_fds=(child.fileno(),), env=env, stdin=subprocess.DEVNULL,
-            start_new_session=False)
+            pass_fds=(child.fileno(),),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=False,
+        )
         child.close()
         self.conn = Connection(parent.detach())
         self.conn.send_bytes(payload)
@@ -110,9 +113,18 @@ class WorkerPool:
     loop; ``broken`` says why it must not be used again (a worker died).
     """
 
-    def __init__(self, datasets: list, fields: dict, batch_size: int, workers: int,
-                 prefetch: int, check_values: bool, transform: Any = None,
-                 output: str = "numpy", device: str | None = None) -> None:
+    def __init__(
+        self,
+        datasets: list,
+        fields: dict,
+        batch_size: int,
+        workers: int,
+        prefetch: int,
+        check_values: bool,
+        transform: Any = None,
+        output: str = "numpy",
+        device: str | None = None,
+    ) -> None:
         self.holder: weakref.ref | None = None
         self.pid = os.getpid()  # the process that owns the workers and the memory
         self.use_lock = threading.Lock()
@@ -136,10 +148,18 @@ class WorkerPool:
         self.free: deque[int] = deque()
         self.workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, _release, self.slots, self.workers)
-        payload = pickle.dumps({"datasets": datasets, "layout": layout,
-                                "batch_size": batch_size, "check_values": check_values,
-                                "transform": transform, "output": output, "device": device},
-                               protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps(
+            {
+                "datasets": datasets,
+                "layout": layout,
+                "batch_size": batch_size,
+                "check_values": check_values,
+                "transform": transform,
+                "output": output,
+                "device": device,
+            },
+            protocol=pickle.HIGHEST_PROTOCOL,
+        )
         self.pending: dict[int, tuple[int, _Worker]] = {}
         self.done: dict[int, tuple[str, Any]] = {}
         self._next_worker = 0
@@ -160,17 +180,19 @@ class WorkerPool:
         """Make the ring of shared-memory slots, if there is none, and tell the workers."""
         if self.slots:
             return
-        self.slots.extend(SharedMemory(create=True, size=self.slot_bytes)
-                          for _ in range(self.n_slots))
+        self.slots.extend(
+            SharedMemory(create=True, size=self.slot_bytes) for _ in range(self.n_slots)
+        )
         self.free = deque(range(len(self.slots)))
         names = [s.name for s in self.slots]
         for w in self.workers:
             try:
                 w.conn.send(("slots", names))
             except OSError as e:
-                raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
-                                 "before it could be given its memory") from e
-
+                raise self._dead(
+                    f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
+                    "before it could be given its memory"
+                ) from e
 
     def _dead(self, message: str) -> WorkerError:
         """A worker died: the pool is broken for good; the error to raise."""
@@ -182,13 +204,17 @@ class WorkerPool:
 
     def _expect_ready(self, w: _Worker) -> None:
         if not w.conn.poll(_START_TIMEOUT_S):
-            raise self._dead(f"a loader worker (pid {w.proc.pid}) did not start within "
-                             f"{_START_TIMEOUT_S:.0f} s; it {w.describe_death()}")
+            raise self._dead(
+                f"a loader worker (pid {w.proc.pid}) did not start within "
+                f"{_START_TIMEOUT_S:.0f} s; it {w.describe_death()}"
+            )
         try:
             msg = w.conn.recv()
         except EOFError as e:
-            raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} while "
-                             f"loading its datasets (see its stderr)") from e
+            raise self._dead(
+                f"a loader worker (pid {w.proc.pid}) {w.describe_death()} while "
+                f"loading its datasets (see its stderr)"
+            ) from e
         if msg[0] != "ready":
             raise WorkerError(f"a loader worker sent {msg[0]!r} instead of ready")
 
@@ -196,21 +222,42 @@ class WorkerPool:
     def can_submit(self) -> bool:
         return bool(self.free)
 
-    def submit(self, batch_no: int, ords: np.ndarray, recs: np.ndarray, rows: int, start: int,
-               seeds: np.ndarray | None, context: int) -> None:
+    def submit(
+        self,
+        batch_no: int,
+        ords: np.ndarray,
+        recs: np.ndarray,
+        rows: int,
+        start: int,
+        seeds: np.ndarray | None,
+        context: int,
+    ) -> None:
         self._check_owner()
         slot = self.free.popleft()
         w = self.workers[self._next_worker % len(self.workers)]
         self._next_worker += 1
         try:
-            w.conn.send(("task", batch_no, slot, np.ascontiguousarray(ords),
-                         np.ascontiguousarray(recs), rows, start, seeds, context))
+            w.conn.send(
+                (
+                    "task",
+                    batch_no,
+                    slot,
+                    np.ascontiguousarray(ords),
+                    np.ascontiguousarray(recs),
+                    rows,
+                    start,
+                    seeds,
+                    context,
+                )
+            )
         except OSError as e:  # the worker died (a broken pipe): say so, with how it died
             self.free.appendleft(slot)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 w.proc.wait(1.0)
-            raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
-                             "before it could be given a batch") from e
+            raise self._dead(
+                f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
+                "before it could be given a batch"
+            ) from e
         except BaseException:  # an interrupt before the task left: the slot stays free
             self.free.appendleft(slot)
             raise
@@ -220,9 +267,11 @@ class WorkerPool:
     def _check_owner(self) -> None:
         """Only the process that started the workers talks to them."""
         if self.pid != os.getpid():
-            raise WorkerError(f"this loader's workers belong to process {self.pid}, not to "
-                              f"this forked process ({os.getpid()}): reset() or "
-                              "load_state_dict() here starts workers of its own")
+            raise WorkerError(
+                f"this loader's workers belong to process {self.pid}, not to "
+                f"this forked process ({os.getpid()}): reset() or "
+                "load_state_dict() here starts workers of its own"
+            )
 
     def result(self, batch_no: int, timeout: float | None = None) -> dict[str, np.ndarray]:
         """Wait for batch ``batch_no``; its fields copied out of the slot (freed).
@@ -236,9 +285,11 @@ class WorkerPool:
         while batch_no not in self.done:
             if deadline is not None and time.monotonic() >= deadline:
                 _, w = self.pending[batch_no]
-                raise self._dead(f"batch {batch_no} took longer than the loader's timeout of "
-                                 f"{timeout:g} s in the loader worker pid {w.proc.pid} (a map "
-                                 "function that never returns?)")
+                raise self._dead(
+                    f"batch {batch_no} took longer than the loader's timeout of "
+                    f"{timeout:g} s in the loader worker pid {w.proc.pid} (a map "
+                    "function that never returns?)"
+                )
             self._receive(None if deadline is None else max(0.0, deadline - time.monotonic()))
         kind, value = self.done[batch_no]
         slot, _ = self.pending[batch_no]
@@ -252,6 +303,9 @@ class WorkerPool:
                     exc = pickle.loads(payload)
             if isinstance(exc, BaseException):
                 _add_note(exc, f"raised in a loader worker:\n{text}")
+                # the batch is over (its slot free): an interrupt raised by the batch itself,
+                # unlike one in this wait, is not waited for again
+                exc.feedline_batch_done = True  # type: ignore[attr-defined]
                 raise exc
             raise WorkerError(f"a loader worker raised:\n{text}")
         if kind == "result":  # a batch transform's result, pickled by the worker
@@ -260,8 +314,9 @@ class WorkerPool:
         shm = self.slots[slot]
         out = {}
         for name, dtype, shape, off in self.layout:
-            view = np.ndarray((self.batch_size, *shape), dtype=np.dtype(dtype), buffer=shm.buf,
-                              offset=off)
+            view = np.ndarray(
+                (self.batch_size, *shape), dtype=np.dtype(dtype), buffer=shm.buf, offset=off
+            )
             out[name] = view.copy()
         self.free.append(slot)
         return out
@@ -272,14 +327,18 @@ class WorkerPool:
         conns = [w.conn for w in self.workers if w.busy]
         if not conns:
             raise WorkerError("the loader waits for a batch no worker is making")
-        ready = wait(conns, timeout=_POLL_S if limit is None else min(_POLL_S, limit))
+        try:
+            ready = wait(conns, timeout=_POLL_S if limit is None else min(_POLL_S, limit))
+        except (OSError, ValueError) as e:  # the pipes were closed under this wait
+            if self.closed:
+                raise WorkerError("the loader was closed while its batch was being made") from e
+            raise
         if not ready:
             if self.closed:
                 raise WorkerError("the loader was closed while its batch was being made")
             for w in self.workers:
                 if not w.alive():
-                    raise self._dead(f"a loader worker (pid {w.proc.pid}) "
-                                     f"{w.describe_death()}")
+                    raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}")
             return
         for conn in ready:
             w = next(w for w in self.workers if w.conn is conn)
@@ -287,12 +346,10 @@ class WorkerPool:
                 msg = w.conn.recv()
             except (EOFError, OSError) as e:
                 if self.closed:  # close() from another thread stopped the workers
-                    raise WorkerError("the loader was closed while its batch was being "
-                                      "made") from e
+                    raise WorkerError("the loader was closed while its batch was being made") from e
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     w.proc.wait(timeout=5)
-                raise self._dead(f"a loader worker (pid {w.proc.pid}) "
-                                 f"{w.describe_death()}") from e
+                raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}") from e
             w.busy -= 1
             if msg[0] == "done":
                 self.done[msg[1]] = ("done", None)
@@ -307,8 +364,11 @@ class WorkerPool:
         first: the pool must then be closed, not used again."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for batch_no in list(self.pending):
-            while (self.broken is None and batch_no not in self.done
-                   and (deadline is None or time.monotonic() < deadline)):
+            while (
+                self.broken is None
+                and batch_no not in self.done
+                and (deadline is None or time.monotonic() < deadline)
+            ):
                 try:
                     self._receive()
                 except WorkerError as e:  # a death (broken), or nothing left to wait for
@@ -348,9 +408,12 @@ def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:
     for w in workers:
         with contextlib.suppress(Exception):
             w.conn.send(("stop",))
+    # Idle workers stop at once; one busy with a batch (a map that takes long, or never
+    # returns) is killed after a second, whatever the number of workers.
+    deadline = time.monotonic() + 1.0
     for w in workers:
         with contextlib.suppress(Exception):
-            w.proc.wait(timeout=2)
+            w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         if w.proc.poll() is None:
             w.proc.kill()
             with contextlib.suppress(Exception):
