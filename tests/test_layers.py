@@ -1,0 +1,93 @@
+"""The house: every import between feedline's packages points down the layers.
+
+The layers, bottom first (a module imports only from its own layer and those below):
+
+    errors
+    records, order          what an example is; which record comes next (no files)
+    formats                 bytes on disk (knows records, never loaders)
+    sources                 anything indexable as typed records (builds orders: Seq)
+    text, remote, manifest  corpora and windows, files at URLs, manifests of shards
+    loader                  batches, workers, devices
+    torch, jax, ray, cli    integrations and the command line
+
+``order`` sits beside ``records``, below ``sources``: an order is computed from lengths
+and salts alone, and a typed dataset builds one (``Dataset.shuffle -> Seq``). Every
+import statement counts, also one inside a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "feedline"
+
+LAYERS = [
+    {"errors"},
+    {"records", "order"},
+    {"formats"},
+    {"sources"},
+    {"text", "remote", "manifest"},
+    {"loader"},
+    {"torch", "jax", "ray", "cli"},
+]
+LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+LEVEL["feedline"] = len(LAYERS) - 1  # the top package re-exports every layer
+
+
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def imports() -> list[tuple[str, str, int]]:
+    """(importing package, imported package, line) for every import inside feedline."""
+    out = []
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC.parent).with_suffix("")
+        if path.name == "__init__.py":
+            module = package = ".".join(rel.parts[:-1])
+        else:
+            module = ".".join(rel.parts)
+            package = module.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                if node.module:
+                    targets.append(".".join([*base, node.module]))
+                else:
+                    targets.extend(".".join([*base, a.name]) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("feedline"):
+                targets.append(node.module or "")
+            elif isinstance(node, ast.Import):
+                targets.extend(a.name for a in node.names if a.name.startswith("feedline."))
+            for target in targets:
+                dst = _package_of(target)
+                if dst not in LEVEL:  # a name of the top package (``from .. import Loader``)
+                    dst = "feedline"
+                out.append((_package_of(module), dst, node.lineno, str(path)))
+    return out
+
+
+def test_every_package_has_a_layer():
+    packages = {
+        p.stem if p.is_file() else p.name
+        for p in SRC.iterdir()
+        if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))
+    }
+    packages -= {"__init__", "__main__"}
+    assert packages <= set(LEVEL) - {"feedline"}, sorted(packages - set(LEVEL))
+
+
+@pytest.mark.parametrize("edge", imports(), ids=lambda e: f"{e[0]}->{e[1]}:{e[2]}")
+def test_an_import_points_down_the_layers(edge):
+    src, dst, line, path = edge
+    if src in ("", dst) or dst == "":  # the package itself, or within one package
+        return
+    assert LEVEL[dst] <= LEVEL[src], (
+        f"{path}:{line}: {src} (layer {LEVEL[src]}) imports {dst} (layer {LEVEL[dst]})"
+    )
