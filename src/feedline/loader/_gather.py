@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ._collate import empty
+
 
 def gather(
     datasets: list,
@@ -19,7 +21,8 @@ def gather(
     check_values: bool,
     out: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The fields of records ``recs`` of datasets ``ords``, stacked; zero-padded to ``rows``.
+    """The fields of records ``recs`` of datasets ``ords``, stacked (collated by
+    ``_collate``: zero-padded to ``rows``).
 
     ``positions`` (the rows' positions in the whole pass, see ``Loader._seeds``) and
     ``context`` (the pass) seed mapped datasets' per-example generators; None when no
@@ -33,11 +36,7 @@ def gather(
             return ds.getitems(
                 recs, check_values=check_values, positions=positions, context=context
             )
-        target = (
-            out
-            if out is not None
-            else {n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
-        )
+        target = out if out is not None else empty(fields, rows)
         ds.getitems(
             recs,
             check_values=check_values,
@@ -47,11 +46,7 @@ def gather(
             in_range=True,
         )
         return target
-    target = (
-        out
-        if out is not None
-        else {n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
-    )
+    target = out if out is not None else empty(fields, rows)
     for o in np.unique(ords):
         sel = np.flatnonzero(ords == o)
         cols = datasets[int(o)].getitems(

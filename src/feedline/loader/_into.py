@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ._collate import zero_padding
+
 # What ``next_into(out, meta=...)`` fills: the batch's metadata (``batch.meta``), by name.
 _META_DTYPES = {
     "mask": np.bool_,
@@ -119,8 +121,6 @@ def finish(
     metadata; the count ``next_into`` returns."""
     size = claim.size
     rows = loader.rows_for(size)
-    if rows > size:
-        for n in loader.record.fields:
-            out[n][size:rows] = 0
+    zero_padding({n: out[n] for n in loader.record.fields}, size, rows)
     fill_meta(meta, size, rows, claim.start, claim.ords, claim.recs)
     return rows if padded else size

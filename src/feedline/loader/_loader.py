@@ -41,7 +41,7 @@ import numpy as np
 from ..errors import RecordError
 from ..order import Order, Seq, _kernels, _seq
 from ..sources import Dataset
-from . import _into, _state
+from . import _collate, _into, _state
 from ._ahead import Ahead
 from ._batch import Batch
 from ._gather import gather
@@ -321,7 +321,7 @@ class Loader:
         return self._block
 
     def rows_for(self, size: int) -> int:
-        return self.options.batch_size if self.options.padded else size
+        return _collate.rows_for(size, self._b, self.options.padded)
 
     def positions(self, claim: Claim) -> np.ndarray | None:
         """The positions, in the whole pass before dealing or splitting, of the claim's

@@ -19,6 +19,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from feedline.loader._collate import zero_padding
 from feedline.loader._gather import gather
 
 
@@ -65,9 +66,7 @@ def serve(conn: Connection) -> None:
                     check_values,
                     out={name: a for name, a in out.items()},
                 )
-                if rows > size:
-                    for name in out:
-                        out[name][size:rows] = 0
+                zero_padding(out, size, rows)
                 if transform is None:
                     conn.send(("done", batch_no, slot))
                 else:
