@@ -12,7 +12,9 @@ The layers, bottom first (a module imports only from its own layer and those bel
 
 ``order`` sits beside ``records``, below ``sources``: an order is computed from lengths
 and salts alone, and a typed dataset builds one (``Dataset.shuffle -> Seq``). Every
-import statement counts, also one inside a function.
+import statement counts, also one inside a function. The one exception is named here:
+the contract's convenience constructors ``Seq.batches`` and ``Dataset.batches`` import
+the loader when they are called (no registry filled in from above).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ LAYERS = [
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 LEVEL["feedline"] = len(LAYERS) - 1  # the top package re-exports every layer
+# (importing package, imported package, enclosing function): the named exceptions
+UPWARD = {("order", "loader", "batches"), ("sources", "loader", "batches")}
 
 
 def _package_of(module: str) -> str:
@@ -42,8 +46,9 @@ def _package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
-def imports() -> list[tuple[str, str, int]]:
-    """(importing package, imported package, line) for every import inside feedline."""
+def imports() -> list[tuple[str, str, int, str, str]]:
+    """(importing package, imported package, line, file, enclosing function) for every
+    import inside feedline."""
     out = []
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC.parent).with_suffix("")
@@ -53,6 +58,11 @@ def imports() -> list[tuple[str, str, int]]:
             module = ".".join(rel.parts)
             package = module.rsplit(".", 1)[0]
         tree = ast.parse(path.read_text(encoding="utf-8"))
+        inside = {}  # import node -> the name of the function around it
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for sub in ast.walk(fn):
+                    inside.setdefault(id(sub), fn.name) if sub is not fn else None
         for node in ast.walk(tree):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.level:
@@ -69,7 +79,9 @@ def imports() -> list[tuple[str, str, int]]:
                 dst = _package_of(target)
                 if dst not in LEVEL:  # a name of the top package (``from .. import Loader``)
                     dst = "feedline"
-                out.append((_package_of(module), dst, node.lineno, str(path)))
+                out.append(
+                    (_package_of(module), dst, node.lineno, str(path), inside.get(id(node), ""))
+                )
     return out
 
 
@@ -85,9 +97,19 @@ def test_every_package_has_a_layer():
 
 @pytest.mark.parametrize("edge", imports(), ids=lambda e: f"{e[0]}->{e[1]}:{e[2]}")
 def test_an_import_points_down_the_layers(edge):
-    src, dst, line, path = edge
+    src, dst, line, path, function = edge
     if src in ("", dst) or dst == "":  # the package itself, or within one package
+        return
+    if (src, dst, function) in UPWARD:
         return
     assert LEVEL[dst] <= LEVEL[src], (
         f"{path}:{line}: {src} (layer {LEVEL[src]}) imports {dst} (layer {LEVEL[dst]})"
     )
+
+
+def test_the_named_upward_imports_are_the_only_ones_and_no_registry_is_left():
+    up = {(s, d, f) for s, d, _, _, f in imports() if s and d and s != d and LEVEL[d] > LEVEL[s]}
+    assert up == UPWARD
+    import feedline.order._seq as seq_module
+
+    assert not hasattr(seq_module, "LOADER")

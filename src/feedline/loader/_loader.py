@@ -39,7 +39,7 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from ..errors import RecordError
-from ..order import Order, Seq, _kernels, _seq
+from ..order import Order, Seq, _kernels
 from ..sources import Dataset
 from . import _collate, _into, _state
 from ._ahead import Ahead
@@ -565,6 +565,3 @@ def _typed(seq: Seq) -> Seq:
     if all(isinstance(s, Dataset) or getattr(s, "record", None) is None for s in seq.sources()):
         return seq
     return seq.map_sources(wrap)
-
-
-_seq.LOADER = [Loader]

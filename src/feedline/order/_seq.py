@@ -26,10 +26,6 @@ from ..errors import OrderError, OrderErrorKind
 from ._hash import MASK64
 from ._schedule import Schedule
 
-# The loader class, registered by ``feedline.loader`` when it is imported, so that
-# ``Seq.batches`` works without the order layer importing the loader layer.
-LOADER: list | None = None
-
 ORDERING_VERSION = 2
 """Orders are identical for every feedline version with the same ordering version.
 
@@ -250,14 +246,18 @@ class Seq:
     ) -> Any:
         """A ``fl.Loader`` over this order: batches of ``n`` (by position or ``n=``, as
         ShapeScript's ``batches(64)``; ``batch_size=`` is the same; see ``Loader``)."""
-        if LOADER is None:
-            raise RuntimeError("feedline's loader is not imported; `import feedline` first")
         if (n is None) == (batch_size is None):
             raise TypeError(
                 f"batches takes the batch size once, as n (by position or n=) or "
                 f"batch_size=; got n={n!r} and batch_size={batch_size!r}"
             )
-        return LOADER[0](self, n if batch_size is None else batch_size, **loader_options)
+        # The contract's convenience constructor, and the one import here that points up
+        # the layers, at call time (tests/test_layers.py names it).
+        from ..loader import Loader
+
+        size = n if n is not None else batch_size
+        assert size is not None  # one of the two, checked above
+        return Loader(self, size, **loader_options)
 
     # -- sources ------------------------------------------------------------------------
     def map_sources(self, fn: Callable[[object], object]) -> Seq:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BoundsError, FeedlineError, RecordError, ShapeError
-from ..order import Seq, _seq
+from ..order import Seq
 from ..order import salt as name_salt
 from ..order._hash import MASK64, PHI, mix64
 from ..records import Record, make_record
@@ -634,14 +634,18 @@ class Dataset:
         ``seed`` shuffles (see ``Loader``). ``n`` is given by position or as ``n=``, as
         ShapeScript's ``batches(64)``; ``batch_size=`` is the same.
         """
-        if _seq.LOADER is None:
-            raise RuntimeError("feedline's loader is not imported; `import feedline` first")
         if (n is None) == (batch_size is None):
             raise TypeError(
                 f"batches takes the batch size once, as n (by position or n=) or "
                 f"batch_size=; got n={n!r} and batch_size={batch_size!r}"
             )
-        return _seq.LOADER[0](self, n if batch_size is None else batch_size, **loader_options)
+        # The contract's convenience constructor, and the one import here that points up
+        # the layers, at call time (tests/test_layers.py names it).
+        from ..loader import Loader
+
+        size = n if n is not None else batch_size
+        assert size is not None  # one of the two, checked above
+        return Loader(self, size, **loader_options)
 
     def close(self) -> None:
         """Give up this dataset's share of its source's file (if it has one)."""
