@@ -92,3 +92,37 @@ def test_the_nndataset_names_are_exactly_the_pinned_ones():
 def test_the_ordering_version_is_two():
     # Ordering version 2 follows the dataorder crate 0.4's rules (issue 13).
     assert fl.ORDERING_VERSION == 2
+
+
+# The public submodules' surfaces, pinned as the package's is (issue 14).
+SUBMODULES = {
+    "ndf": ["HEADER", "MAGIC", "NdfFile", "open", "record_for", "save", "write_rows"],
+    "recfile": ["FORMAT_NAME", "MAGIC", "RecFile", "VERSION", "open", "write", "write_chunks"],
+    "text": [
+        "BPETokenizer",
+        "BuildSummary",
+        "ByteTokenizer",
+        "Tokenizer",
+        "Windows",
+        "build",
+        "iter_doc_chunks",
+        "load_tokenizer",
+        "mark_assistant_span",
+        "read_text_docs",
+        "tokenizer_from_vocab",
+        "window_record",
+        "write_vocab",
+    ],
+    "remote": ["RemoteArray", "RemoteFile", "RemoteOptions", "is_url", "open"],
+    "torch": ["IterableDataset"],
+    "jax": ["batches", "global_batch", "to_jax"],
+    "ray": ["build_text", "convert"],
+}
+
+
+def test_the_public_submodules_names_are_exactly_the_pinned_ones():
+    for name, expected in SUBMODULES.items():
+        module = getattr(fl, name)
+        assert sorted(module.__all__) == sorted(expected), name
+        for member in expected:
+            assert hasattr(module, member), f"fl.{name}.{member}"

@@ -29,6 +29,8 @@ from ..errors import FormatError, RecordError, ShapeError
 from ..records import Record, make_record
 from ._io import OpenFile, atomic_write
 
+__all__ = ["HEADER", "MAGIC", "NdfFile", "open", "record_for", "save", "write_rows"]
+
 MAGIC = b"NDF1"
 HEADER = 28
 _HEADER = struct.Struct("<4sQQQ")

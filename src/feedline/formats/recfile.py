@@ -33,6 +33,8 @@ from ..errors import FeedlineError, FormatError, RecordError
 from ..records import Record, record_from_schema
 from ._io import OpenFile, atomic_write, scratch_file, scratch_suffix
 
+__all__ = ["FORMAT_NAME", "MAGIC", "VERSION", "RecFile", "open", "write", "write_chunks"]
+
 MAGIC = b"\x89FLR\r\n\x1a\n"
 VERSION = 1
 PREAMBLE = 64
