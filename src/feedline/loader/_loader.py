@@ -39,20 +39,16 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from ..errors import RecordError
-from ..order import Order, Seq, _kernels
+from ..order import Order, Seq, _hash
 from ..sources import Dataset
 from . import _collate, _into, _state
-from ._ahead import Ahead
 from ._batch import Batch
+from ._blocks import OrderBlocks
 from ._gather import gather
 from ._ledger import Claim, Ledger
 from ._options import LoaderOptions, check_int
 from ._plan import PlainPlan, WorkerPlan, choose_plan
-from ._util import as_dataset, to_torch
-
-# The order is fetched this many positions at a time (rounded to whole batches): one
-# lookup amortised over many batches, small enough to stay in cache.
-_BLOCK = 1 << 16
+from ._util import as_dataset, to_torch, typed
 
 
 class Loader:
@@ -113,7 +109,7 @@ class Loader:
             self._own_dataset = not isinstance(source, Dataset)
             self._plain = as_dataset(source)
             seq, base_seed = Seq.source(self._plain), opts.seed
-        self._seq = _typed(seq)  # the order before split and shard (the fingerprint's)
+        self._seq = typed(seq)  # the order before split and shard (the fingerprint's)
         self._datasets = self._check_sources()
         self.record = self._datasets[0].record
         self._mapped = any(ds.mapped for ds in self._datasets)
@@ -125,8 +121,7 @@ class Loader:
         )
         self._ledger = Ledger(base_seed, self._geometry.steps(0))
         self._steps0 = self._ledger.steps
-        self._block: tuple | None = None  # (first, ordinals, records, length, end, gen)
-        self._ahead: Ahead | None = None
+        self._blocks = OrderBlocks(opts.batch_size)
         self._values_checked = False
         self._print = self._make_fingerprint()
         self._plan = choose_plan(self)
@@ -189,7 +184,9 @@ class Loader:
         return order
 
     def _order_len(self, base: int) -> int:
-        return self._order(self._ledger.seed if hasattr(self, "_ledger") else None, base).length
+        """This rank's pass length after ``base`` positions (shuffles keep lengths, so any
+        seed's order tells it)."""
+        return self._order(None, base).length
 
     def _pass_order(self) -> Order:
         led = self._ledger
@@ -271,54 +268,12 @@ class Loader:
                 raise
 
     def _claim_positions(self, index: int) -> Claim:
-        """Under the ledger's lock: the positions of batch ``index`` of this share. The
-        block of the order they come from is the pass's (a new pass, a reset or a
-        restore drops it)."""
-        led = self._ledger
-        w, k = led.share
-        b = self._b
-        start = (index * k + w) * b
-        block = self._block  # (first position, ordinals, records, pass length, end, gen)
-        if block is not None and block[5] != led.gen:
-            block = None  # a block of another pass (or of the same pass before a reset)
-        stop = min(start + b, block[3] if block is not None else self._pass_order().length)
-        if start >= stop:  # an all-padding step of a short rank (even=True)
-            empty = np.zeros(0, dtype=np.int64)
-            return Claim(led.gen, index, start, start, empty, empty)
-        if block is None or not block[0] <= start or stop > block[4]:
-            block = self._fetch(self._pass_order(), start)
-        offset = block[0]
-        return Claim(
-            led.gen,
-            index,
-            start,
-            stop,
-            block[1][start - offset : stop - offset],
-            block[2][start - offset : stop - offset],
-        )
+        """Under the ledger's lock: the claim of batch ``index`` (``_blocks``)."""
+        return self._blocks.claim(self._ledger, index, self._pass_order)
 
-    def _fetch(self, order: Order, start: int) -> tuple:
-        """The order block starting at ``start`` (made ahead, if the last fetch made it),
-        and the next one started on the look-ahead thread."""
-        b = self.options.batch_size
-        length = max(b, -(-_BLOCK // b) * b)
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead.matches(order, start):
-            ords, recs = ahead.result()
-            cursor = ahead.cursor
-        else:
-            _kernels.load_in_background()
-            cursor = order.cursor(start)
-            ords, recs = Ahead.make(cursor, length)
-        self._block = (start, ords, recs, order.length, start + len(ords), self._ledger.gen)
-        # the next block starts at this loader's next batch past this one (with a share
-        # of k, the first of its batches at or after the block's end)
-        w, k = self._ledger.share
-        after = -(-(start + len(ords)) // b)
-        after = (after + (w - after) % k) * b
-        if after < order.length:
-            self._ahead = Ahead(order, after, length, cursor)
-        return self._block
+    # The order-blocks stage's state, for tests that look inside.
+    _block = property(lambda self: self._blocks.block)
+    _ahead = property(lambda self: self._blocks.ahead)
 
     def rows_for(self, size: int) -> int:
         return _collate.rows_for(size, self._b, self.options.padded)
@@ -345,7 +300,7 @@ class Loader:
         if not self._mapped:
             return 0
         order = self._pass_order()
-        return order.seed if not order.epoch else _pass_context(order.seed, order.epoch)
+        return order.seed if not order.epoch else _hash.epoch_word(order.seed, order.epoch)
 
     def gather(
         self, claim: Claim, rows: int, out: dict[str, np.ndarray] | None = None
@@ -415,8 +370,7 @@ class Loader:
         led = self._ledger
         with led.lock:  # the new pass and its empty block cache, in one step
             if led.start_next_pass(self._steps0):
-                self._block = None
-                self._ahead = None
+                self._blocks.clear()
         # The plan is the iterator: it has no close(), so a generator around the loader
         # (yield from loader) that is dropped part-way never closes the loader.
         return self._plan
@@ -466,8 +420,7 @@ class Loader:
             led.base = 0
             led.steps = self._steps0
             led.new_generation()
-            self._block = None
-            self._ahead = None
+            self._blocks.clear()
 
     def state_dict(self) -> dict:
         """The state after the last batch delivered: a small JSON-ready dict."""
@@ -490,14 +443,7 @@ class Loader:
             state,
             self._print,
             self._stream(),
-            _state.Geometry(
-                self.options.batch_size,
-                self.options.drop_last,
-                self.options.even,
-                self.options.shard,
-                self._full_len,
-                lambda base: self._order(state.get("seed"), base).length,
-            ),
+            self._geometry,
             led.share,
         )
         self._plan.drain()
@@ -511,8 +457,7 @@ class Loader:
             led.delivered = restored.batches
             led.ahead = set(restored.ahead)
             led.ended = restored.ended
-            self._block = None
-            self._ahead = None
+            self._blocks.clear()
 
     def close(self) -> None:
         """Stop the workers this loader holds and release its share of its sources; later
@@ -526,8 +471,7 @@ class Loader:
             led.closed = True
             self._datasets = []
             self._orders.clear()
-            self._block = None
-            self._ahead = None
+            self._blocks.clear()
 
     def __enter__(self) -> Loader:
         return self
@@ -540,28 +484,3 @@ class Loader:
             f"Loader({self.record.__name__}, batch_size={self.options.batch_size}, "
             f"{self._ledger.steps} batches a pass, epoch {self._ledger.epoch})"
         )
-
-
-def _pass_context(seed: int, epoch: int) -> int:
-    from ..order import _hash
-
-    return _hash.epoch_word(seed, epoch)
-
-
-def _typed(seq: Seq) -> Seq:
-    """``seq`` with every typed source that is not a ``Dataset`` (a ``.flr`` file, text
-    windows: anything with a ``.record`` and a length) read through one: a typed source
-    goes into an order without being wrapped by hand. The same source twice is one
-    dataset."""
-    made: dict[int, Dataset] = {}
-
-    def wrap(src: Any) -> Any:
-        if isinstance(src, Dataset) or getattr(src, "record", None) is None:
-            return src
-        if id(src) not in made:
-            made[id(src)] = as_dataset(src)
-        return made[id(src)]
-
-    if all(isinstance(s, Dataset) or getattr(s, "record", None) is None for s in seq.sources()):
-        return seq
-    return seq.map_sources(wrap)

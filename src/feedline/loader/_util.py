@@ -50,3 +50,23 @@ def to_torch(fields: dict[str, np.ndarray], device: Any = None) -> dict[str, Any
             t = t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t.to(dev)
         out[n] = t
     return out
+
+
+def typed(seq: Any) -> Any:
+    """``seq`` (a ``Seq``) with every typed source that is not a ``Dataset`` (a ``.flr``
+    file, text windows: anything with a ``.record`` and a length) read through one: a
+    typed source goes into an order without being wrapped by hand. The same source twice
+    is one dataset."""
+    made: dict[int, Dataset] = {}
+
+    def untyped(src: Any) -> bool:
+        return isinstance(src, Dataset) or getattr(src, "record", None) is None
+
+    def wrap(src: Any) -> Any:
+        if untyped(src):
+            return src
+        if id(src) not in made:
+            made[id(src)] = as_dataset(src)
+        return made[id(src)]
+
+    return seq if all(untyped(s) for s in seq.sources()) else seq.map_sources(wrap)

@@ -1,0 +1,82 @@
+"""The order-blocks stage: a claim's positions, read from blocks of the pass's order.
+
+The order is read about 64k positions at a time (rounded to whole batches): one lookup
+amortised over many batches, small enough to stay in cache. The block after the
+current one is made on the look-ahead thread (``_ahead``) while batches are gathered
+from this one. A block is a pure function of the pass's order and its first position,
+and it carries the ledger's generation: a block of another pass (or of the same pass
+before a reset or a restore) is never read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..order import Order, _kernels
+from ._ahead import Ahead
+from ._ledger import Claim, Ledger
+
+_BLOCK = 1 << 16
+
+
+class OrderBlocks:
+    """The current block of a loader's pass order and the one being made ahead."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        # (first position, ordinals, records, pass length, end, generation)
+        self.block: tuple | None = None
+        self.ahead: Ahead | None = None
+
+    def clear(self) -> None:
+        self.block = None
+        self.ahead = None
+
+    def claim(self, led: Ledger, index: int, pass_order: Callable[[], Order]) -> Claim:
+        """Under the ledger's lock: the claim of batch ``index`` of the ledger's share."""
+        w, k = led.share
+        b = self.batch_size
+        start = (index * k + w) * b
+        block = self.block
+        if block is not None and block[5] != led.gen:
+            block = None
+        stop = min(start + b, block[3] if block is not None else pass_order().length)
+        if start >= stop:  # an all-padding step of a short rank (even=True)
+            empty = np.zeros(0, dtype=np.int64)
+            return Claim(led.gen, index, start, start, empty, empty)
+        if block is None or not block[0] <= start or stop > block[4]:
+            block = self._fetch(pass_order(), start, led)
+        offset = block[0]
+        return Claim(
+            led.gen,
+            index,
+            start,
+            stop,
+            block[1][start - offset : stop - offset],
+            block[2][start - offset : stop - offset],
+        )
+
+    def _fetch(self, order: Order, start: int, led: Ledger) -> tuple:
+        """The block starting at ``start`` (made ahead, if the last fetch made it), and
+        the next one started on the look-ahead thread."""
+        b = self.batch_size
+        length = max(b, -(-_BLOCK // b) * b)
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead.matches(order, start):
+            ords, recs = ahead.result()
+            cursor = ahead.cursor
+        else:
+            _kernels.load_in_background()
+            cursor = order.cursor(start)
+            ords, recs = Ahead.make(cursor, length)
+        self.block = (start, ords, recs, order.length, start + len(ords), led.gen)
+        # the next block starts at this share's next batch past this one (with a share
+        # of k, the first of its batches at or after the block's end)
+        w, k = led.share
+        after = -(-(start + len(ords)) // b)
+        after = (after + (w - after) % k) * b
+        if after < order.length:
+            self.ahead = Ahead(order, after, length, cursor)
+        return self.block
