@@ -37,6 +37,23 @@ def pairs(batch) -> list[tuple[int, int]]:
     )
 
 
+def pass_through_interrupts(loader) -> tuple[Counter, int]:
+    """One pass of ``next(loader)`` calls, going on after each KeyboardInterrupt (as a
+    training loop that checkpoints on Ctrl-C would): the pairs delivered and the
+    interrupts seen."""
+    seen: Counter = Counter()
+    interrupts = 0
+    while True:
+        try:
+            batch = next(loader)
+        except KeyboardInterrupt:
+            interrupts += 1
+            continue
+        except StopIteration:
+            return seen, interrupts
+        seen.update(pairs(batch))
+
+
 # -- iteration is not the loader ---------------------------------------------------------------
 
 
@@ -87,17 +104,7 @@ def test_an_interrupt_while_a_batch_is_made_loses_nothing():
 
     ds = dataset().map(fn, seed=0)
     loader = fl.Loader(ds, 8, seed=3, workers=0)
-    seen: Counter = Counter()
-    interrupts = 0
-    while True:
-        try:
-            batch = next(loader)
-        except KeyboardInterrupt:
-            interrupts += 1
-            continue
-        except StopIteration:
-            break
-        seen.update(pairs(batch))
+    seen, interrupts = pass_through_interrupts(loader)
     assert interrupts == 2
     assert seen == Counter((0, i) for i in range(40))
 

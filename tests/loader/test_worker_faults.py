@@ -14,6 +14,7 @@ import pytest
 
 import feedline as fl
 
+from .test_ledger import pairs, pass_through_interrupts
 from .test_workers import ItemSource, Rows
 
 
@@ -29,44 +30,37 @@ def never_returns(ex, rng):
     return ex
 
 
-def pairs(batch) -> list[tuple[int, int]]:
-    m = batch.meta
-    return list(
-        zip(m.source_ordinals[: m.size].tolist(), m.record_indices[: m.size].tolist(), strict=True)
-    )
-
-
 def mapped(n: int, fn):
     return fl.Dataset(Rows, ItemSource(n)).map(fn, seed=0)
 
 
 def test_interrupts_while_waiting_for_workers_lose_and_leak_nothing(monkeypatch):
     # A Ctrl-C (or a SIGTERM handler that raises to checkpoint) lands while next() waits
-    # for the workers: here, deterministically, in the wait itself.
+    # for the workers: here, deterministically, in the wait itself. The first wait of
+    # every fourth batch is interrupted (a batch whose result is already in may not wait
+    # at all, so the interrupt waits for the next wait that comes).
     from feedline.loader import _workers
 
-    real = _workers.WorkerPool._receive
-    calls = {"n": 0}
+    real_result = _workers.WorkerPool.result
+    real_receive = _workers.WorkerPool._receive
+    state = {"results": 0, "armed": False}
 
-    def interrupted(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] in (3, 7, 11, 15):
+    def result(self, *args, **kwargs):
+        state["results"] += 1
+        if state["results"] in (3, 7, 11, 15):
+            state["armed"] = True
+        return real_result(self, *args, **kwargs)
+
+    def receive(self, *args, **kwargs):
+        if state["armed"]:
+            state["armed"] = False
             raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
+        return real_receive(self, *args, **kwargs)
 
-    monkeypatch.setattr(_workers.WorkerPool, "_receive", interrupted)
+    monkeypatch.setattr(_workers.WorkerPool, "result", result)
+    monkeypatch.setattr(_workers.WorkerPool, "_receive", receive)
     loader = fl.Loader(mapped(40, slow_item), 2, workers=2, prefetch=2, seed=1)
-    seen: Counter = Counter()
-    interrupts = 0
-    while True:
-        try:
-            batch = next(loader)
-        except KeyboardInterrupt:
-            interrupts += 1
-            continue
-        except StopIteration:
-            break
-        seen.update(pairs(batch))
+    seen, interrupts = pass_through_interrupts(loader)
     assert interrupts == 4
     assert seen == Counter((0, i) for i in range(40))
     assert loader.state_dict()["ended"]
@@ -211,17 +205,7 @@ def test_an_interrupt_raised_by_a_map_in_a_worker_is_the_callers_and_the_batch_i
     flag.write_text("")
     monkeypatch.setenv("FEEDLINE_TEST_FLAG", str(flag))
     loader = fl.Loader(mapped(40, interrupt_on_7), 4, seed=3, workers=2)
-    seen: Counter = Counter()
-    interrupts = 0
-    while True:
-        try:
-            batch = next(loader)
-        except KeyboardInterrupt:
-            interrupts += 1
-            continue
-        except StopIteration:
-            break
-        seen.update(pairs(batch))
+    seen, interrupts = pass_through_interrupts(loader)
     assert interrupts == 1
     assert seen == Counter((0, i) for i in range(40))
     loader.close()
