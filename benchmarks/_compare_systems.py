@@ -330,12 +330,13 @@ def sys_numpy(wdir: str, workload: str, n: int, b: int, workers: int) -> tuple[O
 
 
 def sys_feedline(wdir: str, workload: str, n: int, b: int, workers: int) -> tuple[Opener, str]:
-    from feedline.order import _kernels
+    from feedline._base import kernels as _kernels
+    from feedline.order._warm import warm_up
 
     feat, _, _, label = LAYOUTS[workload]
     # The numba kernels load from the disk cache on first use (about 0.7 s here); like an
     # import, that happens before the clock starts. Without it the first epoch pays it.
-    warm = _kernels.warm_up() if _kernels.enabled() else 0.0
+    warm = warm_up() if _kernels.enabled() else 0.0
     note = (
         f"compiled kernels loaded before the clock ({warm:.2f} s)"
         if _kernels.enabled()

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 import feedline as fl
-from feedline.order import _kernels
+from feedline.order._warm import warm_up
 
 BATCH = 512
 
@@ -262,7 +262,7 @@ def main() -> None:
     parser.add_argument("--dir", default=tempfile.gettempdir())
     parser.add_argument("--rss-of", default=None, help=argparse.SUPPRESS)  # part 3's child
     args = parser.parse_args()
-    _kernels.warm_up()
+    warm_up()
     if args.rss_of:
         rss_while_reading(args.rss_of)
         return

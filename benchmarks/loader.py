@@ -5,8 +5,8 @@ label, shuffled, batches of 512, against numpy's own gather and torch's DataLoad
 """
 
 from feedline.cli.bench import bench_loader
-from feedline.order import _kernels
+from feedline.order._warm import warm_up
 
 if __name__ == "__main__":
-    _kernels.warm_up()
+    warm_up()
     bench_loader(4_000_000, 3)

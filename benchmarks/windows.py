@@ -24,7 +24,8 @@ import time
 import numpy as np
 
 import feedline as fl
-from feedline.order import _kernels
+from feedline._base import kernels as _kernels
+from feedline.order._warm import warm_up
 
 SEQ, BATCH, VOCAB = 2048, 16, 50257
 
@@ -106,7 +107,7 @@ def main() -> None:
     ap.add_argument("--dir", default="/tmp/feedline-bench-windows")
     args = ap.parse_args()
     nnd, flat = make_corpus(args.dir, args.tokens, args.doc_mean)
-    _kernels.warm_up()
+    warm_up()
     for path in (nnd, flat):  # into the page cache
         with open(path, "rb") as f:
             while f.read(1 << 24):

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import feedline as fl
-from feedline.order import _kernels
+from feedline.order._warm import warm_up
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,7 +43,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=400_000)
     args = p.parse_args()
     w, rows = max(1, args.workers), args.rows
-    _kernels.warm_up()
+    warm_up()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((rows, 64), dtype=np.float32)
     y = rng.integers(0, 10, rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from feedline.order import _kernels
+from feedline._base import kernels as _kernels
 
 
 @pytest.fixture

@@ -54,10 +54,10 @@ def test_the_example_runs(code: str, tmp_path, monkeypatch):
 def test_the_modules_docstring_examples_pass():
     import doctest
 
+    import feedline._base.hashing
     import feedline.formats._label
     import feedline.formats.nndataset
     import feedline.loader._loader
-    import feedline.order._hash
     import feedline.order._order
     import feedline.order._schedule
     import feedline.order._seq
@@ -65,7 +65,7 @@ def test_the_modules_docstring_examples_pass():
     import feedline.text._windows
 
     for mod in (
-        feedline.order._hash,
+        feedline._base.hashing,
         feedline.order._order,
         feedline.order._schedule,
         feedline.order._seq,

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import feedline as fl
-from feedline.formats._io import SharedFile, atomic_write
+from feedline._base.files import atomic_write
+from feedline.formats._io import SharedFile
 
 
 class Big(fl.Record, dims={"D": 64}):
@@ -524,7 +525,7 @@ def test_reads_from_several_threads_at_once_are_correct(blob, tmp_path):
 def test_the_next_write_removes_the_temporaries_of_a_killed_writer(tmp_path):
     import fcntl
 
-    from feedline.formats._io import atomic_write
+    from feedline._base.files import atomic_write
 
     target = tmp_path / "data.flr"
     stale = tmp_path / ".data.flr.dead1.tmp"
@@ -661,7 +662,7 @@ def test_any_name_the_file_system_accepts_can_be_written(tmp_path, writer, extra
 
 
 def test_two_long_names_with_the_same_start_get_distinct_temporaries(tmp_path):
-    from feedline.formats._io import _scratch_prefix
+    from feedline._base.files import _scratch_prefix
 
     limit = _name_max(tmp_path)
     a, b = ("x" * (limit - 6) + s + ".flr" for s in ("a", "b"))

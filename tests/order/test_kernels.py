@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import feedline as fl
-from feedline.order import _kernels
+from feedline._base import kernels as _kernels
+from feedline.order._warm import warm_up
 
 from .test_oracle import CASES, build
 
@@ -110,7 +111,7 @@ def test_seeks_agree_with_walks_in_a_thousand_part_scheduled_mix(compiled_path):
 
 
 def test_compiled_kernels_are_cached_on_disk(compiled_path):
-    _kernels.warm_up()
+    warm_up()
     cache_dir = Path(_kernels.get().__file__).parent / "__pycache__"
     cached = {p.name.split(".")[1].split("-")[0] for p in cache_dir.glob("_jit.*.nbi")}
     assert {"permute_block", "counts", "walk", "merge_block", "locate_flat"} <= cached
@@ -136,7 +137,7 @@ def test_a_fork_while_the_kernels_load_waits_for_them_so_the_child_can_import(co
 
     code = textwrap.dedent("""
         import os, sys
-        from feedline.order import _kernels
+        from feedline._base import kernels as _kernels
         _kernels.load_in_background()
         pid = os.fork()
         if pid == 0:

@@ -6,7 +6,7 @@ delay and sends SIGKILL. The target must then be the old file or
 the complete new one (compared byte for byte with the same write done beforehand in
 the parent), never partial.
 
-What a killed writer leaves (``feedline/formats/_io.py``, ``recfile._write_stream``): a
+What a killed writer leaves (``feedline/_base/files.py``, ``recfile._write_stream``): a
 killed process runs no clean-up, so the atomic writer's temporary
 ``.<target>.<random>.tmp`` (created by ``tempfile.mkstemp`` beside the target) and, for a
 streamed ``.flr``, one spool per field ``.<target>.<random>.<field>.spool`` may remain.

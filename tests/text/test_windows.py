@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import feedline as fl
+from feedline._base import kernels as _kernels
 from feedline.errors import BoundsError
-from feedline.order import _kernels
 from feedline.text import Windows, _windows
 
 

@@ -14,7 +14,9 @@ import time
 
 import numpy as np
 
-from ..order import Order, Schedule, Seq, _kernels, salt
+from .._base import kernels
+from ..order import Order, Schedule, Seq, salt
+from ..order._warm import warm_up
 
 
 class NamedDataset:
@@ -58,9 +60,9 @@ def orders_at_scale(out_dir: str) -> dict:
         NamedDataset("books", 100_000_000),
     ]
     print("\n6. The same engine at a billion positions")
-    if _kernels.enabled():
+    if kernels.enabled():
         print(
-            f"   path: compiled kernels (numba), loaded in {_kernels.warm_up():.1f} s "
+            f"   path: compiled kernels (numba), loaded in {warm_up():.1f} s "
             "(compiled once per machine, then cached)"
         )
     else:

@@ -18,8 +18,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..order import Order, Schedule, Seq, _kernels
+from .._base import kernels
+from ..order import Order, Schedule, Seq
 from ..order._nodes import Mix, Shuffle
+from ..order._warm import warm_up
 
 BLOCK = 1 << 16
 
@@ -215,10 +217,10 @@ def run_bench(quick: bool = False) -> int:
 
 def run_benchmarks(quick: bool = False) -> dict:
     """Run every benchmark, printing each line; returns the figures (what ``--plot`` draws)."""
-    compiled = _kernels.enabled()
+    compiled = kernels.enabled()
     path = "compiled (numba)" if compiled else "numpy"
     if compiled:
-        _kernels.warm_up()
+        warm_up()
     print(f"feedline ordering benchmarks, {path} path, pid {os.getpid()}")
     results: dict = {"path": path}
     repeat = 3 if quick else 15

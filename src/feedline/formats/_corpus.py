@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from ..errors import BoundsError
-
-if TYPE_CHECKING:
-    from .nndataset import Nndataset, _Layout
+from ._io import Handle
 
 _CHUNK = 1 << 18  # tokens per step when reading a long range (bounds the scratch memory)
 _BYTES = np.arange(8, dtype=np.int64)
@@ -33,15 +31,43 @@ class TextDoc(NamedTuple):
     loss_mask: np.ndarray
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Layout:
+    """One subset's document blocks, checked: byte offsets and token counts per doc."""
+
+    offsets: np.ndarray  # int64, num_docs + 1: each block's start, then the end
+    counts: np.ndarray  # int64, tokens per document
+    cum: np.ndarray  # int64, num_docs + 1: the flow position of each document's first token
+    tok_start: np.ndarray  # int64: byte offset of each document's token section
+    mask_start: np.ndarray  # int64: byte offset of each document's mask section
+    has_mask: bool
+
+
+class _Dataset(Protocol):
+    """What a subset reads of its open ``.nndataset`` (``nndataset.Nndataset``)."""
+
+    path: str
+    _file: Handle
+    _u8: np.ndarray | None
+
+    def _layout(self, subset: str) -> _Layout: ...
+
+
 class _Subset:
     """Reads one subset's per-token columns from the memory map (shared by its columns)."""
 
-    def __init__(self, ds: Nndataset, name: str, layout: _Layout) -> None:
+    def __init__(self, ds: _Dataset, name: str, layout: _Layout) -> None:
         self.ds, self.name, self.layout = ds, name, layout
         self.total = int(layout.cum[-1])
 
+    @classmethod
+    def reopen(cls, ds: _Dataset, name: str) -> _Subset:
+        """The subset ``name`` of ``ds`` (a dataset unpickled: it reopened its file)."""
+        return cls(ds, name, ds._layout(name))
+
     def __reduce__(self):
-        return (_reopen_subset, (self.ds.path, self.name))
+        # the dataset pickles itself (by path, or URL with its options) and reopens
+        return (_Subset.reopen, (self.ds, self.name))
 
     def u8(self) -> np.ndarray:
         u8 = self.ds._u8
@@ -110,13 +136,6 @@ _DTYPES = {
     "doc_ids": np.dtype(np.int64),
     "loss_mask": np.dtype(np.bool_),
 }
-
-
-def _reopen_subset(path: str, name: str) -> _Subset:
-    from .nndataset import Nndataset
-
-    ds = Nndataset(path)
-    return _Subset(ds, name, ds._layout(name))
 
 
 class LazyColumn:

@@ -19,8 +19,8 @@ from typing import Any, BinaryIO, Literal
 
 import numpy as np
 
+from .._base.files import atomic_write, open_regular
 from . import kvrec
-from ._io import atomic_write, open_regular
 from ._label import DATASET_MAGIC, LABEL_SIZE, VERSION, write_file_label
 
 KIND_TEXT, KIND_TABULAR = 0, 1  # the C++ DatasetKind; its writer stores 0 for text

@@ -17,9 +17,9 @@ from typing import IO, Any
 
 import numpy as np
 
+from .._base.files import atomic_write, open_regular
 from ..records import Record, make_record
 from . import ndf, recfile
-from ._io import atomic_write, open_regular
 
 # Rows move this many bytes at a time.
 _CHUNK_BYTES = 32 << 20

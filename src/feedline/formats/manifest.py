@@ -44,10 +44,10 @@ import stat
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
+from .._base.files import atomic_write, file_kind, open_regular
 from ..errors import FeedlineError, FormatError
 from ..records import Record, record_from_schema
 from . import nndataset, recfile
-from ._io import atomic_write, file_kind, open_regular
 from ._remote import is_url
 
 __all__ = ["FORMATS", "ManifestInfo", "Shard", "describe", "read_manifest", "write_manifest"]

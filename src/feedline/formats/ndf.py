@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from .._base.files import atomic_write
 from ..errors import FormatError, RecordError, ShapeError
 from ..records import Record, make_record
-from ._io import OpenFile, atomic_write
+from ._open import OpenFile
 
 __all__ = ["HEADER", "MAGIC", "NdfFile", "open", "record_for", "save", "write_rows"]
 

@@ -44,8 +44,8 @@ import numpy as np
 
 from ..errors import BoundsError, FormatError
 from . import kvrec
-from ._corpus import LazyColumn, TextCorpus, TextDoc, _Subset
-from ._io import Handle, OpenFile, open_shared
+from ._corpus import LazyColumn, TextCorpus, TextDoc, _Layout, _Subset
+from ._io import Handle
 from ._label import DATASET_MAGIC as MAGIC
 from ._label import (
     LABEL_SIZE,
@@ -59,6 +59,7 @@ from ._label import (
     write_nnvocab,
 )
 from ._nnwrite import KIND_TABULAR, LOSS_SCOPES, Build, sha256_hex, write
+from ._open import OpenFile, open_shared
 
 __all__ = [
     "LABEL_SIZE",
@@ -109,18 +110,6 @@ class Info:
     tool: str | bytes | None
     created: int | None
     vocab: dict[str | bytes, Any] = dataclasses.field(repr=False)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class _Layout:
-    """One subset's document blocks, checked: byte offsets and token counts per doc."""
-
-    offsets: np.ndarray  # int64, num_docs + 1: each block's start, then the end
-    counts: np.ndarray  # int64, tokens per document
-    cum: np.ndarray  # int64, num_docs + 1: the flow position of each document's first token
-    tok_start: np.ndarray  # int64: byte offset of each document's token section
-    mask_start: np.ndarray  # int64: byte offset of each document's mask section
-    has_mask: bool
 
 
 def _read_counts(u8: np.ndarray, offsets: np.ndarray) -> np.ndarray:

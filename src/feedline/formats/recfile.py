@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from .._base.files import atomic_write, scratch_file, scratch_suffix
 from ..errors import FeedlineError, FormatError, RecordError
 from ..records import Record, record_from_schema
-from ._io import OpenFile, atomic_write, scratch_file, scratch_suffix
+from ._open import OpenFile
 
 __all__ = ["FORMAT_NAME", "MAGIC", "VERSION", "RecFile", "open", "write", "write_chunks"]
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ..order import Order, _kernels
+from .._base import kernels
+from ..order import Order
 
 # Blocks being made. A fork waits for them: a child forked while the thread held a lock
 # (numba's, loading a kernel for a new type) would wait on it forever, and torch's
@@ -52,7 +53,7 @@ class Ahead:
 
     @staticmethod
     def make(cursor: Any, length: int) -> tuple[np.ndarray, np.ndarray]:
-        with _kernels.deferred():  # the numpy path while numba loads, not a wait
+        with kernels.deferred():  # the numpy path while numba loads, not a wait
             return cursor.next_block(length)
 
     def matches(self, order: Order, start: int) -> bool:

@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..order import Order, _kernels
+from .._base import kernels
+from ..order import Order
 from ._ahead import Ahead
 from ._ledger import Claim, Ledger
 
@@ -68,7 +69,7 @@ class OrderBlocks:
             ords, recs = ahead.result()
             cursor = ahead.cursor
         else:
-            _kernels.load_in_background()
+            kernels.load_in_background()
             cursor = order.cursor(start)
             ords, recs = Ahead.make(cursor, length)
         self.block = (start, ords, recs, order.length, start + len(ords), led.gen)

@@ -38,8 +38,9 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from .._base import hashing
 from ..errors import RecordError
-from ..order import Order, Seq, _hash
+from ..order import Order, Seq
 from ..sources import Dataset
 from . import _collate, _into, _state
 from ._batch import Batch
@@ -300,7 +301,7 @@ class Loader:
         if not self._mapped:
             return 0
         order = self._pass_order()
-        return order.seed if not order.epoch else _hash.epoch_word(order.seed, order.epoch)
+        return order.seed if not order.epoch else hashing.epoch_word(order.seed, order.epoch)
 
     def gather(
         self, claim: Claim, rows: int, out: dict[str, np.ndarray] | None = None

@@ -1,7 +1,7 @@
 """Orders: which record comes next, computed on demand (the dataorder crate's semantics)."""
 
+from .._base.hashing import salt
 from ._compile import MAX_DEPTH
-from ._hash import salt
 from ._order import Cursor, Item, Order
 from ._schedule import Schedule, ScheduleReason
 from ._seq import ORDERING_VERSION, LengthSource, Seq

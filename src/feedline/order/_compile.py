@@ -24,27 +24,16 @@ read off the configuration as written, so no pruning below can change it:
 
 from __future__ import annotations
 
+from .._base import hashing
 from ..errors import OrderError, OrderErrorKind
-from . import _hash
 from ._mixplan import MixPlan
 from ._nodes import Concat, Empty, Leaf, Mix, Node, Repeat, Select, Shuffle
-from ._seq import Seq, resolved_len, source_salt
+from ._seq import Seq, render_path, resolved_len, source_salt
 
 MAX_DEPTH = 16
 """Configurations nest at most this many levels (the root is level 1)."""
 MAX_LEN = (1 << 64) - 1
 MAX_MIX_LEN = 1 << 46
-
-
-def render_path(seq: Seq, path: tuple[int, ...]) -> str:
-    """``mix[1].take``: the operations from the root to a node, with part indices."""
-    text = seq.op
-    node = seq
-    for i in path:
-        child = node.children[i]
-        text += f"[{i}].{child.op}" if node.op in ("concat", "mix") else f".{child.op}"
-        node = child
-    return text
 
 
 class _Compiler:
@@ -71,13 +60,13 @@ class _Compiler:
             ordinal = self.next_ordinal
             self.next_ordinal += 1
             n = resolved_len(obj, ordinal, lambda k, m: self.fail(k, m, path))
-            salt = _hash.source_salt(source_salt(obj), n)
+            salt = hashing.source_salt(source_salt(obj), n)
             if n == 0:
                 return Empty(0), salt
             return Leaf(n, ordinal=ordinal, length=n, salt=salt), salt
         if op == "concat":
             compiled = [self.compile(c, (*path, i)) for i, c in enumerate(seq.children)]
-            salt = _hash.combine_salts([s for _, s in compiled])
+            salt = hashing.combine_salts([s for _, s in compiled])
             return self.concat([c for c, _ in compiled], path), salt
         if op == "mix":
             return self.mix(seq, path)
@@ -177,7 +166,7 @@ class _Compiler:
             )
         compiled = [self.compile(c, (*path, i)) for i, c in enumerate(seq.children)]
         parts = [c for c, _ in compiled]
-        salt = _hash.combine_salts([s for _, s in compiled])
+        salt = hashing.combine_salts([s for _, s in compiled])
         for i, (part, schedule) in enumerate(zip(parts, seq.args)):
             problem = schedule.problem()
             if problem is not None:

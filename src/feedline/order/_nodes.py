@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _hash, _kernels, _perm
+from .._base import hashing, kernels
+from . import _perm
 from ._mixplan import MixPlan, MixState
 
 # Above this many distinct contexts in one call, a shuffle derives keys per element
@@ -138,8 +139,8 @@ class Shuffle(Node):
     def keys(self, seed: int, epoch: int) -> np.ndarray:
         rk = self._keys.get((seed, epoch))
         if rk is None:
-            word = _hash.epoch_word(seed, epoch)
-            rk = _perm.keys_array(_hash.round_keys(self.seed, word, self.salt))
+            word = hashing.epoch_word(seed, epoch)
+            rk = _perm.keys_array(hashing.round_keys(self.seed, word, self.salt))
             if len(self._keys) > 64:
                 self._keys.clear()
             self._keys[(seed, epoch)] = rk
@@ -157,8 +158,8 @@ class Shuffle(Node):
                 idx = np.flatnonzero(inverse == g)
                 out[idx] = _perm.permute_array(self.shape, self.keys(seed, int(e)), pos[idx])
             return out
-        words = _hash.epoch_word_array(seed, epoch)
-        rk = _hash.round_keys_array(self.seed, words, self.salt)
+        words = hashing.epoch_word_array(seed, epoch)
+        rk = hashing.round_keys_array(self.seed, words, self.salt)
         return _perm.permute_array(self.shape, rk, pos)
 
     def locate(self, pos, seed, epoch, cache):
@@ -183,7 +184,7 @@ class Repeat(Node):
         e = pos // cn
         inner = pos - e * cn
         if isinstance(epoch, int) and len(pos) and e[0] == e[-1] and (e == e[0]).all():
-            total = (epoch * self.times + int(e[0])) & _hash.MASK64
+            total = (epoch * self.times + int(e[0])) & hashing.MASK64
             return self.child.locate(inner, seed, total, cache)
         base = np.full(len(pos), epoch, dtype=np.uint64) if isinstance(epoch, int) else epoch
         return self.child.locate(inner, seed, base * np.uint64(self.times) + e, cache)
@@ -307,7 +308,7 @@ class Mix(Node):
         recs = np.empty(len(pos), dtype=np.uint64)
         if len(pos) == 0:
             return ords, recs
-        kern = _kernels.get()
+        kern = kernels.get()
         if kern is not None and isinstance(epoch, int) and self._all_flat:
             sh = self._shapes
             kern.locate_flat(
@@ -328,7 +329,7 @@ class Mix(Node):
         if flat.any():
             fi = np.flatnonzero(flat)
             fp = part[fi]
-            kern = _kernels.get()
+            kern = kernels.get()
             if kern is not None:
                 rec = np.empty(len(fi), dtype=np.uint64)
                 sh = self._shapes

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._base.hashing import MASK64
 from ..errors import BoundsError
 from ._compile import compile_seq
-from ._hash import MASK64
 from ._nodes import Node
 from ._seq import Seq
 

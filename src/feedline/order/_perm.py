@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _hash, _kernels
-from ._hash import MASK64, mix64
+from .._base import hashing, kernels
+from .._base.hashing import MASK64, mix64
 
 
 class Shape:
@@ -81,7 +81,7 @@ def _rounds(shape, rk: np.ndarray, x: np.ndarray) -> np.ndarray:
     tmp = np.empty_like(x)
     for i in range(6):
         np.add(right, rk[i], out=f)
-        _hash.mix64_array(f, tmp)
+        hashing.mix64_array(f, tmp)
         np.bitwise_xor(left, f, out=f)
         np.bitwise_and(f, lm if i % 2 == 0 else rm, out=f)
         left, right, f = right, f, left
@@ -107,7 +107,7 @@ def permute_array(
     idx = idx.astype(np.uint64, copy=False)
     if shape.n <= 1 or len(idx) == 0:
         return idx if in_place else idx.copy()
-    k = _kernels.get()
+    k = kernels.get()
     if k is not None:
         out = idx if in_place else np.empty_like(idx)
         rb, lm, rm = shape.widths()

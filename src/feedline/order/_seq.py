@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .._base.hashing import MASK64
 from ..errors import OrderError, OrderErrorKind
-from ._hash import MASK64
 from ._schedule import Schedule
 
 ORDERING_VERSION = 2
@@ -287,8 +287,6 @@ class Seq:
             try:
                 return Seq.source(fn(self.args[0].obj))
             except Exception as e:  # the caller's resolver: any failure is reported
-                from ._compile import render_path
-
                 assert root is not None  # try_map_sources passes the root with wrap
                 raise OrderError(
                     OrderErrorKind.NOT_A_SOURCE,
@@ -524,3 +522,14 @@ def _node_from_dict(
     _expect_keys(body, {*fields, "seq"}, f"a {op} node")
     child = _node_from_dict(body["seq"], sources, counter, depth + 1)
     return getattr(child, op)(*(_int_field(body, f) for f in fields))
+
+
+def render_path(seq: Seq, path: tuple[int, ...]) -> str:
+    """``mix[1].take``: the operations from the root to a node, with part indices."""
+    text = seq.op
+    node = seq
+    for i in path:
+        child = node.children[i]
+        text += f"[{i}].{child.op}" if node.op in ("concat", "mix") else f".{child.op}"
+        node = child
+    return text

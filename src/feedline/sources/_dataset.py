@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from .._base.hashing import MASK64, PHI, mix64
 from ..errors import BoundsError, FeedlineError, RecordError, ShapeError
 from ..order import Seq
 from ..order import salt as name_salt
-from ..order._hash import MASK64, PHI, mix64
 from ..records import Record, make_record
 from ..records._record import to_numpy
 

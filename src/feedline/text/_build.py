@@ -36,11 +36,12 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
+from .._base import kernels
+from .._base.files import atomic_write
 from ..errors import FormatError
 from ..formats import nndataset
-from ..formats._io import atomic_write
 from ..formats._nnwrite import encode_head, head_size
-from ..order import Order, Seq, _kernels
+from ..order import Order, Seq
 from ._docs import CHUNK_BYTES, _doc_blocks, mark_assistant_span, scan_text_docs
 from ._tokenizers import ASSISTANT, END_OF_ASSISTANT, Tokenizer
 
@@ -231,7 +232,7 @@ def _test_choice(n: int, k: int, split: str, seed: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     if split == "last":
         return np.arange(n - k, n, dtype=np.int64)
-    with _kernels.deferred():  # numpy's path (the same picks) rather than wait for numba
+    with kernels.deferred():  # numpy's path (the same picks) rather than wait for numba
         _, picked = Order(Seq.source(n).shuffle(seed)).lookup(np.arange(k, dtype=np.int64))
     return np.sort(picked.astype(np.int64))
 

@@ -32,9 +32,9 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
+from .._base.files import atomic_write
 from ..errors import FormatError
 from ..formats import nndataset
-from ..formats._io import atomic_write
 
 __all__ = [
     "BPETokenizer",

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from .._base import kernels
 from ..errors import BoundsError, FormatError
 from ..formats import nndataset
-from ..order import _kernels
 from ..records import Record, make_record
 
 _FIELDS = ("input_ids", "targets", "loss_mask", "doc_ids", "position_ids")
@@ -258,7 +258,7 @@ class Windows:
         self, u8: np.ndarray, a: np.ndarray, b: np.ndarray, batch: dict[str, np.ndarray]
     ) -> None:
         lay = self._layout
-        k = _kernels.get()
+        k = kernels.get()
         if k is not None and len(a) and all(v.flags.c_contiguous for v in batch.values()):
             from . import _window_jit
 
