@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..order import Order, Schedule, Seq
-from ..order._seq import source_len
+from ..order._sources import source_len
 
 COLORS = [
     "#4C72B0",

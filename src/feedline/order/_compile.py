@@ -28,7 +28,8 @@ from .._base import hashing
 from ..errors import OrderError, OrderErrorKind
 from ._mixplan import MixPlan
 from ._nodes import Concat, Empty, Leaf, Mix, Node, Repeat, Select, Shuffle
-from ._seq import Seq, render_path, resolved_len, source_salt
+from ._seq import Seq, render_path
+from ._sources import resolved_len, source_salt
 
 MAX_DEPTH = 16
 """Configurations nest at most this many levels (the root is level 1)."""
