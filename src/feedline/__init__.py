@@ -26,7 +26,7 @@ from .order import (
     Seq,
     salt,
 )
-from .records import Field, Index, Mask, Range, Record, field
+from .records import Field, Index, Mask, Ragged, Range, Record, Varying, field
 from .sources import Dataset
 
 __version__ = "0.1.0"
@@ -51,6 +51,7 @@ __all__ = [
     "Order",
     "OrderError",
     "OrderErrorKind",
+    "Ragged",
     "Range",
     "Record",
     "RecordError",
@@ -59,6 +60,7 @@ __all__ = [
     "Seq",
     "ShapeError",
     "StateError",
+    "Varying",
     "WorkerError",
     "field",
     "loader_workers",

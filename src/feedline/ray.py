@@ -175,7 +175,14 @@ def _length(src: Any, record: type[Record]) -> int:
 
 
 def _row_bytes(record: type[Record]) -> int:
-    return max(1, sum(f.dtype.itemsize * math.prod(f.shape) for f in record.fields.values()))
+    # a varying axis counts as one element, a blob as 64 bytes: an estimate for sizing
+    return max(
+        1,
+        sum(
+            64 if f.kind != "array" else f.dtype.itemsize * math.prod(d or 1 for d in f.shape)
+            for f in record.fields.values()
+        ),
+    )
 
 
 def _convert_task(

@@ -1,4 +1,5 @@
-"""The collation stage (``_collate``): examples stacked, padding rows zeroed."""
+"""The collation stage (``_collate``): examples stacked, padding rows set to the
+fields' pad values, varying dims padded with their lengths in ``meta.lengths``."""
 
 from __future__ import annotations
 
@@ -31,11 +32,12 @@ def test_empty_arrays_have_the_fields_shapes_and_dtypes():
 
 
 def test_padding_rows_are_zeroed_and_the_real_rows_kept():
+    # (contract 2: padding rows hold each field's pad value, 0 unless it declares one)
     arrays = {"x": np.ones((4, 3), np.float32), "y": np.arange(4)}
-    _collate.zero_padding(arrays, 2, 4)
+    _collate.fill_padding(arrays, R.fields, 2, 4)
     assert arrays["x"].tolist() == [[1.0] * 3] * 2 + [[0.0] * 3] * 2
     assert arrays["y"].tolist() == [0, 1, 0, 0]
-    _collate.zero_padding(arrays, 4, 4)  # nothing to pad
+    _collate.fill_padding(arrays, R.fields, 4, 4)  # nothing to pad
     assert arrays["y"].tolist() == [0, 1, 0, 0]
 
 

@@ -370,9 +370,11 @@ def test_a_subclass_redeclaring_an_inherited_field_is_a_record_error():
             label = fl.field((), "int32")
 
 
-@pytest.mark.parametrize("size", [-1, -64, True, 2.0, "3", None])
+@pytest.mark.parametrize("size", [-1, -64, True, 2.0, "3"])
 def test_a_dim_that_is_not_a_non_negative_int_is_a_record_error(size):
-    declaration_error({"a": fl.field("D", "float32")}, dims={"D": size})
+    # None is not among them since contract 2: it declares a dim that varies per example
+    message = declaration_error({"a": fl.field("D", "float32")}, dims={"D": size})
+    assert "or None" in message
 
 
 @pytest.mark.parametrize("name", ["1D", "a b", ""])

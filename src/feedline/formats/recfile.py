@@ -110,7 +110,9 @@ def _layout(record: type[Record], n: int, crcs: list[int]) -> tuple[bytes, list[
             "field": f.name,
             "kind": "fixed",
             "offset": 0,
-            "length": n * _le(f.dtype).itemsize * math.prod(f.shape),
+            "length": n
+            * _le(f.dtype).itemsize
+            * math.prod(f.fixed_shape(".flr version 1 stores fixed shapes only")),
             "crc32": crc,
         }
         for f, crc in zip(fields, crcs)
@@ -381,26 +383,33 @@ class RecFile(OpenFile):
                     f"reads fixed-shape columns only",
                     h_off,
                 )
+            if f.ragged:
+                raise self._fail(
+                    f"field `{f.name}` is {f.declared} {f.type_name} (ragged), but its "
+                    f"column is of kind 'fixed'",
+                    h_off,
+                )
+            shape = f.fixed_shape("")
             off, length, crc = c["offset"], c["length"], c["crc32"]  # all keys: checked above
             if not all(_is_int(v) and v >= 0 for v in (off, length, crc)):
                 raise self._fail(
                     f"column `{f.name}` has a malformed offset, length or crc32", h_off
                 )
             dtype = _le(f.dtype)
-            elements = math.prod(f.shape)  # Python ints: a crafted shape cannot overflow
+            elements = math.prod(shape)  # Python ints: a crafted shape cannot overflow
             per_row = dtype.itemsize * elements
             if per_row > size:
-                raise self._fail(f"field `{f.name}` of shape {f.shape} cannot fit the file", h_off)
+                raise self._fail(f"field `{f.name}` of shape {shape} cannot fit the file", h_off)
             # numpy sizes even an empty array by its nonzero dims ((2**62 - 1, 0) floats are
             # "too big"), so a zero-size field bounds the rows too, though it holds no bytes.
-            nominal = dtype.itemsize * math.prod(d for d in f.shape if d)
+            nominal = dtype.itemsize * math.prod(d for d in shape if d)
             if nominal >= 1 << 62:
                 raise self._fail(
-                    f"field `{f.name}` of shape {f.shape} is more than an array can index", h_off
+                    f"field `{f.name}` of shape {shape} is more than an array can index", h_off
                 )
             if n * nominal >= 1 << 62:
                 raise self._fail(
-                    f"{n} rows of field `{f.name}` ({dtype}, shape {f.shape}) are "
+                    f"{n} rows of field `{f.name}` ({dtype}, shape {shape}) are "
                     f"more than an array can index",
                     32,
                 )
@@ -418,7 +427,7 @@ class RecFile(OpenFile):
                 )
             low = off + length
             count = n * elements
-            self._columns[f.name] = self._file.array(dtype, off, count, (n, *f.shape))
+            self._columns[f.name] = self._file.array(dtype, off, count, (n, *shape))
             self._crcs[f.name] = (off, length, crc)
         self.salt = 0
 

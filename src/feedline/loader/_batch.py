@@ -245,7 +245,10 @@ def _converter_like(fields: dict[str, Any]) -> Callable[[np.ndarray], Any] | Non
         return None
     first = next(iter(fields.values()))
     if not isinstance(first, torch.Tensor):
-        return None
+        # a bytes or str field is a list under every output: the next field tells
+        first = next((v for v in fields.values() if not isinstance(v, list)), None)
+        if not isinstance(first, torch.Tensor):
+            return None
     return partial(_tensor_on, device=first.device)
 
 

@@ -1,11 +1,16 @@
-"""Collation: a batch's examples stacked field by field, padded to the batch's rows.
+"""Collation: a batch's examples laid out field by field, padded to the batch's rows.
 
-Every field of today's records has a fixed shape, so a batch is its examples stacked
-(batch axis first) into arrays of ``rows`` rows, written in place by the read stage;
-the rows past the real examples (``pad``, even steps across ranks) are zeros, and
-``batch.meta.mask`` tells them apart. This is also where variable-length fields will
-be padded to the batch's longest example, with their lengths in
-``batch.meta.lengths`` (issue 16).
+A fixed field's examples are stacked (batch axis first) into arrays of ``rows`` rows,
+written in place by the read stage; the rows past the real examples (``pad``, even
+steps across ranks) hold the field's pad value (0 unless it declares another), and
+``batch.meta.mask`` tells them apart.
+
+A varying field arrives as a ``Ragged`` column and is padded here: each varying dim to
+the longest example of the batch (rounded up by ``pad_to_multiple``, or to the smallest
+of the ``pad_to`` boundaries that holds it), with the field's pad value, and the real
+lengths reported in ``batch.meta.lengths[dim]`` (one int per row, 0 on padding rows).
+A ``bytes`` or ``str`` field becomes a list of ``bytes`` / ``str`` (``b""`` / ``""`` on
+padding rows). Every result is a function of the batch's examples and the options.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ShapeError
+from ..records._ragged import Ragged
+
 
 def rows_for(size: int, batch_size: int, padded: bool) -> int:
     """The rows of a batch of ``size`` real examples: all of ``batch_size`` when the
@@ -23,12 +31,85 @@ def rows_for(size: int, batch_size: int, padded: bool) -> int:
 
 
 def empty(fields: Mapping[str, Any], rows: int) -> dict[str, np.ndarray]:
-    """Zeroed arrays of ``rows`` rows for the record's fields (``Field.shape``, dtype)."""
-    return {n: np.zeros((rows, *f.shape), dtype=f.dtype) for n, f in fields.items()}
+    """Arrays of ``rows`` rows for the record's fixed fields, holding their pad values (a
+    ragged field's column is made by the read stage, then padded by ``collate``)."""
+    return {
+        n: np.full((rows, *f.shape), f.pad, dtype=f.dtype)
+        if f.pad != 0
+        else np.zeros((rows, *f.shape), dtype=f.dtype)
+        for n, f in fields.items()
+        if not f.ragged
+    }
 
 
-def zero_padding(arrays: Mapping[str, np.ndarray], size: int, rows: int) -> None:
-    """Zero the padding rows ``size .. rows`` of arrays written in place."""
+def fill_padding(
+    arrays: Mapping[str, np.ndarray], fields: Mapping[str, Any], size: int, rows: int
+) -> None:
+    """Set the padding rows ``size .. rows`` of arrays written in place to their fields'
+    pad values."""
     if rows > size:
-        for a in arrays.values():
-            a[size:rows] = 0
+        for n, a in arrays.items():
+            f = fields.get(n)
+            a[size:rows] = 0 if f is None else f.pad
+
+
+def target_length(longest: int, dim: str, pad_to_multiple: int | None, pad_to: Any) -> int:
+    """The length a batch pads dim ``dim`` to when its longest example has ``longest``."""
+    if pad_to_multiple is not None:
+        return -(-longest // pad_to_multiple) * pad_to_multiple
+    if pad_to is not None:
+        bounds = pad_to.get(dim) if isinstance(pad_to, Mapping) else pad_to
+        if bounds is None:
+            return longest
+        for b in bounds:
+            if b >= longest:
+                return int(b)
+        raise ShapeError(
+            f"pad_to: a batch's longest {dim} is {longest}, more than the largest "
+            f"boundary {bounds[-1]} (pad_to={tuple(bounds)}): add a boundary, or give {dim} "
+            f"a maximum (fl.Varying(max=..., truncate=True))"
+        )
+    return longest
+
+
+def collate(
+    fields: Mapping[str, Any],
+    batch: dict[str, Any],
+    size: int,
+    rows: int,
+    pad_to_multiple: int | None = None,
+    pad_to: Any = None,
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The batch's ragged columns padded (see the module doc): (fields, lengths)."""
+    lengths: dict[str, np.ndarray] = {}
+    ragged = [(n, c) for n, c in batch.items() if isinstance(c, Ragged)]
+    if not ragged:
+        return batch, lengths
+    out = dict(batch)
+    for name, col in ragged:
+        f = fields[name]
+        if f.kind != "array":
+            values: list[Any] = col.blobs() if f.kind == "bytes" else col.strings()
+            if rows > len(values):
+                values.extend([f.pad] * (rows - len(values)))
+            out[name] = values
+            continue
+        for k, dim in enumerate(f.varying):
+            if dim not in lengths:
+                length = np.zeros(rows, dtype=np.int64)
+                length[: len(col)] = col.shapes[:, k]
+                lengths[dim] = length
+    targets = {
+        dim: target_length(int(length.max()) if rows else 0, dim, pad_to_multiple, pad_to)
+        for dim, length in lengths.items()
+    }
+    for name, col in ragged:
+        f = fields[name]
+        if f.kind == "array":
+            to = {
+                axis: targets[str(d)]
+                for axis, (d, s) in enumerate(zip(f.dims, f.shape))
+                if s is None
+            }
+            out[name] = col.padded(rows, to, f.pad)
+    return out, lengths

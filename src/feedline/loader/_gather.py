@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..records._ragged import Ragged
 from ._collate import empty
 
 
@@ -21,8 +22,9 @@ def gather(
     check_values: bool,
     out: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The fields of records ``recs`` of datasets ``ords``, stacked (collated by
-    ``_collate``: zero-padded to ``rows``).
+    """The fields of records ``recs`` of datasets ``ords``: fixed fields stacked into
+    ``rows`` rows (padding rows hold the pad values, see ``_collate``), ragged fields as
+    ``Ragged`` columns of the real rows (``_collate.collate`` pads them).
 
     ``positions`` (the rows' positions in the whole pass, see ``Loader._seeds``) and
     ``context`` (the pass) seed mapped datasets' per-example generators; None when no
@@ -36,8 +38,8 @@ def gather(
             return ds.getitems(
                 recs, check_values=check_values, positions=positions, context=context
             )
-        target = out if out is not None else empty(fields, rows)
-        ds.getitems(
+        target: dict[str, Any] = out if out is not None else empty(fields, rows)
+        got = ds.getitems(
             recs,
             check_values=check_values,
             out=target,
@@ -45,8 +47,12 @@ def gather(
             context=context,
             in_range=True,
         )
+        for n, col in got.items():
+            if isinstance(col, Ragged):
+                target[n] = col
         return target
-    target = out if out is not None else empty(fields, rows)
+    target = dict(out) if out is not None else empty(fields, rows)
+    parts: dict[str, list[tuple[np.ndarray, Ragged]]] = {}
     for o in np.unique(ords):
         sel = np.flatnonzero(ords == o)
         cols = datasets[int(o)].getitems(
@@ -56,5 +62,13 @@ def gather(
             context=context,
         )
         for n, col in cols.items():
-            target[n][sel] = col
+            if isinstance(col, Ragged):
+                parts.setdefault(n, []).append((sel, col))
+            else:
+                target[n][sel] = col
+    for n, pieces in parts.items():  # the sources' examples back in the batch's order
+        rows_of = np.concatenate([sel for sel, _ in pieces])
+        back = np.empty_like(rows_of)
+        back[rows_of] = np.arange(len(rows_of))
+        target[n] = Ragged.concat([col for _, col in pieces]).take(back)  # type: ignore[assignment]
     return target

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._collate import zero_padding
+from ._collate import fill_padding
 
 # What ``next_into(out, meta=...)`` fills: the batch's metadata (``batch.meta``), by name.
 _META_DTYPES = {
@@ -121,6 +121,7 @@ def finish(
     metadata; the count ``next_into`` returns."""
     size = claim.size
     rows = loader.rows_for(size)
-    zero_padding({n: out[n] for n in loader.record.fields}, size, rows)
+    fields = loader.record.fields
+    fill_padding({n: out[n] for n in fields}, fields, size, rows)
     fill_meta(meta, size, rows, claim.start, claim.ords, claim.recs)
     return rows if padded else size

@@ -79,6 +79,8 @@ class Loader:
         check_values: bool = False,
         batch_transform: Callable[[Batch], Any] | None = None,
         timeout: float | None = None,
+        pad_to_multiple: int | None = None,
+        pad_to: Any = None,
     ) -> None:
         opts = LoaderOptions.make(
             batch_size,
@@ -95,6 +97,8 @@ class Loader:
             check_values=check_values,
             batch_transform=batch_transform,
             timeout=timeout,
+            pad_to_multiple=pad_to_multiple,
+            pad_to=pad_to,
         )
         self.options = opts
         self._b = opts.batch_size
@@ -327,11 +331,27 @@ class Loader:
     def make(self, claim: Claim) -> Any:
         """The batch of ``claim`` made in this thread: read, map, collate, deliver."""
         rows = self.rows_for(claim.size)
-        fields = self.gather(claim, rows)
-        if self.options.output == "torch":
-            fields = to_torch(fields, self.options.device)
+        opts = self.options
+        fields, lengths = _collate.collate(
+            self.record.fields,
+            self.gather(claim, rows),
+            claim.size,
+            rows,
+            opts.pad_to_multiple,
+            opts.pad_bounds,
+        )
+        if opts.output == "torch":
+            fields = to_torch(fields, opts.device)
         return self.finish(
-            Batch(dict(fields), claim.size, rows, claim.start, claim.ords, claim.recs)
+            Batch.with_meta(
+                dict(fields),
+                claim.size,
+                rows,
+                claim.start,
+                claim.ords,
+                claim.recs,
+                lengths=lengths,
+            )
         )
 
     def finish(self, batch: Batch) -> Any:

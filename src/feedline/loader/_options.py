@@ -26,11 +26,17 @@ option                 meaning (the same for every kind of source)
 ``batch_transform``    a function of each ``Batch``; its result is what iteration yields
 ``timeout``            seconds a worker may take over one batch before a ``WorkerError``
                        naming the batch and the worker (``None``: no limit)
+``pad_to_multiple``    a varying dim is padded to the batch's longest example rounded up
+                       to a multiple of this (8: tensor cores)
+``pad_to``             boundaries (ascending ints, or a dict dim -> boundaries): a varying
+                       dim is padded to the smallest boundary that holds the batch's
+                       longest example (static shapes for XLA); a longer one is an error
 =====================  ====================================================================
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,6 +71,27 @@ def _pair(name: str, value: Any) -> tuple[int, int]:
     return index, count
 
 
+def _ascending(name: str, value: Any) -> tuple[int, ...]:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} is a sequence of ascending ints, got {value!r}")
+    bounds = tuple(check_int(name, b, 1) for b in value)
+    if not bounds or any(a >= b for a, b in itertools.pairwise(bounds)):
+        raise ValueError(f"{name} is a non-empty sequence of ascending ints, got {value!r}")
+    return bounds
+
+
+def _boundaries(value: Any) -> tuple[int, ...] | tuple[tuple[str, tuple[int, ...]], ...]:
+    """``pad_to``: boundaries for every varying dim, or a dict dim -> boundaries."""
+    if isinstance(value, dict):
+        if not value:
+            raise ValueError("pad_to is boundaries or a dict dim -> boundaries, got {}")
+        for k in value:
+            if not isinstance(k, str):
+                raise TypeError(f"pad_to: a dim is named by a str, got {k!r}")
+        return tuple(sorted((k, _ascending(f"pad_to[{k!r}]", v)) for k, v in value.items()))
+    return _ascending("pad_to", value)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LoaderOptions:
     """A loader's options (``loader.options``), checked when it is built. ``shard`` is
@@ -86,6 +113,8 @@ class LoaderOptions:
     check_values: bool = False
     batch_transform: Callable[[Any], Any] | None = None
     timeout: float | None = None
+    pad_to_multiple: int | None = None
+    pad_to: tuple[int, ...] | tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
     @classmethod
     def make(
@@ -105,6 +134,8 @@ class LoaderOptions:
         check_values: bool = False,
         batch_transform: Callable[[Any], Any] | None = None,
         timeout: float | None = None,
+        pad_to_multiple: int | None = None,
+        pad_to: Any = None,
     ) -> LoaderOptions:
         """The options of ``Loader(source, batch_size, **options)``, checked; every error
         names its option."""
@@ -163,6 +194,15 @@ class LoaderOptions:
             if not (timeout > 0 and math.isfinite(timeout)):
                 raise ValueError(f"timeout must be a positive number of seconds, got {timeout}")
             timeout = float(timeout)
+        if pad_to_multiple is not None:
+            pad_to_multiple = check_int("pad_to_multiple", pad_to_multiple, 1)
+        if pad_to is not None:
+            if pad_to_multiple is not None:
+                raise ValueError(
+                    "pad_to and pad_to_multiple exclude each other: a varying dim pads "
+                    "either to a boundary or to a multiple"
+                )
+            pad_to = _boundaries(pad_to)
         return cls(
             batch_size=batch_size,
             seed=seed,
@@ -180,7 +220,17 @@ class LoaderOptions:
             check_values=bool(check_values),
             batch_transform=batch_transform,
             timeout=timeout,
+            pad_to_multiple=pad_to_multiple,
+            pad_to=pad_to,
         )
+
+    @property
+    def pad_bounds(self) -> Any:
+        """``pad_to`` as ``_collate`` takes it: one tuple for every dim, or a dict."""
+        pad_to = self.pad_to
+        if pad_to and isinstance(pad_to[0], tuple):
+            return dict(pad_to)
+        return pad_to
 
     @property
     def padded(self) -> bool:

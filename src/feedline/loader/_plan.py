@@ -428,6 +428,10 @@ def choose_plan(loader: Any) -> Any:
     opts = loader.options
     datasets = loader._datasets
     cheap = all(ds.cheap_gathers for ds in datasets) and opts.batch_transform is None
+    if any(f.ragged for f in loader.record.fields.values()):
+        # Ragged columns are collated (padded) here; worker processes' shared memory
+        # holds fixed shapes only (issue 16 continues: ragged batches from workers).
+        return LocalPlan(loader)
     if opts.workers > 0 and not cheap:
         # Arrays in memory and memory-mapped files gather faster here than batches
         # travel between processes (benchmarks/workers.py; the figures are beside the

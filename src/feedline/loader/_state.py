@@ -86,7 +86,7 @@ def fingerprint(
     doc = {
         "seq": seq_doc,
         "plain": plain,
-        "record": {n: [list(f.shape), str(f.dtype)] for n, f in record.fields.items()},
+        "record": {n: [list(f.shape), f.type_name] for n, f in record.fields.items()},
         "options": options,
         "share": list(share),
     }

@@ -42,8 +42,11 @@ def to_torch(fields: dict[str, np.ndarray], device: Any = None) -> dict[str, Any
         import torch
     except ImportError as e:
         raise ImportError("output='torch' needs PyTorch: pip install 'feedline[torch]'") from e
-    out = {}
+    out: dict[str, Any] = {}
     for n, a in fields.items():
+        if isinstance(a, list):  # a bytes or str field: a list of them, as torch collates
+            out[n] = a
+            continue
         t = torch.from_numpy(np.ascontiguousarray(a))
         if device is not None:
             dev = torch.device(device)

@@ -19,7 +19,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from feedline.loader._collate import zero_padding
+from feedline.loader._collate import fill_padding
 from feedline.loader._gather import gather
 
 
@@ -66,7 +66,7 @@ def serve(conn: Connection) -> None:
                     check_values,
                     out={name: a for name, a in out.items()},
                 )
-                zero_padding(out, size, rows)
+                fill_padding(out, fields, size, rows)
                 if transform is None:
                     conn.send(("done", batch_no, slot))
                 else:

@@ -1,6 +1,7 @@
 """Typed records: the fields of one example, checked as it loads."""
 
 from ._domain import Index, Mask, Range
+from ._ragged import Ragged, Varying
 from ._record import Field, Record, field
 from ._schema import make_record, record_from_schema
 
@@ -8,8 +9,10 @@ __all__ = [
     "Field",
     "Index",
     "Mask",
+    "Ragged",
     "Range",
     "Record",
+    "Varying",
     "field",
     "make_record",
     "record_from_schema",

@@ -13,7 +13,9 @@ Checks are vectorised: one pass over a whole batch (or a whole in-memory array).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,15 +38,15 @@ class Index:
             raise RecordError(f"Index({n!r}): a bound is a non-negative int or a dim name")
         object.__setattr__(self, "n", int(n))
 
-    def describe(self, dims: dict[str, int]) -> str:
+    def describe(self, dims: Mapping[str, Any]) -> str:
         if isinstance(self.n, int):
             return f"Index[{self.n}]"
         return f"Index[{self.n}] = [0, {dims[self.n]})"
 
-    def bound(self, dims: dict[str, int]) -> int:
+    def bound(self, dims: Mapping[str, Any]) -> int:
         return self.n if isinstance(self.n, int) else dims[self.n]
 
-    def violations(self, values: np.ndarray, dims: dict[str, int]) -> np.ndarray:
+    def violations(self, values: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
         """Boolean mask of the values outside the domain (same shape as ``values``)."""
         return (values < 0) | (values >= self.bound(dims))
 
@@ -65,10 +67,10 @@ class _MaskDomain:
     def __repr__(self) -> str:
         return "Mask"
 
-    def describe(self, dims: dict[str, int]) -> str:
+    def describe(self, dims: Mapping[str, Any]) -> str:
         return "Mask"
 
-    def violations(self, values: np.ndarray, dims: dict[str, int]) -> np.ndarray:
+    def violations(self, values: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
         if values.dtype == np.bool_:
             return np.zeros(values.shape, dtype=bool)
         return (values != 0) & (values != 1)
@@ -99,10 +101,10 @@ class Range:
         if self.lo is not None and self.hi is not None and self.lo > self.hi:
             raise RecordError(f"Range({self.lo!r}, {self.hi!r}): lo is above hi")
 
-    def describe(self, dims: dict[str, int]) -> str:
+    def describe(self, dims: Mapping[str, Any]) -> str:
         return f"Range[{self.lo}, {self.hi}]"
 
-    def violations(self, values: np.ndarray, dims: dict[str, int]) -> np.ndarray:
+    def violations(self, values: np.ndarray, dims: Mapping[str, Any]) -> np.ndarray:
         bad = np.isnan(values) if values.dtype.kind in "fc" else np.zeros(values.shape, bool)
         if self.lo is not None:
             bad |= values < self.lo

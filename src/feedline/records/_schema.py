@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import RecordError
 from ._domain import domain_from_dict
+from ._ragged import Varying
 from ._record import Record, _FieldSpec, _Namespace, _RecordMeta
 
 
@@ -81,12 +82,19 @@ def _from_schema(schema: Mapping[str, Any], where: str, wheres: Mapping[str, str
                 f"{at}: field `{fname}`: expected a doc string or null, found {doc!r:.80}"
             )
         dom = None if f.get("domain") is None else domain_from_dict(f["domain"])
+        dtype = f["dtype"]
+        if not isinstance(dtype, str):
+            raise RecordError(
+                f"{at}: field `{fname}`: expected a dtype string, found {dtype!r:.80}"
+            )
         namespace[fname] = _FieldSpec(
             tuple(d if isinstance(d, str) else int(d) for d in dims),
-            f["dtype"],
+            dtype,
             dom,
             doc,
             str(wheres.get(fname, at)),
+            pad=f.get("pad"),
+            max_bytes=f.get("max_bytes"),
         )
         if "shape" in f:
             stored_shapes[fname] = f["shape"]
@@ -95,8 +103,17 @@ def _from_schema(schema: Mapping[str, Any], where: str, wheres: Mapping[str, str
     name = str(schema["name"])
     if not name.isidentifier():
         raise RecordError(f"{where}: record name {name!r} is not an identifier")
+    dims_data = schema.get("dims", {})
+    if not isinstance(dims_data, Mapping):
+        raise RecordError(f"{where}: expected dims (an object), found {dims_data!r:.80}")
     cls = cast(
-        "type[Record]", _RecordMeta(name, (Record,), namespace, dims=dict(schema.get("dims", {})))
+        "type[Record]",
+        _RecordMeta(
+            name,
+            (Record,),
+            namespace,
+            dims={k: _dim_from_data(v, where, k) for k, v in dims_data.items()},
+        ),
     )
     for fname, stored in stored_shapes.items():
         field_ = cls.fields[fname]
@@ -111,6 +128,22 @@ def _from_schema(schema: Mapping[str, Any], where: str, wheres: Mapping[str, str
     return cls
 
 
+def _dim_from_data(value: Any, where: str, name: str) -> Any:
+    """A stored dim: a size, null (varies), or ``{"max": m, "truncate": t}`` (varies, at
+    most m)."""
+    if isinstance(value, Mapping):
+        if set(value) != {"max", "truncate"}:
+            raise RecordError(
+                f"{where}: dim {name}: expected a size, null or {{max, truncate}}, "
+                f"found {dict(value)!r:.80}"
+            )
+        try:
+            return Varying(max=value["max"], truncate=value["truncate"])
+        except (TypeError, ValueError) as e:
+            raise RecordError(f"{where}: dim {name}: {e}") from None
+    return value
+
+
 def _is_dim(d: Any) -> bool:
     """A dim name or an int >= 0 (not a bool, not a float such as 2.7 or Infinity)."""
     if isinstance(d, str):
@@ -118,13 +151,15 @@ def _is_dim(d: Any) -> bool:
     return isinstance(d, (int, np.integer)) and not isinstance(d, bool) and bool(d >= 0)
 
 
-def _is_shape(stored: Any, shape: tuple[int, ...]) -> bool:
-    """Whether ``stored`` lists exactly the ints of ``shape`` (no floats, no bools)."""
+def _is_shape(stored: Any, shape: tuple[int | None, ...]) -> bool:
+    """Whether ``stored`` lists exactly the ints of ``shape`` (no floats, no bools), null
+    where an axis varies."""
     return (
         isinstance(stored, (list, tuple))
         and len(stored) == len(shape)
         and all(
-            isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s == d
+            (s is None and d is None)
+            or (isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s == d)
             for s, d in zip(stored, shape)
         )
     )

@@ -30,12 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from .._base.hashing import MASK64, PHI, mix64
-from ..errors import BoundsError, FeedlineError, RecordError, ShapeError
+from ..errors import BoundsError, RecordError, ShapeError
 from ..order import Seq
 from ..order import salt as name_salt
 from ..records import Record, make_record
+from ..records._ragged import Ragged, example_of
 from ..records._record import to_numpy
+from ._items import apply_maps, stack_items
 
 
 def _is_tensor_dataset(src: Any) -> bool:
@@ -51,19 +52,6 @@ def _is_tensor_dataset(src: Any) -> bool:
         and cls.__len__ is TensorDataset.__len__
         and not hasattr(cls, "__getitems__")
     )
-
-
-def _example_state(seed: int, context: int, position: int) -> dict:
-    """A PCG64 state for one example: 128 bits hashed from (seed, pass, position)."""
-    a = mix64((seed * PHI + mix64(context ^ 0x9E3779B97F4A7C15)) & MASK64)
-    hi = mix64(a ^ mix64(position))
-    lo = mix64(hi ^ (position * PHI & MASK64) ^ 0xD1B54A32D192ED03)
-    return {
-        "bit_generator": "PCG64",
-        "state": {"state": (hi << 64) | lo, "inc": (mix64(a) << 1) | 1},
-        "has_uint32": 0,
-        "uinteger": 0,
-    }
 
 
 def _versions(tensors: tuple) -> list[int]:
@@ -231,7 +219,9 @@ class Dataset:
         if isinstance(source, Mapping):
             self._cols = self._check_whole(
                 {
-                    f: _column(source[f], self._where(f, "dict"))
+                    f: source[f]
+                    if record.fields[f].ragged
+                    else _column(source[f], self._where(f, "dict"))
                     for f in record.fields
                     if f in source
                 },
@@ -300,15 +290,17 @@ class Dataset:
         if self._cols is not None and _is_tensor_dataset(self.source):
             self._seen = (self.source.tensors, _versions(self.source.tensors))
 
-    def _check_whole(self, columns: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
-        lengths = {len(c) if c.ndim else None for c in columns.values()}
-        if len(lengths) > 1:
-            sizes = {k: (len(v) if v.ndim else None) for k, v in columns.items()}
+    def _check_whole(self, columns: dict[str, Any], what: str) -> dict[str, Any]:
+        sizes = {k: _rows_of(v) for k, v in columns.items()}
+        if len(set(sizes.values())) > 1:
             raise ShapeError(
                 f"{self.record.__name__}: the {what}'s columns have different lengths: {sizes}"
             )
-        checked = self.record.check_columns(columns, np.array([0]), check_values=False)
-        return {k: np.ascontiguousarray(v) for k, v in checked.items()}
+        n = next(iter(sizes.values()), None) or 0
+        checked = self.record.check_columns(columns, np.arange(n), check_values=False)
+        return {
+            k: v if isinstance(v, Ragged) else np.ascontiguousarray(v) for k, v in checked.items()
+        }
 
     # -- building -----------------------------------------------------------------------
     @classmethod
@@ -401,8 +393,10 @@ class Dataset:
         else:
             # The source's own items (a mapped dataset's functions run as it loads).
             base = self._base
-            item_bytes = sum(
-                f.dtype.itemsize * int(np.prod(f.shape, dtype=np.int64))
+            item_bytes = sum(  # a varying axis counts 64 elements, a blob 4 KiB: a bound
+                4096
+                if f.kind != "array"
+                else f.dtype.itemsize * int(np.prod([d or 64 for d in f.shape], dtype=np.int64))
                 for f in self.record.fields.values()
             )
             step = max(1, min(_CHECK_ITEMS, _CHECK_BYTES // max(1, item_bytes)))
@@ -429,12 +423,16 @@ class Dataset:
         i = int(index)
         columns = self._columns
         self._check_bounds(np.array([i]))
-        if self._maps:
-            return {k: np.array(v[0]) for k, v in self.getitems(np.array([i])).items()}
-        if columns is not None:
-            return {k: np.array(v[i]) for k, v in columns.items()}
-        if not hasattr(self.source, "__getitem__") or hasattr(self.source, "getitems"):
-            return {k: np.array(v[0]) for k, v in self.getitems(np.array([i])).items()}
+        fields = self.record.fields
+        if columns is not None and not self._maps:
+            return {k: example_of(fields[k], v, i) for k, v in columns.items()}
+        if (
+            self._maps
+            or not hasattr(self.source, "__getitem__")
+            or hasattr(self.source, "getitems")
+        ):
+            batch = self.getitems(np.array([i]))
+            return {k: example_of(fields[k], v, 0) for k, v in batch.items()}
         return self.record.check(self.source[i], i, check_values=False)
 
     def getitems(
@@ -446,7 +444,7 @@ class Dataset:
         positions: Any = None,
         context: int = 0,
         in_range: bool = False,
-    ) -> dict[str, np.ndarray]:
+    ) -> dict[str, Any]:
         """A batch of items as columns (batch axis first), one gather per field.
 
         With ``out``, the batch is written into the given arrays' first rows. For a mapped
@@ -458,10 +456,18 @@ class Dataset:
         if self._maps:
             idx = _as_indices(indices, self.record.__name__)
             batch = self._base.getitems(idx, check_values=check_values, in_range=in_range)
-            batch = self._apply_maps(batch, idx, positions, context, check_values)
+            batch = apply_maps(
+                self._base.record,
+                self.record,
+                self._maps,
+                batch,
+                idx,
+                positions,
+                context,
+                check_values,
+            )
             if out is not None:
-                for k, v in batch.items():
-                    out[k][: len(v)] = v
+                _write_rows(out, batch, len(idx))
             return batch
         idx = _as_indices(indices, self.record.__name__)
         if self._seen is not None and self._read_if_changed():
@@ -476,12 +482,19 @@ class Dataset:
                 columns = self._cols
                 assert columns is not None  # in memory: a re-read keeps the columns
             if out is not None:
+                batch = {}
                 for k, col in columns.items():
+                    if isinstance(col, Ragged):  # no fixed rows to write into
+                        batch[k] = col.take(idx)
+                        continue
                     # mode="clip": with the bounds checked above, numpy need not buffer `out`.
                     np.take(col, idx, axis=0, out=out[k][: len(idx)], mode="clip")
-                batch = {k: out[k][: len(idx)] for k in columns}
+                    batch[k] = out[k][: len(idx)]
             else:  # the method itself: np.take's dispatch costs a microsecond a field
-                batch = {k: col.take(idx, axis=0) for k, col in columns.items()}
+                batch = {
+                    k: col.take(idx) if isinstance(col, Ragged) else col.take(idx, axis=0)
+                    for k, col in columns.items()
+                }
             if check_values and not in_memory:
                 self.record.check_columns(batch, idx, check_values=True)
             return batch
@@ -494,69 +507,34 @@ class Dataset:
             return batch
         elif len(idx) == 0:  # the record alone fixes an empty batch (HF cannot index [])
             batch = {
-                k: np.zeros((0, *f.shape), dtype=f.dtype) for k, f in self.record.fields.items()
+                k: Ragged.empty((None,) if f.kind != "array" else f.shape, _stored(f))
+                if f.ragged
+                else np.zeros((0, *f.fixed_shape("")), dtype=f.dtype)
+                for k, f in self.record.fields.items()
             }
         elif hasattr(src, "getitems"):
             cols = src.getitems(idx)
             batch = self.record.check_columns(cols, idx, check_values=check_values)
         elif self._hf is not None:
-            batch = self._stack_or_explain(None, idx, check_values, self._hf[idx.tolist()])
+            batch = stack_items(self.record, None, idx, check_values, self._hf[idx.tolist()])
         elif hasattr(src, "__getitems__"):
             items = src.__getitems__(idx.tolist())
-            batch = self._stack_or_explain(items, idx, check_values)
+            batch = stack_items(self.record, items, idx, check_values)
         else:
             items = [src[int(i)] for i in idx]
-            batch = self._stack_or_explain(items, idx, check_values)
+            batch = stack_items(self.record, items, idx, check_values)
         if out is not None:
-            for k, v in batch.items():
-                out[k][: len(idx)] = v
+            _write_rows(out, batch, len(idx))
         return batch
 
-    def _stack_or_explain(
-        self,
-        items: list | None,
-        idx: np.ndarray,
-        check_values: bool,
-        columns: Mapping | None = None,
-    ) -> dict[str, np.ndarray]:
-        rec = self.record
-        if columns is None:
-            assert items is not None  # the items, or else their columns, are given
-            fields = list(rec.fields)
-            per_field: dict[str, list] = {f: [] for f in fields}
-            for item, i in zip(items, idx):
-                for f, v in zip(fields, rec._split(item, int(i))):
-                    per_field[f].append(v)
-            columns = per_field
-        try:
-            arrays = {
-                f: [_to_numpy(v) for v in columns[f]]
-                if isinstance(columns[f], list)
-                else _to_numpy(columns[f])
-                for f in rec.fields
-            }
-            if items is not None and any(len({a.dtype for a in v}) > 1 for v in arrays.values()):
-                # np.stack would promote mixed dtypes (uint64 with int64 to float64):
-                # check and convert item by item to the fields' dtypes first.
-                checked = [
-                    rec.check(item, int(i), check_values=False) for item, i in zip(items, idx)
-                ]
-                arrays = {f: [c[f] for c in checked] for f in rec.fields}
-            cols = {f: np.stack(v) if isinstance(v, list) else v for f, v in arrays.items()}
-            return rec.check_columns(cols, idx, check_values=check_values)
-        except (ValueError, TypeError, FeedlineError) as batch_error:
-            # Find the first item that does not fit, for a message naming it.
-            if items is not None:
-                for item, i in zip(items, idx):
-                    rec.check(item, int(i), check_values=check_values)
-            raise batch_error
-
     # -- transforms ---------------------------------------------------------------------
-    def map(self, fn: Any, *, seed: int = 0) -> Dataset:
+    def map(self, fn: Any, *, seed: int = 0, record: type[Record] | None = None) -> Dataset:
         """This dataset with ``fn`` applied to every example as it loads (lazily).
 
-        ``fn(example)`` or ``fn(example, rng)`` takes a dict of the fields' arrays and
-        returns one that fits the record. ``rng`` is a ``numpy.random.Generator`` whose
+        ``fn(example)`` or ``fn(example, rng)`` takes a dict of the fields' values and
+        returns one that fits the record, or ``record`` when given: a map may change
+        what an example is (decode bytes into arrays, tokenize strings), and the mapped
+        dataset's record is then ``record``. ``rng`` is a ``numpy.random.Generator`` whose
         state comes from ``seed``, the loader's pass and the example's position in the
         pass before sharding, so an augmented stream is the same on every run, with any
         number of workers or ranks (each rank draws its own), and resumes exactly.
@@ -576,40 +554,17 @@ class Dataset:
             takes_rng = len(params) >= 2
         except (TypeError, ValueError):
             takes_rng = False
+        if record is not None and not (isinstance(record, type) and issubclass(record, Record)):
+            raise TypeError(f"map: record is a fl.Record subclass, got {record!r}")
+        if record is not None and not record.fields:
+            raise TypeError(f"map: record {record.__name__} has no fields")
         mapped = copy.copy(self)
         mapped._owns_share = False  # the base dataset keeps the file open
         mapped._maps = (*self._maps, (fn, int(seed), takes_rng))
         mapped._base = self._base
+        if record is not None:
+            mapped.record = record
         return mapped
-
-    def _apply_maps(
-        self,
-        batch: dict[str, np.ndarray],
-        idx: np.ndarray,
-        positions: Any,
-        context: int,
-        check_values: bool,
-    ) -> dict[str, np.ndarray]:
-        pos = idx if positions is None else np.asarray(positions, dtype=np.int64)
-        rows = []
-        names = list(self.record.fields)
-        # One generator for the batch, set to each example's own state: constructing a
-        # generator per example cost 13-19 us, setting a state 2 us.
-        bits = np.random.PCG64(0)
-        rng = np.random.Generator(bits)
-        for r in range(len(idx)):
-            example = {k: batch[k][r] for k in names}
-            for fn, seed, takes_rng in self._maps:
-                if takes_rng:
-                    # numpy types the state as its TypedDict; this is that dict
-                    bits.state = _example_state(seed, int(context), int(pos[r]))  # type: ignore[assignment]
-                    example = fn(example, rng)
-                else:
-                    example = fn(example)
-            rows.append(self.record.check(example, int(idx[r]), check_values=check_values))
-        if not rows:
-            return batch
-        return {k: np.stack([row[k] for row in rows]) for k in names}
 
     @property
     def mapped(self) -> bool:
@@ -688,3 +643,26 @@ def _as_indices(indices: Any, name: str) -> np.ndarray:
             f"({arr.reshape(-1)[0]!r:.40})"
         )
     return arr.astype(np.int64, copy=False)
+
+
+def _rows_of(column: Any) -> int | None:
+    """The rows of a source's column (None for a scalar)."""
+    if isinstance(column, (Ragged, list, tuple)):
+        return len(column)
+    arr = column if isinstance(column, np.ndarray) else None
+    if arr is not None:
+        return len(arr) if arr.ndim else None
+    return len(column) if hasattr(column, "__len__") else None
+
+
+def _write_rows(out: dict[str, Any], batch: dict[str, Any], n: int) -> None:
+    """A batch's fixed fields written into ``out``'s first ``n`` rows (a ragged field's
+    column has no rows to write into: the batch keeps it)."""
+    for k, v in batch.items():
+        if not isinstance(v, Ragged) and k in out:
+            out[k][:n] = v
+
+
+def _stored(f: Any) -> np.dtype:
+    """The dtype of a ragged field's values: its own, or uint8 for bytes and str."""
+    return np.dtype(np.uint8) if f.kind != "array" else f.dtype

@@ -165,7 +165,10 @@ class Windows:
         rows = len(a)
         fields = self.record.fields
         if out is None:
-            batch = {k: np.empty((rows, *f.shape), dtype=f.dtype) for k, f in fields.items()}
+            batch = {
+                k: np.empty((rows, *f.fixed_shape("windows")), dtype=f.dtype)
+                for k, f in fields.items()
+            }
         else:
             batch = {k: out[k][:rows] for k in fields}
         u8 = self._ds._u8

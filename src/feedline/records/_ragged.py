@@ -1,0 +1,242 @@
+"""Columns whose examples vary in shape: ``Varying`` dims and ``Ragged`` columns.
+
+A record's dim declared ``None`` (or ``fl.Varying(max=..., truncate=...)``) varies per
+example. A column of such a field is a ``Ragged``: the values of all its examples
+concatenated (each raveled in C order), the offsets of each example's values (int64,
+``n + 1``, in elements) and each example's lengths of the field's varying axes (int64,
+``n x k``). Gathering a batch is one gather of offsets and one copy of the spans
+(``take``); collating pads it (``padded``) in one masked assignment. ``bytes`` and
+``str`` fields are ragged columns of ``uint8`` (a ``str`` one holds UTF-8).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Varying:
+    """A dim whose size varies per example (``dims={"T": fl.Varying(max=512)}``).
+
+    ``max``: the longest an example may be (None: no limit); a longer one is a
+    ``ShapeError``, or is cut to ``max`` when ``truncate`` is True. ``dims={"T": None}``
+    is ``Varying()``.
+    """
+
+    max: int | None = None
+    truncate: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max is not None:
+            try:
+                value = operator.index(self.max)
+            except TypeError:
+                raise TypeError(
+                    f"Varying: max must be an int or None, got {type(self.max).__name__}"
+                ) from None
+            if value < 1:
+                raise ValueError(f"Varying: max must be at least 1, got {value}")
+            object.__setattr__(self, "max", value)
+        if not isinstance(self.truncate, bool):
+            raise TypeError(
+                f"Varying: truncate must be True or False, got {type(self.truncate).__name__}"
+            )
+        if self.truncate and self.max is None:
+            raise ValueError("Varying: truncate=True needs a max to cut to")
+
+    def to_dict(self) -> dict:
+        return {"varying": True, "max": self.max, "truncate": self.truncate}
+
+
+def _fixed_size(template: tuple[int | None, ...]) -> int:
+    """The product of a template's fixed axes."""
+    size = 1
+    for d in template:
+        if d is not None:
+            size *= d
+    return size
+
+
+class Ragged:
+    """A column of ``n`` examples of a field with varying axes (see the module doc).
+
+    ``template`` is the field's shape with ``None`` at its varying axes; ``values`` is
+    1-D; ``offsets`` (``n + 1``) and ``shapes`` (``n x k``, ``k`` varying axes) are int64.
+    """
+
+    __slots__ = ("offsets", "shapes", "template", "values")
+
+    def __init__(
+        self,
+        values: np.ndarray,
+        offsets: np.ndarray,
+        shapes: np.ndarray,
+        template: tuple[int | None, ...],
+    ) -> None:
+        self.values = values
+        self.offsets = offsets
+        self.shapes = shapes
+        self.template = template
+
+    # -- building ----------------------------------------------------------------------
+    @classmethod
+    def from_examples(
+        cls, examples: list[np.ndarray], template: tuple[int | None, ...], dtype: Any
+    ) -> Ragged:
+        """A column from examples already checked against ``template`` (and of ``dtype``)."""
+        axes = [i for i, d in enumerate(template) if d is None]
+        n = len(examples)
+        shapes = np.zeros((n, len(axes)), dtype=np.int64)
+        sizes = np.zeros(n, dtype=np.int64)
+        for r, a in enumerate(examples):
+            shapes[r] = [a.shape[i] for i in axes]
+            sizes[r] = a.size
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        if n:
+            values = np.concatenate([np.ravel(a) for a in examples]).astype(dtype, copy=False)
+        else:
+            values = np.zeros(0, dtype=dtype)
+        return cls(values, offsets, shapes, template)
+
+    @classmethod
+    def from_blobs(cls, blobs: list[bytes]) -> Ragged:
+        """A ``uint8`` column of byte strings (a ``bytes`` or, encoded, a ``str`` field)."""
+        lengths = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs))
+        offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+        return cls(values, offsets, lengths[:, None], (None,))
+
+    @classmethod
+    def empty(cls, template: tuple[int | None, ...], dtype: Any, n: int = 0) -> Ragged:
+        """``n`` examples of length 0 on every varying axis."""
+        k = sum(d is None for d in template)
+        return cls(
+            np.zeros(0, dtype=dtype),
+            np.zeros(n + 1, dtype=np.int64),
+            np.zeros((n, k), dtype=np.int64),
+            template,
+        )
+
+    @classmethod
+    def concat(cls, parts: list[Ragged]) -> Ragged:
+        """The examples of ``parts``, one after another."""
+        first = parts[0]
+        values = np.concatenate([p.values for p in parts])
+        sizes = np.concatenate([np.diff(p.offsets) for p in parts])
+        offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        shapes = np.concatenate([p.shapes for p in parts])
+        return cls(values, offsets, shapes, first.template)
+
+    # -- reading -----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    def __repr__(self) -> str:
+        shape = "[" + " ".join("*" if d is None else str(d) for d in self.template) + "]"
+        return f"Ragged({len(self)} examples of {shape} {self.values.dtype})"
+
+    def example(self, i: int) -> np.ndarray:
+        """Example ``i`` as an array of its own shape (a view of ``values``)."""
+        shape, k = [], 0
+        for d in self.template:
+            if d is None:
+                shape.append(int(self.shapes[i, k]))
+                k += 1
+            else:
+                shape.append(d)
+        return self.values[self.offsets[i] : self.offsets[i + 1]].reshape(shape)
+
+    def blobs(self) -> list[bytes]:
+        """The examples as byte strings (a ``uint8`` column)."""
+        buf = self.values.tobytes()
+        off = self.offsets.tolist()
+        return [buf[a:b] for a, b in itertools.pairwise(off)]
+
+    def strings(self) -> list[str]:
+        """The examples as strings (a ``uint8`` column of UTF-8)."""
+        return [b.decode("utf-8") for b in self.blobs()]
+
+    def take(self, idx: np.ndarray) -> Ragged:
+        """Examples ``idx`` (int64, in range): one gather of offsets, one copy of spans."""
+        idx = np.asarray(idx, dtype=np.int64)
+        starts = self.offsets[idx]
+        counts = self.offsets[idx + 1] - starts
+        offsets = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        total = int(offsets[-1])
+        if len(idx) == 1:
+            values = self.values[int(starts[0]) : int(starts[0]) + total].copy()
+        else:
+            gather = np.repeat(starts - offsets[:-1], counts)
+            gather += np.arange(total, dtype=np.int64)
+            values = self.values.take(gather)
+        return Ragged(values, offsets, self.shapes[idx], self.template)
+
+    def padded_shape(self, lengths: dict[int, int]) -> tuple[int, ...]:
+        """The shape of one padded example: ``lengths`` maps a varying axis's index among
+        the template's axes to the length to pad it to."""
+        return tuple(lengths[i] if d is None else d for i, d in enumerate(self.template))
+
+    def padded(self, rows: int, lengths: dict[int, int], pad: Any = 0) -> np.ndarray:
+        """The examples in an array of ``rows`` rows (``rows >= len``), each varying axis
+        padded to ``lengths[axis]`` (at least the longest example's) with ``pad``.
+
+        One masked assignment: for each row, the in-bounds positions of the padded array,
+        in C order, are the example's values in its own C order.
+        """
+        shape = self.padded_shape(lengths)
+        out = np.full((rows, *shape), pad, dtype=self.values.dtype)
+        n = len(self)
+        if n == 0 or not len(self.values):
+            return out
+        mask = np.ones((n, *shape), dtype=bool)
+        k = 0
+        for axis, d in enumerate(self.template):
+            if d is None:
+                length = self.shapes[:, k]
+                view = [1] * (len(shape) + 1)
+                view[0], view[axis + 1] = n, shape[axis]
+                inside = np.arange(shape[axis]) < length[:, None]
+                mask &= inside.reshape(view)
+                k += 1
+        out[:n][mask] = self.values
+        return out
+
+    def nbytes(self) -> int:
+        return int(self.values.nbytes + self.offsets.nbytes + self.shapes.nbytes)
+
+
+def example_of(field: Any, column: Any, r: int) -> Any:
+    """Row ``r`` of a batch column as an item's value: a copy of its array (of its own
+    shape for a ragged one), or its ``bytes`` / ``str``."""
+    if isinstance(column, Ragged):
+        if field.kind == "bytes":
+            return column.values[column.offsets[r] : column.offsets[r + 1]].tobytes()
+        if field.kind == "str":
+            return column.values[column.offsets[r] : column.offsets[r + 1]].tobytes().decode()
+        return column.example(r).copy()
+    return np.array(column[r])
+
+
+def column_of(field: Any, values: list[Any]) -> Any:
+    """A batch column from checked item values (``Record.check``'s): stacked, or a
+    ``Ragged`` for a varying, ``bytes`` or ``str`` field."""
+    if field.kind == "bytes":
+        return Ragged.from_blobs(values)
+    if field.kind == "str":
+        return Ragged.from_blobs([v.encode("utf-8") for v in values])
+    if field.ragged:
+        return Ragged.from_examples(values, field.shape, field.dtype)
+    return np.stack(values)

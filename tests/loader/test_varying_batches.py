@@ -1,0 +1,294 @@
+"""Batches of variable-length examples (issue 16): padded to the batch's longest (or a
+multiple, or a boundary), lengths in ``batch.meta.lengths``, bytes and str as lists,
+from every kind of source, exactly once, resumable, through maps that change the
+record."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+
+class Doc(fl.Record, dims={"T": None, "V": 1000}):
+    tokens = fl.field("T", "int32", domain=fl.Index("V"))
+    tags = fl.field("T", "int8", pad=-1)
+    name = fl.field((), "str")
+
+
+LENGTHS = [3, 0, 5, 2, 7, 1, 4, 6, 2, 3, 8, 1]
+
+
+def item(i: int) -> dict:
+    n = LENGTHS[i % len(LENGTHS)]
+    return {
+        "tokens": (np.arange(n) + 10 * i) % 1000,
+        "tags": np.full(n, i % 100, np.int8),
+        "name": f"doc-{i}",
+    }
+
+
+def docs(n: int = len(LENGTHS)) -> fl.Dataset:
+    return fl.Dataset(Doc, [item(i) for i in range(n)])
+
+
+def check_rows(batch) -> list[int]:
+    """Each real row matches the record it came from, with padding where it should be;
+    returns the record indices."""
+    recs = batch.meta.record_indices.tolist()
+    lengths = np.asarray(batch.meta.lengths["T"])
+    tokens, tags = np.asarray(batch.tokens), np.asarray(batch.tags)
+    for r, rec in enumerate(recs):
+        want = item(rec)
+        n = len(want["tokens"])
+        assert lengths[r] == n
+        assert tokens[r, :n].tolist() == want["tokens"].tolist()
+        assert (tokens[r, n:] == 0).all() and (tags[r, n:] == -1).all()
+        assert tags[r, :n].tolist() == want["tags"].tolist()
+        assert batch.name[r] == want["name"]
+    return recs
+
+
+def test_a_batch_pads_to_its_longest_example_with_the_lengths_in_meta():
+    loader = fl.Loader(docs(), 4, seed=3, workers=0)
+    seen = []
+    for batch in loader:
+        seen += check_rows(batch)
+        longest = max(LENGTHS[r] for r in batch.meta.record_indices.tolist())
+        assert batch.tokens.shape == (batch.meta.size, longest)
+        assert batch.tokens.dtype == np.int32 and batch.tags.dtype == np.int8
+        assert isinstance(batch.name, list)
+    assert sorted(seen) == list(range(len(LENGTHS)))
+
+
+def test_the_issue_s_first_failure_a_source_of_lengths_3_to_19_now_batches():
+    class Sent(fl.Record, dims={"T": None}):
+        tokens = fl.field("T", "int64")
+
+    rng = np.random.default_rng(1)
+    lens = rng.integers(3, 20, 50)
+    ds = fl.Dataset(Sent, [{"tokens": np.arange(n)} for n in lens])
+    total = sum(int(np.asarray(b.meta.lengths["T"]).sum()) for b in fl.Loader(ds, 8, seed=1))
+    assert total == int(lens.sum())
+
+
+def test_padding_rows_have_length_zero_and_the_pad_values():
+    loader = fl.Loader(docs(5), 4, pad=True, workers=0)
+    last = list(loader)[-1]
+    assert last.meta.size == 1 and last.tokens.shape[0] == 4
+    assert np.asarray(last.meta.lengths["T"]).tolist() == [LENGTHS[4], 0, 0, 0]
+    assert (last.tags[1:] == -1).all() and (last.tokens[1:] == 0).all()
+    assert last.name == ["doc-4", "", "", ""]
+
+
+def test_pad_to_multiple_rounds_the_padded_length_up():
+    for batch in fl.Loader(docs(), 3, seed=2, pad_to_multiple=4, workers=0):
+        check_rows(batch)
+        longest = int(np.asarray(batch.meta.lengths["T"]).max())
+        assert batch.tokens.shape[1] == -(-longest // 4) * 4
+
+
+@pytest.mark.parametrize("pad_to", [(4, 8), {"T": (4, 8)}])
+def test_pad_to_pads_to_the_smallest_boundary_that_holds_the_batch(pad_to):
+    widths = set()
+    for batch in fl.Loader(docs(), 3, seed=5, pad_to=pad_to, workers=0):
+        check_rows(batch)
+        longest = int(np.asarray(batch.meta.lengths["T"]).max())
+        assert batch.tokens.shape[1] == (4 if longest <= 4 else 8)
+        widths.add(batch.tokens.shape[1])
+    assert widths <= {4, 8}
+
+
+def test_a_batch_longer_than_the_largest_boundary_is_an_error_naming_the_option():
+    loader = fl.Loader(docs(), 12, pad_to=(4, 6), workers=0)
+    with pytest.raises(fl.ShapeError, match=r"pad_to: a batch's longest T is 8, more than"):
+        next(iter(loader))
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"pad_to_multiple": 0}, "pad_to_multiple"),
+        ({"pad_to": (8, 4)}, "ascending"),
+        ({"pad_to": ()}, "non-empty"),
+        ({"pad_to": "8"}, "sequence"),
+        ({"pad_to": (4,), "pad_to_multiple": 8}, "exclude each other"),
+        ({"pad_to": {1: (4,)}}, "named by a str"),
+    ],
+)
+def test_bad_padding_options_are_refused_when_the_loader_is_built(options, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        fl.Loader(docs(), 4, **options)
+
+
+def test_the_padding_options_are_data():
+    loader = fl.Loader(docs(), 4, pad_to={"T": [16, 32]})
+    assert loader.options.pad_to == (("T", (16, 32)),)
+    assert fl.Loader(docs(), 4, pad_to_multiple=8).options.pad_to_multiple == 8
+
+
+def test_a_mix_of_sources_gives_every_pair_once_with_its_own_contents():
+    a, b = docs(12), docs(12)
+    seq = fl.Seq.mix([a.shuffle(1), b.shuffle(2)])
+    pairs = Counter()
+    for batch in fl.Loader(seq, 5, workers=0):
+        check_rows(batch)
+        pairs.update(zip(batch.meta.source_ordinals.tolist(), batch.meta.record_indices.tolist()))
+    assert pairs == Counter({(s, r): 1 for s in (0, 1) for r in range(12)})
+
+
+def test_threads_sharing_a_loader_see_each_pair_once_per_pass():
+    loader = fl.Loader(docs(240), 4, seed=9, workers=0)
+    iter(loader)  # one pass, shared: each thread takes batches from it
+    pairs: Counter = Counter()
+    lock = threading.Lock()
+    barrier = threading.Barrier(3)
+
+    def run():
+        barrier.wait()
+        while True:
+            try:
+                batch = next(loader)
+            except StopIteration:
+                return
+            recs = check_rows(batch)
+            with lock:
+                pairs.update(recs)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert pairs == Counter(range(240))
+
+
+def test_resume_mid_pass_gives_the_same_batches():
+    ds = docs(30)
+    full = [b.meta.record_indices.tolist() for b in fl.Loader(ds, 4, seed=4, workers=0)]
+    first = fl.Loader(ds, 4, seed=4, workers=0)
+    it = iter(first)
+    head = [next(it).meta.record_indices.tolist() for _ in range(3)]
+    state = first.state_dict()
+    second = fl.Loader(ds, 4, seed=4, workers=0)
+    second.load_state_dict(state)
+    tail = [check_rows(b) for b in second]
+    assert head + tail == full
+
+
+def test_torch_output_pads_into_tensors_and_keeps_strings_as_lists():
+    torch = pytest.importorskip("torch")
+    for batch in fl.Loader(docs(), 4, seed=1, output="torch", workers=0):
+        assert isinstance(batch.tokens, torch.Tensor) and batch.tokens.dtype == torch.int32
+        assert isinstance(batch.meta.lengths["T"], torch.Tensor)
+        assert isinstance(batch.meta.mask, torch.Tensor)
+        assert isinstance(batch.name, list) and all(isinstance(s, str) for s in batch.name)
+        check_rows(batch)
+
+
+def test_sources_of_every_kind_hold_varying_examples():
+    want = [item(i) for i in range(6)]
+    as_lists = {k: [w[k] for w in want] for k in ("tokens", "tags", "name")}
+    sources = [want, as_lists]
+    torch = pytest.importorskip("torch")
+
+    class Tensors(torch.utils.data.Dataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            w = want[i]
+            return {
+                "tokens": torch.from_numpy(w["tokens"]),
+                "tags": torch.from_numpy(w["tags"]),
+                "name": w["name"],
+            }
+
+    sources.append(Tensors())
+    datasets = pytest.importorskip("datasets")
+    sources.append(
+        datasets.Dataset.from_dict(
+            {
+                "tokens": [w["tokens"].tolist() for w in want],
+                "tags": [w["tags"].tolist() for w in want],
+                "name": [w["name"] for w in want],
+            }
+        )
+    )
+    for src in sources:
+        ds = fl.Dataset(Doc, src)
+        assert ds[4]["tokens"].tolist() == want[4]["tokens"].tolist(), type(src)
+        assert ds[1]["tokens"].shape == (0,)
+        seen = []
+        for batch in fl.Loader(ds, 4, seed=2, workers=0):
+            seen += check_rows(batch)
+        assert sorted(seen) == list(range(6)), type(src)
+
+
+class Blob(fl.Record):
+    data = fl.field((), "bytes")
+    label = fl.field((), "int64")
+
+
+class Decoded(fl.Record, dims={"N": None}):
+    pixels = fl.field("N", "uint8")
+    noise = fl.field((), "float64")
+    label = fl.field((), "int64")
+
+
+def decode(example, rng):
+    return {
+        "pixels": np.frombuffer(example["data"], np.uint8),
+        "noise": rng.random(),
+        "label": example["label"],
+    }
+
+
+def blobs(n: int) -> fl.Dataset:
+    return fl.Dataset(Blob, [{"data": bytes(range(i % 7)), "label": i} for i in range(n)])
+
+
+def test_a_map_may_return_another_record_and_is_checked_against_it():
+    # issue 16: a map could not change the record ("field 'data' of item 192 is missing")
+    mapped = blobs(20).map(decode, seed=3, record=Decoded)
+    assert mapped.record is Decoded
+    runs = []
+    for _ in range(2):
+        got = {}
+        for batch in fl.Loader(mapped, 6, seed=1, workers=0):
+            lengths = np.asarray(batch.meta.lengths["N"])
+            for r, label in enumerate(batch.label.tolist()):
+                assert lengths[r] == label % 7
+                assert batch.pixels[r, : label % 7].tolist() == list(range(label % 7))
+                got[label] = batch.noise[r]
+        runs.append(got)
+    assert runs[0] == runs[1] and sorted(runs[0]) == list(range(20))
+    bad = blobs(4).map(lambda e: {"pixels": np.zeros(2, np.uint8)}, record=Decoded)
+    with pytest.raises(fl.ShapeError, match="`noise` of item"):
+        next(iter(fl.Loader(bad, 2, workers=0)))
+    with pytest.raises(TypeError, match=r"record is a fl\.Record subclass"):
+        blobs(4).map(decode, record=dict)
+
+
+class Length(fl.Record):
+    n = fl.field((), "int64")
+    noise = fl.field((), "float64")
+
+
+def test_a_map_to_a_fixed_record_runs_in_worker_processes_with_the_same_stream():
+    mapped = blobs(24).map(_length, seed=5, record=Length)
+    here = [(b.n.tolist(), b.noise.tolist()) for b in fl.Loader(mapped, 5, seed=2, workers=0)]
+    in_workers = fl.Loader(mapped, 5, seed=2, workers=2)
+    there = [(b.n.tolist(), b.noise.tolist()) for b in in_workers]
+    assert in_workers._workers_pool() is not None  # made in worker processes
+    in_workers.close()
+    assert here == there
+    assert sorted(n for ns, _ in here for n in ns) == sorted(i % 7 for i in range(24))
+
+
+def _length(example, rng):
+    return {"n": len(example["data"]), "noise": rng.random()}

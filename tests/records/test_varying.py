@@ -1,0 +1,264 @@
+"""Variable-length fields (issue 16, contract 2): dims that vary per example, ``bytes``
+and ``str`` fields, pad values, maxima, and the columns (``Ragged``) that carry them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.records import record_from_schema
+
+
+class Doc(fl.Record, dims={"T": None, "V": 100}):
+    """Tokens and tags share the varying dim T."""
+
+    tokens = fl.field("T", "int32", domain=fl.Index("V"))
+    tags = fl.field("T", "int8", pad=-1)
+
+
+class Pic(fl.Record):
+    jpeg = fl.field((), "bytes")
+    caption = fl.field((), "str", max_bytes=12)
+
+
+class Capped(fl.Record, dims={"T": fl.Varying(max=4)}):
+    x = fl.field("T", "float32")
+
+
+class Cut(fl.Record, dims={"T": fl.Varying(max=4, truncate=True)}):
+    x = fl.field("T", "float32")
+    y = fl.field(("T", 2), "int64")
+
+
+def doc(n: int, start: int = 0) -> dict:
+    return {"tokens": np.arange(start, start + n) % 100, "tags": np.ones(n, np.int8)}
+
+
+# -- declaring ------------------------------------------------------------------------------
+
+
+def test_a_dim_declared_none_varies_and_fields_say_so():
+    assert Doc.dims == {"T": None, "V": 100}
+    assert Doc.varying == {"T": fl.Varying()}
+    f = Doc.fields["tokens"]
+    assert f.shape == (None,) and f.varying == ("T",) and f.ragged and f.kind == "array"
+    assert Doc.fields["tags"].pad == -1 and f.pad == 0
+    assert "tags: [T] int8 pad -1" in Doc.describe()
+
+
+def test_the_dims_the_issue_found_refused_are_accepted():
+    # issue 16: fl.field((), "bytes") was "dtype |S0 is not a number or bool dtype", and a
+    # dim that varies could not be declared at all
+    assert Pic.fields["jpeg"].kind == "bytes" and Pic.fields["jpeg"].ragged
+    assert Pic.fields["caption"].kind == "str" and Pic.fields["caption"].max_bytes == 12
+
+    class Raw(fl.Record):
+        data = fl.field((), bytes)
+        text = fl.field((), str)
+
+    assert [f.kind for f in Raw.fields.values()] == ["bytes", "str"]
+
+
+def test_a_bytes_field_has_shape_nothing_and_no_domain_or_pad():
+    with pytest.raises(fl.RecordError, match="one value per example: its shape is"):
+        type("B", (fl.Record,), {"b": fl.field(3, "bytes")})
+    with pytest.raises(fl.RecordError, match="has no domain"):
+        type("B", (fl.Record,), {"b": fl.field((), "str", domain=fl.Index(3))})
+    with pytest.raises(fl.RecordError, match="pads with an empty bytes"):
+        type("B", (fl.Record,), {"b": fl.field((), "bytes", pad=b"x")})
+    with pytest.raises(fl.RecordError, match="max_bytes bounds a bytes or str field"):
+        type("B", (fl.Record,), {"b": fl.field((), "int32", max_bytes=3)})
+
+
+@pytest.mark.parametrize(("pad", "dtype"), [(-1, "uint8"), (300, "int8"), (0.5, "int32")])
+def test_a_pad_value_the_dtype_cannot_hold_is_refused(pad, dtype):
+    with pytest.raises(fl.RecordError, match="pad value"):
+        type("P", (fl.Record,), {"x": fl.field((), dtype, pad=pad)})
+
+
+def test_a_pad_value_outside_the_domain_is_refused():
+    with pytest.raises(fl.RecordError, match="outside its domain"):
+        type("P", (fl.Record,), {"x": fl.field((), "int64", domain=fl.Index(5), pad=9)})
+
+
+def test_an_index_bounded_by_a_varying_dim_is_refused():
+    with pytest.raises(fl.RecordError, match="varies per example"):
+        type(
+            "I",
+            (fl.Record,),
+            {"x": fl.field("T", "int64", domain=fl.Index("T"))},
+            dims={"T": None},
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [({"max": 0}, ValueError), ({"max": 2.5}, TypeError), ({"truncate": True}, ValueError)],
+)
+def test_a_varying_dim_with_a_bad_maximum_is_refused(kwargs, error):
+    with pytest.raises(error):
+        fl.Varying(**kwargs)
+
+
+def test_the_schema_round_trips_varying_dims_bytes_str_pad_and_maxima():
+    for rec in (Doc, Pic, Capped, Cut):
+        schema = json.loads(json.dumps(rec.schema()))
+        again = record_from_schema(schema, "test")
+        assert again.same_schema(rec), rec
+        assert dict(again.varying) == {
+            k: v for k, v in rec.varying.items() if any(k in f.dims for f in rec.fields.values())
+        }
+    assert Doc.schema()["dims"] == {"T": None, "V": 100}
+    assert Cut.schema()["dims"] == {"T": {"max": 4, "truncate": True}}
+    assert Pic.schema()["fields"][0]["dtype"] == "bytes"
+
+
+def test_a_fixed_records_schema_is_what_it_always_was():
+    class Old(fl.Record, dims={"D": 3}):
+        x = fl.field("D", "float32")
+
+    assert Old.schema()["fields"][0] == {
+        "name": "x",
+        "dims": ["D"],
+        "shape": [3],
+        "dtype": "<f4",
+        "domain": None,
+        "doc": None,
+    }
+
+
+def test_same_schema_tells_pad_values_and_kinds_apart():
+    class A(fl.Record, dims={"T": None}):
+        x = fl.field("T", "int32")
+
+    class B(fl.Record, dims={"T": None}):
+        x = fl.field("T", "int32", pad=7)
+
+    class C(fl.Record, dims={"T": fl.Varying(max=8)}):
+        x = fl.field("T", "int32")
+
+    assert not A.same_schema(B) and not A.same_schema(C)
+
+
+# -- checking one item ------------------------------------------------------------------------
+
+
+def test_an_item_of_any_length_is_checked_and_converted():
+    item = Doc.check({"tokens": [1, 2, 3], "tags": [0, 1, 0]}, 5)
+    assert item["tokens"].dtype == np.int32 and item["tokens"].tolist() == [1, 2, 3]
+    empty = Doc.check({"tokens": [], "tags": []}, 6)
+    assert empty["tokens"].shape == (0,) and empty["tags"].dtype == np.int8
+
+
+def test_fields_sharing_a_dim_must_agree_in_each_item():
+    with pytest.raises(fl.ShapeError) as info:
+        Doc.check({"tokens": [1, 2, 3], "tags": [0, 1]}, 7)
+    message = str(info.value)
+    assert "`tokens` and `tags`" in message and "item 7" in message
+    assert "T = 3" in message and "T = 2" in message
+
+
+def test_a_fixed_axis_of_a_varying_field_is_still_checked():
+    with pytest.raises(fl.ShapeError, match=r"\[T 2\] = \(\*, 2\), got shape \(3, 3\)"):
+        Cut.check({"x": np.zeros(3), "y": np.zeros((3, 3), np.int64)}, 0)
+
+
+def test_an_item_longer_than_the_maximum_is_refused_or_cut():
+    with pytest.raises(fl.ShapeError, match=r"item 2 has T = 5, longer than T's maximum 4"):
+        Capped.check({"x": np.zeros(5)}, 2)
+    cut = Cut.check({"x": np.arange(6.0), "y": np.arange(12).reshape(6, 2)}, 0)
+    assert cut["x"].tolist() == [0, 1, 2, 3] and cut["y"].shape == (4, 2)
+
+
+def test_domains_work_on_varying_fields():
+    with pytest.raises(fl.DomainError, match=r"item 3 should be in Index\[V\]"):
+        Doc.check({"tokens": [1, 100], "tags": [0, 0]}, 3)
+
+
+def test_bytes_and_str_items_are_checked():
+    item = Pic.check({"jpeg": bytearray(b"\xff\xd8"), "caption": "a cat"}, 0)
+    assert item == {"jpeg": b"\xff\xd8", "caption": "a cat"}
+    with pytest.raises(fl.ShapeError, match="should be a str, got bytes"):
+        Pic.check({"jpeg": b"", "caption": b"a cat"}, 1)
+    with pytest.raises(fl.ShapeError, match="should be bytes, got str"):
+        Pic.check({"jpeg": "x", "caption": ""}, 1)
+    with pytest.raises(fl.ShapeError, match="not a string UTF-8 can hold"):
+        Pic.check({"jpeg": b"", "caption": "\udcff"}, 4)
+    with pytest.raises(fl.ShapeError, match="14 bytes, more than the field's max_bytes=12"):
+        Pic.check({"jpeg": b"", "caption": "ééééééé"}, 9)  # 7 characters, 14 bytes
+
+
+# -- columns ----------------------------------------------------------------------------------
+
+
+def test_a_ragged_column_takes_rows_with_one_gather():
+    col = fl.Ragged.from_examples(
+        [np.arange(3), np.arange(0), np.arange(10, 15)], (None,), np.int64
+    )
+    assert len(col) == 3 and col.offsets.tolist() == [0, 3, 3, 8]
+    part = col.take(np.array([2, 0, 2]))
+    assert [part.example(i).tolist() for i in range(3)] == [
+        [10, 11, 12, 13, 14],
+        [0, 1, 2],
+        [10, 11, 12, 13, 14],
+    ]
+    assert part.shapes[:, 0].tolist() == [5, 3, 5]
+
+
+def test_padding_places_each_example_in_its_corner_for_any_varying_axes():
+    rng = np.random.default_rng(0)
+    examples = [rng.integers(0, 9, (h, 3, w)) for h, w in [(2, 4), (1, 1), (3, 2), (0, 5)]]
+    col = fl.Ragged.from_examples(examples, (None, 3, None), np.int64)
+    out = col.padded(6, {0: 4, 2: 5}, pad=-1)
+    assert out.shape == (6, 4, 3, 5)
+    for r, e in enumerate(examples):
+        expect = np.full((4, 3, 5), -1)
+        expect[: e.shape[0], :, : e.shape[2]] = e
+        assert np.array_equal(out[r], expect), r
+    assert (out[4:] == -1).all()
+
+
+def test_check_columns_makes_ragged_columns_from_lists_arrays_and_raggeds():
+    lists = Doc.check_columns({"tokens": [[1, 2], [3]], "tags": [[0, 0], [1]]}, np.arange(2))
+    assert isinstance(lists["tokens"], fl.Ragged) and lists["tokens"].dtype == np.int32
+    dense = Doc.check_columns(
+        {"tokens": np.zeros((4, 3), np.int64), "tags": np.zeros((4, 3), np.int8)}
+    )
+    assert dense["tokens"].shapes[:, 0].tolist() == [3, 3, 3, 3]
+    again = Doc.check_columns(lists, np.arange(2))
+    assert again["tokens"].values.tolist() == [1, 2, 3]
+
+
+def test_check_columns_finds_disagreeing_lengths_and_names_the_item():
+    with pytest.raises(fl.ShapeError, match=r"in item 11 `tokens` has T = 1 and `tags` has T = 2"):
+        Doc.check_columns({"tokens": [[1, 2], [3]], "tags": [[0, 0], [1, 1]]}, np.array([10, 11]))
+
+
+def test_check_columns_refuses_a_long_example_and_cuts_where_the_dim_truncates():
+    with pytest.raises(fl.ShapeError, match="item 21 has T = 5"):
+        Capped.check_columns({"x": [np.zeros(2), np.zeros(5)]}, np.array([20, 21]))
+    col = fl.Ragged.from_examples([np.arange(6.0), np.arange(2.0)], (None,), np.float32)
+    ys = fl.Ragged.from_examples(
+        [np.zeros((6, 2), np.int64), np.zeros((2, 2), np.int64)], (None, 2), np.int64
+    )
+    cut = Cut.check_columns({"x": col, "y": ys}, np.arange(2))
+    assert cut["x"].shapes[:, 0].tolist() == [4, 2] and cut["y"].shapes[:, 0].tolist() == [4, 2]
+
+
+def test_check_columns_checks_domains_of_ragged_columns():
+    with pytest.raises(fl.DomainError, match="item 31 should be in"):
+        Doc.check_columns(
+            {"tokens": [[1], [2, 200]], "tags": [[0], [0, 0]]},
+            np.array([30, 31]),
+            check_values=True,
+        )
+
+
+def test_byte_and_string_columns():
+    cols = Pic.check_columns({"jpeg": [b"ab", b""], "caption": ["x", "é"]}, np.arange(2))
+    assert cols["jpeg"].blobs() == [b"ab", b""] and cols["caption"].strings() == ["x", "é"]
+    with pytest.raises(fl.ShapeError, match="item 1 has 13 bytes"):
+        Pic.check_columns({"jpeg": [b"", b""], "caption": ["", "x" * 13]}, np.arange(2))
