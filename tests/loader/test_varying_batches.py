@@ -292,3 +292,145 @@ def test_a_map_to_a_fixed_record_runs_in_worker_processes_with_the_same_stream()
 
 def _length(example, rng):
     return {"n": len(example["data"]), "noise": rng.random()}
+
+
+# -- length bucketing -------------------------------------------------------------------------
+
+RNG_LENGTHS = np.minimum(np.random.default_rng(0).lognormal(np.log(20), 0.9, 700), 300).astype(int)
+
+
+class Seq1(fl.Record, dims={"T": None}):
+    tokens = fl.field("T", "int32")
+
+
+def sequences(n: int = len(RNG_LENGTHS)) -> fl.Dataset:
+    return fl.Dataset(Seq1, {"tokens": [np.full(RNG_LENGTHS[i], i, np.int32) for i in range(n)]})
+
+
+def padding(batches) -> float:
+    real = sum(int(np.asarray(b.meta.lengths["T"])[: b.meta.size].sum()) for b in batches)
+    total = sum(int(np.asarray(b.tokens)[: b.meta.size].size) for b in batches)
+    return 1 - real / total
+
+
+def pairs_of(batches) -> Counter:
+    out: Counter = Counter()
+    for b in batches:
+        size = b.meta.size
+        recs = b.meta.record_indices[:size].tolist()
+        for r, rec in enumerate(recs):  # every row holds its own record
+            assert (np.asarray(b.tokens)[r, : RNG_LENGTHS[rec]] == rec).all()
+        out.update(zip(b.meta.source_ordinals[:size].tolist(), recs))
+    return out
+
+
+def test_bucketing_makes_batches_of_similar_lengths_each_example_once():
+    plain = list(fl.Loader(sequences(), 16, seed=1, workers=0))
+    bucketed = list(fl.Loader(sequences(), 16, seed=1, bucket="T", workers=0))
+    everyone = Counter({(0, r): 1 for r in range(len(RNG_LENGTHS))})
+    assert pairs_of(plain) == everyone and pairs_of(bucketed) == everyone
+    assert len(bucketed) == len(plain)
+    assert padding(bucketed) < padding(plain) / 2
+    # every batch but the groups' last is full, and the short one is the pass's last
+    assert [b.meta.size for b in bucketed[:-1]] == [16] * (len(bucketed) - 1)
+
+
+def test_a_bucketed_batch_reports_its_rows_own_positions():
+    loader = fl.Loader(sequences(), 16, seed=4, bucket="T", bucket_batches=8, workers=0)
+    order = fl.Order(fl.Seq.source(sequences()).shuffle(4))
+    for batch in loader:
+        pos = np.asarray(batch.meta.positions)
+        _, recs = order.lookup(pos)
+        assert recs.tolist() == batch.meta.record_indices.tolist()
+        assert (pos // (16 * 8) == pos[0] // (16 * 8)).all()  # from one group
+
+
+def test_bucketing_is_a_pure_function_of_seed_and_pass():
+    def run(seed):
+        loader = fl.Loader(sequences(), 16, seed=seed, bucket="T", workers=0)
+        return [[b.meta.record_indices.tolist() for b in loader] for _ in range(2)]
+
+    first, again, other = run(3), run(3), run(5)
+    assert first == again
+    assert first[0] != first[1]  # each pass has its own groups' order
+    assert first != other
+
+
+@pytest.mark.parametrize("options", [{"drop_last": True}, {"pad": True}, {}])
+def test_bucketing_keeps_the_last_batch_rules(options):
+    loader = fl.Loader(sequences(100), 16, seed=2, bucket="T", bucket_batches=3, **options)
+    batches = list(loader)
+    sizes = [b.meta.size for b in batches]
+    if options.get("drop_last"):
+        assert sizes == [16] * 6
+        assert sum(pairs_of(batches).values()) == 96
+    else:
+        assert sizes == [16] * 6 + [4]
+        assert pairs_of(batches) == Counter({(0, r): 1 for r in range(100)})
+    if options.get("pad"):
+        assert all(b.tokens.shape[0] == 16 for b in batches)
+
+
+def test_bucketed_ranks_together_see_every_example_once_with_even_steps():
+    seen: Counter = Counter()
+    steps = []
+    for rank in range(3):
+        loader = fl.Loader(
+            sequences(), 16, seed=1, bucket="T", shard=(rank, 3), even=True, workers=0
+        )
+        batches = list(loader)
+        steps.append(len(batches))
+        seen += pairs_of(batches)
+    assert len(set(steps)) == 1
+    assert seen == Counter({(0, r): 1 for r in range(len(RNG_LENGTHS))})
+
+
+def test_a_bucketed_pass_resumes_exactly():
+    full = [b.meta.record_indices.tolist() for b in fl.Loader(sequences(), 16, seed=7, bucket="T")]
+    first = fl.Loader(sequences(), 16, seed=7, bucket="T", workers=0)
+    it = iter(first)
+    head = [next(it).meta.record_indices.tolist() for _ in range(11)]
+    state = first.state_dict()
+    second = fl.Loader(sequences(), 16, seed=7, bucket="T", workers=0)
+    second.load_state_dict(state)
+    assert head + [b.meta.record_indices.tolist() for b in second] == full
+    plain = fl.Loader(sequences(), 16, seed=7, workers=0)
+    with pytest.raises(fl.StateError, match="bucket"):
+        plain.load_state_dict(state)
+
+
+def test_bucketing_gives_maps_the_same_draws_per_example():
+    class Noisy(fl.Record, dims={"T": None}):
+        tokens = fl.field("T", "int32")
+        noise = fl.field((), "float64")
+
+    def noisy(example, rng):
+        return {"tokens": example["tokens"], "noise": rng.random()}
+
+    mapped = sequences().map(noisy, seed=11, record=Noisy)
+
+    def draws(**options):
+        got = {}
+        for b in fl.Loader(mapped, 16, seed=2, workers=0, **options):
+            got.update(zip(b.meta.record_indices.tolist(), b.noise.tolist()))
+        return got
+
+    assert draws() == draws(bucket="T")
+
+
+def test_bucketing_needs_a_varying_dim_and_names_the_option():
+    with pytest.raises(ValueError, match=r"bucket='S': .* Seq1's are \['T'\]"):
+        fl.Loader(sequences(), 4, bucket="S")
+    with pytest.raises(TypeError, match="bucket is the name"):
+        fl.Loader(sequences(), 4, bucket=3)
+    with pytest.raises(ValueError, match="bucket_batches"):
+        fl.Loader(sequences(), 4, bucket="T", bucket_batches=0)
+
+
+def test_bucketing_reads_lengths_from_any_source_once():
+    items = [{"tokens": np.full(RNG_LENGTHS[i], i, np.int32)} for i in range(200)]
+    ds = fl.Dataset(Seq1, items)
+    assert ds.lengths("T").tolist() == RNG_LENGTHS[:200].tolist()
+    assert pairs_of(list(fl.Loader(ds, 16, seed=1, bucket="T"))) == Counter(
+        {(0, r): 1 for r in range(200)}
+    )

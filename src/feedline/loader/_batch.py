@@ -69,14 +69,14 @@ class BatchMeta:
         "_source_ordinals",
     )
     # (rows, pos0, ordinals, records); the metadata converted; None when given (``of``)
-    _base: tuple[int, int, np.ndarray, np.ndarray] | BatchMeta | None
+    _base: tuple[int, Any, np.ndarray, np.ndarray] | BatchMeta | None
     _lengths: Mapping[str, Any]
 
     def __init__(
         self,
         size: int,
         rows: int,
-        pos0: int,
+        pos0: Any,
         ordinals: np.ndarray,
         records: np.ndarray,
         lengths: Mapping[str, Any] | None = None,
@@ -158,7 +158,10 @@ class BatchMeta:
                 value = np.zeros(rows, dtype=bool)
                 value[:size] = True
             elif name == "positions":
-                value = _padded(np.arange(pos0, pos0 + size, dtype=np.int64), rows)
+                if isinstance(pos0, np.ndarray):  # the rows' own positions (bucketing)
+                    value = _padded(pos0.astype(np.int64, copy=False), rows)
+                else:
+                    value = _padded(np.arange(pos0, pos0 + size, dtype=np.int64), rows)
             elif name == "source_ordinals":
                 value = _padded(ordinals, rows)
             else:

@@ -25,7 +25,8 @@ from typing import Any, NamedTuple
 class Claim(NamedTuple):
     """A claimed batch: its number in the share, its generation, and the positions
     ``start .. stop`` of the pass's order with their sources and records. (A named tuple:
-    a frozen dataclass cost half a microsecond a batch to make.)"""
+    a frozen dataclass cost half a microsecond a batch to make.) Under length bucketing
+    the rows are positions ``pos`` (``stop - start`` of them) of the batch's group."""
 
     gen: int
     index: int  # type: ignore[assignment]  # shadows tuple.index, which no one calls
@@ -33,6 +34,13 @@ class Claim(NamedTuple):
     stop: int
     ords: Any
     recs: Any
+    pos: Any = None
+
+    @property
+    def pos0(self) -> Any:
+        """The rows' positions for a batch's metadata: the first (consecutive rows), or
+        the array of them (bucketing)."""
+        return self.start if self.pos is None else self.pos
 
     @property
     def size(self) -> int:

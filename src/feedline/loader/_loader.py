@@ -45,6 +45,7 @@ from ..sources import Dataset
 from . import _collate, _into, _state
 from ._batch import Batch
 from ._blocks import OrderBlocks
+from ._buckets import Buckets
 from ._gather import gather
 from ._ledger import Claim, Ledger
 from ._options import LoaderOptions, check_int
@@ -81,6 +82,8 @@ class Loader:
         timeout: float | None = None,
         pad_to_multiple: int | None = None,
         pad_to: Any = None,
+        bucket: str | None = None,
+        bucket_batches: int = 64,
     ) -> None:
         opts = LoaderOptions.make(
             batch_size,
@@ -99,6 +102,8 @@ class Loader:
             timeout=timeout,
             pad_to_multiple=pad_to_multiple,
             pad_to=pad_to,
+            bucket=bucket,
+            bucket_batches=bucket_batches,
         )
         self.options = opts
         self._b = opts.batch_size
@@ -126,7 +131,9 @@ class Loader:
         )
         self._ledger = Ledger(base_seed, self._geometry.steps(0))
         self._steps0 = self._ledger.steps
-        self._blocks = OrderBlocks(opts.batch_size)
+        self._blocks: OrderBlocks | Buckets = (
+            OrderBlocks(opts.batch_size) if opts.bucket is None else self._buckets(opts)
+        )
         self._values_checked = False
         self._print = self._make_fingerprint()
         self._plan = choose_plan(self)
@@ -212,6 +219,31 @@ class Loader:
         length = self._full_len if self.options.shard is not None else self._order_len(0)
         return {**self.options.stream(), "length": length, "sources": len(self._datasets)}
 
+    def _buckets(self, opts: LoaderOptions) -> Buckets:
+        """The bucketing stage of ``bucket=dim``: the dim must vary in the record."""
+        dim = opts.bucket
+        assert dim is not None
+        varying = {d for f in self.record.fields.values() for d in f.varying}
+        if dim not in varying:
+            raise ValueError(
+                f"bucket={dim!r}: bucketing sorts by a varying dim of the record, and "
+                f"{self.record.__name__}'s are {sorted(varying) or 'none'}"
+            )
+        datasets = self._datasets
+        for ds in datasets:  # each one's lengths, read now (a file's: its offsets)
+            ds.lengths(dim)
+
+        def lengths_of(ords: np.ndarray, recs: np.ndarray) -> np.ndarray:
+            if len(datasets) == 1:
+                return datasets[0].lengths(dim)[recs]
+            out = np.empty(len(recs), dtype=np.int64)
+            for o in np.unique(ords):
+                sel = ords == o
+                out[sel] = datasets[int(o)].lengths(dim)[recs[sel]]
+            return out
+
+        return Buckets(opts.batch_size, opts.bucket_batches, lengths_of)
+
     def _make_fingerprint(self) -> str:
         return _state.fingerprint(
             self._seq.to_dict(),
@@ -277,8 +309,8 @@ class Loader:
         return self._blocks.claim(self._ledger, index, self._pass_order)
 
     # The order-blocks stage's state, for tests that look inside.
-    _block = property(lambda self: self._blocks.block)
-    _ahead = property(lambda self: self._blocks.ahead)
+    _block = property(lambda self: getattr(self._blocks, "block", None))
+    _ahead = property(lambda self: getattr(self._blocks, "ahead", None))
 
     def rows_for(self, size: int) -> int:
         return _collate.rows_for(size, self._b, self.options.padded)
@@ -290,7 +322,7 @@ class Loader:
         dataset is mapped."""
         if not self._mapped:
             return None
-        p = np.arange(claim.start, claim.stop, dtype=np.int64)
+        p = claim.pos if claim.pos is not None else np.arange(claim.start, claim.stop)
         opts = self.options
         if opts.shard is not None:  # dealt round-robin after skipping the ledger's base
             index, count = opts.shard
@@ -347,7 +379,7 @@ class Loader:
                 dict(fields),
                 claim.size,
                 rows,
-                claim.start,
+                claim.pos0,
                 claim.ords,
                 claim.recs,
                 lengths=lengths,

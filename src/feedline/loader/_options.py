@@ -31,6 +31,9 @@ option                 meaning (the same for every kind of source)
 ``pad_to``             boundaries (ascending ints, or a dict dim -> boundaries): a varying
                        dim is padded to the smallest boundary that holds the batch's
                        longest example (static shapes for XLA); a longer one is an error
+``bucket``             a varying dim: batches of similar lengths on it, drawn from groups
+                       of ``bucket_batches`` batches of the order (``_buckets``)
+``bucket_batches``     batches per bucketing group (64): more sorts wider, less padding
 =====================  ====================================================================
 """
 
@@ -115,6 +118,8 @@ class LoaderOptions:
     timeout: float | None = None
     pad_to_multiple: int | None = None
     pad_to: tuple[int, ...] | tuple[tuple[str, tuple[int, ...]], ...] | None = None
+    bucket: str | None = None
+    bucket_batches: int = 64
 
     @classmethod
     def make(
@@ -136,6 +141,8 @@ class LoaderOptions:
         timeout: float | None = None,
         pad_to_multiple: int | None = None,
         pad_to: Any = None,
+        bucket: str | None = None,
+        bucket_batches: int = 64,
     ) -> LoaderOptions:
         """The options of ``Loader(source, batch_size, **options)``, checked; every error
         names its option."""
@@ -203,6 +210,9 @@ class LoaderOptions:
                     "either to a boundary or to a multiple"
                 )
             pad_to = _boundaries(pad_to)
+        if bucket is not None and not isinstance(bucket, str):
+            raise TypeError(f"bucket is the name of a varying dim, got {bucket!r}")
+        bucket_batches = check_int("bucket_batches", bucket_batches, 1)
         return cls(
             batch_size=batch_size,
             seed=seed,
@@ -222,6 +232,8 @@ class LoaderOptions:
             timeout=timeout,
             pad_to_multiple=pad_to_multiple,
             pad_to=pad_to,
+            bucket=bucket,
+            bucket_batches=bucket_batches,
         )
 
     @property
@@ -248,4 +260,7 @@ class LoaderOptions:
             "even": self.even,
             "split": list(self.split) if self.split else None,
             "sharded": self.shard is not None,
+            # bucketing decides which examples share a batch (absent without it, so the
+            # states saved before it existed still load)
+            **({"bucket": [self.bucket, self.bucket_batches]} if self.bucket else {}),
         }

@@ -189,6 +189,7 @@ class Dataset:
         self._recheck = False
         self._maps: tuple = ()
         self._base: Dataset = self
+        self._lengths_cache: dict[str, np.ndarray] = {}
         self._hf = source.with_format("numpy") if _is_hf_dataset(source) else None
         own_record = getattr(source, "record", None)
         self._trusted = (
@@ -216,6 +217,7 @@ class Dataset:
     def _read_source(self) -> None:
         """Check and convert an in-memory source as a whole; take the source's length."""
         source, record = self.source, self.record
+        self._lengths_cache = {}
         if isinstance(source, Mapping):
             self._cols = self._check_whole(
                 {
@@ -562,9 +564,52 @@ class Dataset:
         mapped._owns_share = False  # the base dataset keeps the file open
         mapped._maps = (*self._maps, (fn, int(seed), takes_rng))
         mapped._base = self._base
+        mapped._lengths_cache = {}
         if record is not None:
             mapped.record = record
         return mapped
+
+    def lengths(self, dim: str) -> np.ndarray:
+        """Every example's length on the varying dim ``dim`` (int64, one per item; what
+        length bucketing sorts by), read once and kept: a ragged column's shapes (in
+        memory, or a file's offsets), otherwise the items read through once. A mapped
+        dataset's are its source's (a map that changes lengths cannot be bucketed by
+        them: bucket by a dim of the source's record)."""
+        cached = self._lengths_cache.get(dim)
+        if cached is not None:
+            return cached
+        if self._maps:
+            base = self._base
+            if not any(dim in f.varying for f in base.record.fields.values()):
+                raise ValueError(
+                    f"{self.record.__name__}: dim {dim} is made by a map, and its lengths "
+                    f"are known only once an example is made: bucket by a varying dim of "
+                    f"{base.record.__name__}, the source's record"
+                )
+            out = base.lengths(dim)
+        else:
+            name, k = next(
+                (
+                    (f.name, f.varying.index(dim))
+                    for f in self.record.fields.values()
+                    if dim in f.varying
+                ),
+                (None, 0),
+            )
+            if name is None:
+                raise ValueError(f"{self.record.__name__} has no field of varying dim {dim}")
+            columns = self._columns if self._cols is not None else self._mapped_columns
+            col = None if columns is None else columns.get(name)
+            if isinstance(col, Ragged):
+                out = np.asarray(col.shapes[:, k], dtype=np.int64)
+            else:
+                parts = [np.zeros(0, dtype=np.int64)]
+                for lo in range(0, len(self), _CHECK_ITEMS):
+                    batch = self.getitems(np.arange(lo, min(lo + _CHECK_ITEMS, len(self))))
+                    parts.append(np.asarray(batch[name].shapes[:, k], dtype=np.int64))
+                out = np.concatenate(parts)
+        self._lengths_cache[dim] = out
+        return out
 
     @property
     def mapped(self) -> bool:
