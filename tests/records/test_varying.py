@@ -262,3 +262,35 @@ def test_byte_and_string_columns():
     assert cols["jpeg"].blobs() == [b"ab", b""] and cols["caption"].strings() == ["x", "é"]
     with pytest.raises(fl.ShapeError, match="item 1 has 13 bytes"):
         Pic.check_columns({"jpeg": [b"", b""], "caption": ["", "x" * 13]}, np.arange(2))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "uint8", "bool", "int64"])
+@pytest.mark.parametrize("inner", [(), (3,)])
+def test_the_compiled_padding_is_the_numpy_padding(monkeypatch, dtype, inner):
+    from feedline._base import kernels
+
+    rng = np.random.default_rng(5)
+    examples = [rng.integers(0, 2, (n, *inner)).astype(dtype) for n in (4, 0, 9, 1, 6)]
+    col = fl.Ragged.from_examples(examples, (None, *inner), np.dtype(dtype))
+    pad = True if dtype == "bool" else 7
+    views = [col.take(np.array([3, 0, 2])), col, col.take(np.array([1]))]
+    compiled = [v.padded(5, {0: 10}, pad) for v in views] if kernels.get() else []
+    monkeypatch.setattr(kernels, "get", lambda: None)
+    plain = [v.padded(5, {0: 10}, pad) for v in views]
+    for a, b in zip(compiled, plain):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    expect = np.full((5, 10, *inner), pad, dtype=dtype)
+    for r, i in enumerate([3, 0, 2]):
+        expect[r, : len(examples[i])] = examples[i]
+    assert np.array_equal(plain[0], expect)
+
+
+def test_a_view_reads_its_values_once_and_pickles_as_values():
+    import pickle
+
+    col = fl.Ragged.from_examples([np.arange(3), np.arange(5)], (None,), np.int64)
+    view = col.take(np.array([1, 1, 0]))
+    assert view.values.tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2]
+    again = pickle.loads(pickle.dumps(col.take(np.array([1]))))
+    assert again.values.tolist() == [0, 1, 2, 3, 4] and again.offsets.tolist() == [0, 5]
+    assert view.take(np.array([2, 0])).example(1).tolist() == [0, 1, 2, 3, 4]

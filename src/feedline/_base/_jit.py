@@ -395,3 +395,19 @@ def locate_flat(part, j, n, rb, lm, rm, rk, offset, ordinal, out_ord, out_rec):
             e = idx[f]
             out_rec[e] = permute_one(nq, b, lmq, rmq, k0, k1, k2, k3, k4, k5, u64(j[e])) + off
             f += 1
+
+
+@jit
+def pad_spans(values, starts, counts, out, pad):
+    """Rows of a padded batch from spans of ``values``: row ``r`` is ``values[starts[r] :
+    starts[r] + counts[r]]`` then ``pad`` to the row's end; rows past ``len(starts)`` are
+    all ``pad``. One pass over ``out`` (2-D: rows x elements of one padded example)."""
+    rows, width = out.shape
+    n = len(starts)
+    for r in range(rows):
+        c = counts[r] if r < n else 0
+        s = starts[r] if r < n else 0
+        for j in range(c):
+            out[r, j] = values[s + j]
+        for j in range(c, width):
+            out[r, j] = pad

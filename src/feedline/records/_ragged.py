@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from .._base import kernels
+
 
 @dataclass(frozen=True)
 class Varying:
@@ -67,9 +69,13 @@ class Ragged:
 
     ``template`` is the field's shape with ``None`` at its varying axes; ``values`` is
     1-D; ``offsets`` (``n + 1``) and ``shapes`` (``n x k``, ``k`` varying axes) are int64.
+
+    ``take`` gives a view: its offsets and shapes at once, its values copied from the
+    source's spans only when read; ``padded`` copies the spans straight into the padded
+    batch (one pass, a compiled kernel where numba is loaded).
     """
 
-    __slots__ = ("offsets", "shapes", "template", "values")
+    __slots__ = ("_source", "_starts", "_values", "offsets", "shapes", "template")
 
     def __init__(
         self,
@@ -78,10 +84,32 @@ class Ragged:
         shapes: np.ndarray,
         template: tuple[int | None, ...],
     ) -> None:
-        self.values = values
+        self._values: np.ndarray | None = values
+        self._source: np.ndarray | None = None  # a view's: the column it takes from
+        self._starts: np.ndarray | None = None  # and where each of its examples starts
         self.offsets = offsets
         self.shapes = shapes
         self.template = template
+
+    @property
+    def values(self) -> np.ndarray:
+        """Every example's values, concatenated (a view copies them now, once)."""
+        v = self._values
+        if v is None:
+            source, starts = self._spans()
+            counts = np.diff(self.offsets)
+            gather = np.repeat(starts - self.offsets[:-1], counts)
+            gather += np.arange(int(self.offsets[-1]), dtype=np.int64)
+            v = self._values = source.take(gather)
+            self._source = self._starts = None
+        return v
+
+    def _spans(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the array holding the examples' values, each example's first element in it)."""
+        if self._values is not None:
+            return self._values, self.offsets[:-1]
+        assert self._source is not None and self._starts is not None
+        return self._source, self._starts
 
     # -- building ----------------------------------------------------------------------
     @classmethod
@@ -141,14 +169,14 @@ class Ragged:
 
     @property
     def dtype(self) -> np.dtype:
-        return self.values.dtype
+        return self._spans()[0].dtype
 
     def __repr__(self) -> str:
         shape = "[" + " ".join("*" if d is None else str(d) for d in self.template) + "]"
-        return f"Ragged({len(self)} examples of {shape} {self.values.dtype})"
+        return f"Ragged({len(self)} examples of {shape} {self.dtype})"
 
     def example(self, i: int) -> np.ndarray:
-        """Example ``i`` as an array of its own shape (a view of ``values``)."""
+        """Example ``i`` as an array of its own shape (a view of the values)."""
         shape, k = [], 0
         for d in self.template:
             if d is None:
@@ -156,7 +184,9 @@ class Ragged:
                 k += 1
             else:
                 shape.append(d)
-        return self.values[self.offsets[i] : self.offsets[i + 1]].reshape(shape)
+        source, starts = self._spans()
+        first = int(starts[i])
+        return source[first : first + int(self.offsets[i + 1] - self.offsets[i])].reshape(shape)
 
     def blobs(self) -> list[bytes]:
         """The examples as byte strings (a ``uint8`` column)."""
@@ -169,20 +199,19 @@ class Ragged:
         return [b.decode("utf-8") for b in self.blobs()]
 
     def take(self, idx: np.ndarray) -> Ragged:
-        """Examples ``idx`` (int64, in range): one gather of offsets, one copy of spans."""
+        """Examples ``idx`` (int64, in range): one gather of offsets now; the spans are
+        copied once, when the values are read or the batch is padded (a view)."""
         idx = np.asarray(idx, dtype=np.int64)
-        starts = self.offsets[idx]
-        counts = self.offsets[idx + 1] - starts
+        source, all_starts = self._spans()
+        starts = all_starts[idx]
+        counts = self.offsets[idx + 1] - self.offsets[idx]
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
-        total = int(offsets[-1])
-        if len(idx) == 1:
-            values = self.values[int(starts[0]) : int(starts[0]) + total].copy()
-        else:
-            gather = np.repeat(starts - offsets[:-1], counts)
-            gather += np.arange(total, dtype=np.int64)
-            values = self.values.take(gather)
-        return Ragged(values, offsets, self.shapes[idx], self.template)
+        view = Ragged.__new__(Ragged)
+        view._values = None
+        view._source, view._starts = source, starts
+        view.offsets, view.shapes, view.template = offsets, self.shapes[idx], self.template
+        return view
 
     def padded_shape(self, lengths: dict[int, int]) -> tuple[int, ...]:
         """The shape of one padded example: ``lengths`` maps a varying axis's index among
@@ -197,9 +226,21 @@ class Ragged:
         in C order, are the example's values in its own C order.
         """
         shape = self.padded_shape(lengths)
-        out = np.full((rows, *shape), pad, dtype=self.values.dtype)
+        source, starts = self._spans()
+        if self.template[0] is None and None not in self.template[1:]:
+            # one varying axis, the first: an example is the first elements of its row
+            with kernels.deferred():  # the numpy path while numba loads, never a wait
+                k = kernels.get()
+            if k is not None:
+                out = np.empty((rows, *shape), dtype=source.dtype)
+                flat = out.reshape(rows, -1)
+                counts = np.diff(self.offsets)
+                k.pad_spans(source, starts, counts, flat, flat.dtype.type(pad))
+                return out
+            kernels.load_in_background()
+        out = np.full((rows, *shape), pad, dtype=source.dtype)
         n = len(self)
-        if n == 0 or not len(self.values):
+        if n == 0 or not self.offsets[-1]:
             return out
         mask = np.ones((n, *shape), dtype=bool)
         k = 0
@@ -216,6 +257,12 @@ class Ragged:
 
     def nbytes(self) -> int:
         return int(self.values.nbytes + self.offsets.nbytes + self.shapes.nbytes)
+
+    def __getstate__(self) -> tuple:
+        return (self.values, self.offsets, self.shapes, self.template)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.__init__(*state)  # type: ignore[misc]
 
 
 def example_of(field: Any, column: Any, r: int) -> Any:
