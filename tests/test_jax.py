@@ -150,3 +150,31 @@ def test_shard_auto_reads_jax_process_index(monkeypatch):
         [b.y[b.meta.mask] for b in fl.Loader(dataset(), 5, seed=2, shard="auto", even=True)]
     )
     assert sorted(mine.tolist() + other.tolist()) == list(range(37))
+
+
+def test_variable_length_batches_are_padded_jax_arrays_with_strings_kept_static():
+    assert (
+        run_jax("""
+        import numpy as np, jax, feedline as fl
+        class Doc(fl.Record, dims={"T": None}):
+            tokens = fl.field("T", "int32")
+            text = fl.field((), "str")
+        items = [{"tokens": np.arange(i % 6), "text": f"doc {i}"} for i in range(20)]
+        ds = fl.Dataset(Doc, items)
+        want = list(fl.Loader(ds, 8, seed=1, pad_to=(4, 8)))
+        got = list(fl.jax.batches(ds, 8, seed=1, shard=None, even=False, pad_to=(4, 8)))
+        for g, w in zip(got, want):
+            assert isinstance(g.tokens, jax.Array) and g.tokens.shape[1] in (4, 8)
+            np.testing.assert_array_equal(np.asarray(g.tokens), w.tokens)
+            np.testing.assert_array_equal(np.asarray(g.meta.lengths["T"]), w.meta.lengths["T"])
+            assert g.text == w.text
+            leaves, tree = jax.tree_util.tree_flatten(g)
+            assert all(isinstance(x, (jax.Array, int)) for x in leaves)
+            again = jax.tree_util.tree_unflatten(tree, leaves)
+            assert again.text == g.text and list(again.fields) == ["tokens", "text"]
+            total = jax.jit(lambda b: (b.tokens * b.meta.mask[:, None]).sum())(g)
+            assert int(total) == int((w.tokens * w.meta.mask[:, None]).sum())
+        print("ok")
+    """)
+        == "ok"
+    )

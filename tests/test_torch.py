@@ -235,3 +235,37 @@ def test_ranks_take_even_steps_by_default_so_ddp_never_hangs():
     assert seen == list(range(1025))
     uneven = [len(list(flt.IterableDataset(ds, 16, shard=(r, 2), even=False))) for r in range(2)]
     assert uneven[0] != uneven[1]
+
+
+class Doc(fl.Record, dims={"T": None}):
+    tokens = fl.field("T", "int64", pad=-100)
+    text = fl.field((), "str")
+
+
+class Docs:
+    """Variable-length items (picklable: torch workers unpickle it)."""
+
+    def __len__(self) -> int:
+        return 57
+
+    def __getitem__(self, i: int) -> dict:
+        return {"tokens": list(range(i % 9)), "text": "x" * (i % 5)}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_torch_dataloader_pads_variable_length_batches_as_the_loader_does(num_workers):
+    want = list(fl.Loader(fl.Dataset(Doc, Docs()), 8, seed=2, output="torch"))
+    it = flt.IterableDataset(fl.Dataset(Doc, Docs()), 8, seed=2, shard=None)
+    got = list(DataLoader(it, batch_size=None, num_workers=num_workers))
+    assert len(got) == len(want)
+    seen = []
+    for g, w in zip(got, want):
+        assert isinstance(g.tokens, torch.Tensor) and torch.equal(g.tokens, w.tokens)
+        assert torch.equal(g.meta.lengths["T"], w.meta.lengths["T"])
+        assert g.text == w.text and isinstance(g.text, list)
+        for r, rec in enumerate(g.meta.record_indices.tolist()):
+            n = rec % 9
+            assert g.tokens[r, :n].tolist() == list(range(n))
+            assert (g.tokens[r, n:] == -100).all()
+            seen.append(rec)
+    assert sorted(seen) == list(range(57))

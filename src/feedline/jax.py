@@ -53,7 +53,7 @@ def _arrays(batch: Batch) -> dict[str, np.ndarray]:
     """The batch's fields as numpy arrays. Without ``jax_enable_x64`` JAX makes
     64-bit integers 32-bit: a field whose values would not fit is refused, naming it,
     rather than wrapped silently."""
-    arrays = {name: np.asarray(a) for name, a in batch.fields.items()}
+    arrays = {name: np.asarray(a) for name, a in batch.fields.items() if not isinstance(a, list)}
     if not jax.config.jax_enable_x64:
         for name, a in arrays.items():
             if a.dtype.kind in "iu" and a.dtype.itemsize == 8 and a.size:
@@ -74,7 +74,11 @@ def _host(a: Any) -> np.ndarray:
 
 def _rebuilt(batch: Batch, convert: Any) -> Batch:
     """``batch`` with ``convert`` applied to its fields now and to its metadata as read."""
-    fields = {name: convert(a) for name, a in _arrays(batch).items()}
+    arrays = _arrays(batch)
+    # a bytes or str field stays a list of them (JAX holds numbers only)
+    fields = {
+        name: convert(arrays[name]) if name in arrays else a for name, a in batch.fields.items()
+    }
     meta = batch.meta.converted(lambda a: convert(_host(a)))
     return Batch.with_meta(fields, meta.size, len(batch), 0, None, None, meta=meta)
 
@@ -108,9 +112,12 @@ def global_batch(batch: Batch, sharding: jax.sharding.Sharding) -> Batch:
 
 def _flatten(batch: Batch) -> tuple[tuple, tuple]:
     m = batch.meta
+    arrays = {n: a for n, a in batch.fields.items() if not isinstance(a, list)}
+    # bytes and str fields are static data of the tree (its aux), not leaves
+    static = tuple((n, tuple(a)) for n, a in batch.fields.items() if isinstance(a, list))
     return (
         (
-            *batch.fields.values(),
+            *arrays.values(),
             m.size,
             m.mask,
             m.positions,
@@ -118,12 +125,12 @@ def _flatten(batch: Batch) -> tuple[tuple, tuple]:
             m.record_indices,
             dict(m.lengths),
         ),
-        (tuple(batch.fields), len(batch)),
+        (tuple(batch.fields), tuple(arrays), static, len(batch)),
     )
 
 
 def _unflatten(aux: tuple, children: tuple) -> Batch:
-    names, rows = aux
+    order, names, static, rows = aux
     k = len(names)
     size, mask, positions, ordinals, records, lengths = children[k:]
     meta = BatchMeta.of(
@@ -134,7 +141,10 @@ def _unflatten(aux: tuple, children: tuple) -> Batch:
         record_indices=records,
         lengths=lengths,
     )
-    return Batch.with_meta(dict(zip(names, children[:k])), size, rows, 0, None, None, meta=meta)
+    fields = dict(zip(names, children[:k]))
+    fields.update((n, list(values)) for n, values in static)
+    fields = {n: fields[n] for n in order}
+    return Batch.with_meta(fields, size, rows, 0, None, None, meta=meta)
 
 
 jax.tree_util.register_pytree_node(Batch, _flatten, _unflatten)

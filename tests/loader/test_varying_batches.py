@@ -434,3 +434,41 @@ def test_bucketing_reads_lengths_from_any_source_once():
     assert pairs_of(list(fl.Loader(ds, 16, seed=1, bucket="T"))) == Counter(
         {(0, r): 1 for r in range(200)}
     )
+
+
+def test_nested_gives_torch_jagged_tensors_of_the_examples():
+    torch = pytest.importorskip("torch")
+    loader = fl.Loader(docs(), 5, seed=3, output="torch", nested=True, pad=True, workers=0)
+    for batch in loader:
+        assert batch.tokens.is_nested and batch.tokens.size(0) == 5
+        rows = batch.tokens.unbind()
+        lengths = batch.meta.lengths["T"].tolist()
+        for r, rec in enumerate(batch.meta.record_indices.tolist()):
+            if rec < 0:  # a padding row: no tokens
+                assert rows[r].numel() == 0 and lengths[r] == 0
+                continue
+            want = item(rec)
+            assert rows[r].tolist() == want["tokens"].tolist() and lengths[r] == len(rows[r])
+        assert isinstance(batch.tokens, torch.Tensor)
+
+
+def test_nested_is_refused_where_it_cannot_hold():
+    with pytest.raises(ValueError, match="output must be 'torch'"):
+        fl.Loader(docs(), 4, nested=True, output="numpy")
+    with pytest.raises(ValueError, match="does not pad"):
+        fl.Loader(docs(), 4, nested=True, output="torch", pad_to_multiple=8)
+
+    class Grid(fl.Record, dims={"H": None, "W": None}):
+        img = fl.field(("H", "W"), "uint8")
+
+    grids = fl.Dataset(Grid, [{"img": np.zeros((2, 3), np.uint8)}])
+    with pytest.raises(ValueError, match=r"one varying axis, the first; field `img` is \[H W\]"):
+        fl.Loader(grids, 1, nested=True, output="torch")
+
+
+def test_next_into_refuses_a_record_with_varying_fields_before_claiming():
+    loader = fl.Loader(docs(), 4, workers=0)
+    out = {"tokens": np.zeros((4, 8), np.int32), "tags": np.zeros((4, 8), np.int8)}
+    with pytest.raises(ValueError, match="field `tokens` is \\[T\\] int32, whose batches vary"):
+        loader.next_into(out)
+    assert len(list(loader)) == 3  # nothing was claimed: the pass is whole

@@ -79,8 +79,10 @@ def collate(
     rows: int,
     pad_to_multiple: int | None = None,
     pad_to: Any = None,
+    nested: bool = False,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """The batch's ragged columns padded (see the module doc): (fields, lengths)."""
+    """The batch's ragged columns padded (see the module doc): (fields, lengths). With
+    ``nested``, varying array fields stay ``Ragged`` (made nested tensors on delivery)."""
     lengths: dict[str, np.ndarray] = {}
     ragged = [(n, c) for n, c in batch.items() if isinstance(c, Ragged)]
     if not ragged:
@@ -105,7 +107,9 @@ def collate(
     }
     for name, col in ragged:
         f = fields[name]
-        if f.kind == "array":
+        if f.kind == "array" and nested:
+            out[name] = _with_empty_rows(col, rows)
+        elif f.kind == "array":
             to = {
                 axis: targets[str(d)]
                 for axis, (d, s) in enumerate(zip(f.dims, f.shape))
@@ -113,3 +117,14 @@ def collate(
             }
             out[name] = col.padded(rows, to, f.pad)
     return out, lengths
+
+
+def _with_empty_rows(col: Ragged, rows: int) -> Ragged:
+    """``col`` with examples of length 0 added up to ``rows`` (a padded batch's rows)."""
+    extra = rows - len(col)
+    if extra <= 0:
+        return col
+    values = col.values
+    offsets = np.concatenate([col.offsets, np.full(extra, col.offsets[-1], dtype=np.int64)])
+    shapes = np.concatenate([col.shapes, np.zeros((extra, col.shapes.shape[1]), np.int64)])
+    return Ragged(values, offsets, shapes, col.template)

@@ -67,6 +67,11 @@ def check(
     take a batch loses none): ``(out, meta, padded)``."""
     b = loader.options.batch_size
     for n, f in loader.record.fields.items():
+        if f.ragged:
+            raise ValueError(
+                f"next_into fills arrays of fixed shapes, and field `{n}` is {f.declared} "
+                f"{f.type_name}, whose batches vary in shape: iterate the loader instead"
+            )
         a = out.get(n)
         if (
             a is None

@@ -84,6 +84,7 @@ class Loader:
         pad_to: Any = None,
         bucket: str | None = None,
         bucket_batches: int = 64,
+        nested: bool = False,
     ) -> None:
         opts = LoaderOptions.make(
             batch_size,
@@ -104,6 +105,7 @@ class Loader:
             pad_to=pad_to,
             bucket=bucket,
             bucket_batches=bucket_batches,
+            nested=nested,
         )
         self.options = opts
         self._b = opts.batch_size
@@ -131,6 +133,17 @@ class Loader:
         )
         self._ledger = Ledger(base_seed, self._geometry.steps(0))
         self._steps0 = self._ledger.steps
+        if opts.nested:
+            for f in self.record.fields.values():
+                if (
+                    f.kind == "array"
+                    and f.ragged
+                    and (f.shape[0] is not None or None in f.shape[1:])
+                ):
+                    raise ValueError(
+                        f"nested=True: a torch nested tensor has one varying axis, the "
+                        f"first; field `{f.name}` is {f.declared}"
+                    )
         self._blocks: OrderBlocks | Buckets = (
             OrderBlocks(opts.batch_size) if opts.bucket is None else self._buckets(opts)
         )
@@ -371,6 +384,7 @@ class Loader:
             rows,
             opts.pad_to_multiple,
             opts.pad_bounds,
+            opts.nested,
         )
         if opts.output == "torch":
             fields = to_torch(fields, opts.device)

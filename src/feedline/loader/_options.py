@@ -34,6 +34,8 @@ option                 meaning (the same for every kind of source)
 ``bucket``             a varying dim: batches of similar lengths on it, drawn from groups
                        of ``bucket_batches`` batches of the order (``_buckets``)
 ``bucket_batches``     batches per bucketing group (64): more sorts wider, less padding
+``nested``             varying fields as torch nested tensors (jagged layout, one varying
+                       axis, the first) instead of padded ones; ``output="torch"`` only
 =====================  ====================================================================
 """
 
@@ -120,6 +122,7 @@ class LoaderOptions:
     pad_to: tuple[int, ...] | tuple[tuple[str, tuple[int, ...]], ...] | None = None
     bucket: str | None = None
     bucket_batches: int = 64
+    nested: bool = False
 
     @classmethod
     def make(
@@ -143,6 +146,7 @@ class LoaderOptions:
         pad_to: Any = None,
         bucket: str | None = None,
         bucket_batches: int = 64,
+        nested: bool = False,
     ) -> LoaderOptions:
         """The options of ``Loader(source, batch_size, **options)``, checked; every error
         names its option."""
@@ -213,6 +217,13 @@ class LoaderOptions:
         if bucket is not None and not isinstance(bucket, str):
             raise TypeError(f"bucket is the name of a varying dim, got {bucket!r}")
         bucket_batches = check_int("bucket_batches", bucket_batches, 1)
+        nested = _flag("nested", nested)
+        if nested and output != "torch":
+            raise ValueError(
+                f"nested=True makes torch nested tensors: output must be 'torch', got {output!r}"
+            )
+        if nested and (pad_to is not None or pad_to_multiple is not None):
+            raise ValueError("nested=True does not pad: pad_to and pad_to_multiple do not apply")
         return cls(
             batch_size=batch_size,
             seed=seed,
@@ -234,6 +245,7 @@ class LoaderOptions:
             pad_to=pad_to,
             bucket=bucket,
             bucket_batches=bucket_batches,
+            nested=nested,
         )
 
     @property

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..records._ragged import Ragged
 from ..sources import Dataset
 
 
@@ -46,6 +47,15 @@ def to_torch(fields: dict[str, np.ndarray], device: Any = None) -> dict[str, Any
     for n, a in fields.items():
         if isinstance(a, list):  # a bytes or str field: a list of them, as torch collates
             out[n] = a
+            continue
+        if isinstance(a, Ragged):  # nested=True: the jagged layout, no padding
+            inner = a.template[1:]
+            size = int(np.prod(inner, dtype=np.int64)) if inner else 1
+            values = torch.from_numpy(np.ascontiguousarray(a.values).reshape(-1, *inner))
+            offsets = torch.from_numpy(a.offsets // size)
+            if device is not None:
+                values, offsets = values.to(device), offsets.to(device)
+            out[n] = torch.nested.nested_tensor_from_jagged(values, offsets=offsets)
             continue
         t = torch.from_numpy(np.ascontiguousarray(a))
         if device is not None:
