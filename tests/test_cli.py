@@ -28,6 +28,11 @@ def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_pat
     assert summary["windows"]["each_once"] is True
     assert "every window read once: True" in out.stdout
     assert summary["orders"]["positions"] == 2_000_000_000
+    var = summary["variable_length"]
+    assert var["plain"]["once"] and var["bucketed"]["once"]
+    assert var["min"] < var["median"] < var["max"] == 2048
+    assert var["bucketed"]["padding"] < var["plain"]["padding"] / 2
+    assert "every paragraph once in each pass: True" in out.stdout
     seq = fl.Seq.from_json(
         (tmp_path / "demo" / "order.json").read_text(), _digit_sources(tmp_path / "demo")
     )

@@ -88,3 +88,45 @@ def _build():
     except ImportError:
         return None
     return _jit
+
+
+_ready: set = set()  # (kernel name, signature key) whose machine code is loaded
+_warming: dict = {}  # the same -> the thread loading it
+
+
+def when_ready(name: str, key: Any, warm: Any) -> Any:
+    """Kernel ``name`` if its machine code for ``key`` (say, a dtype) is loaded, else
+    None: the caller takes the numpy path while a daemon thread runs ``warm(kernel)``
+    (a call on tiny arrays of that signature, which loads or compiles it). A kernel's
+    first call of a signature costs numba a third of a second or more: never a batch's.
+    """
+    if (name, key) in _ready:
+        return getattr(_state["k"], name)
+    with deferred():
+        k = get()
+    if k is None:
+        load_in_background()
+        return None
+    with _lock:
+        if (name, key) in _ready:
+            return getattr(k, name)
+        if (name, key) not in _warming:
+
+            def run() -> None:
+                warm(getattr(k, name))
+                _ready.add((name, key))
+
+            thread = threading.Thread(target=run, name=f"feedline-{name}", daemon=True)
+            _warming[(name, key)] = thread
+            if not _state.get("warm_fork_hook") and hasattr(os, "register_at_fork"):
+                os.register_at_fork(before=_finish_warming)
+                _state["warm_fork_hook"] = True
+            thread.start()
+    return None
+
+
+def _finish_warming() -> None:
+    """Before a fork: let the threads loading kernels finish (see ``load_in_background``)."""
+    for thread in list(_warming.values()):
+        if thread.is_alive() and thread is not threading.current_thread():
+            thread.join()

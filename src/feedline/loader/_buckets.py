@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._base import hashing
+from .._base import hashing, kernels
 from ..order import Order
 from ._ledger import Claim, Ledger
 
@@ -89,7 +89,9 @@ class Buckets:
         first = g * self.group_batches * b
         last = min(kept, first + self.group_batches * b)
         positions = np.arange(first, last, dtype=np.int64)
-        ords, recs = order.lookup(positions)
+        kernels.load_in_background()
+        with kernels.deferred():  # the numpy path while numba loads: the same positions
+            ords, recs = order.lookup(positions)
         ords = np.asarray(ords, dtype=np.int64)
         recs = np.asarray(recs, dtype=np.int64)
         lengths = self.lengths_of(ords, recs)

@@ -55,6 +55,17 @@ class Varying:
         return {"varying": True, "max": self.max, "truncate": self.truncate}
 
 
+def _warm(dtype: np.dtype) -> Any:
+    """A call of ``pad_spans`` on tiny arrays of ``dtype`` (loads its machine code)."""
+
+    def warm(kernel: Any) -> None:
+        values = np.zeros(2, dtype=dtype)
+        one = np.ones(1, dtype=np.int64)
+        kernel(values, one, one, np.empty((1, 2), dtype=dtype), dtype.type(0))
+
+    return warm
+
+
 def _fixed_size(template: tuple[int | None, ...]) -> int:
     """The product of a template's fixed axes."""
     size = 1
@@ -229,15 +240,14 @@ class Ragged:
         source, starts = self._spans()
         if self.template[0] is None and None not in self.template[1:]:
             # one varying axis, the first: an example is the first elements of its row
-            with kernels.deferred():  # the numpy path while numba loads, never a wait
-                k = kernels.get()
-            if k is not None:
+            # (the numpy path below while the kernel loads: never a wait)
+            pad_spans = kernels.when_ready("pad_spans", source.dtype.str, _warm(source.dtype))
+            if pad_spans is not None:
                 out = np.empty((rows, *shape), dtype=source.dtype)
                 flat = out.reshape(rows, -1)
                 counts = np.diff(self.offsets)
-                k.pad_spans(source, starts, counts, flat, flat.dtype.type(pad))
+                pad_spans(source, starts, counts, flat, flat.dtype.type(pad))
                 return out
-            kernels.load_in_background()
         out = np.full((rows, *shape), pad, dtype=source.dtype)
         n = len(self)
         if n == 0 or not self.offsets[-1]:
