@@ -205,7 +205,7 @@ def test_an_ndf_save_failing_after_its_first_chunk_leaves_the_old_file(tmp_path,
 # temporaries today); the tests check the leftovers are recognisably named after the target.
 
 CHILD = textwrap.dedent('''
-    import os, sys, time
+    import os, shutil, sys, time
     import numpy as np
     import feedline as fl
     from feedline.formats import recfile
@@ -241,7 +241,7 @@ CHILD = textwrap.dedent('''
     if mode == "spool":  # killed while the items stream into the spools
         recfile.write(target, Big, items(slow=True))
     elif mode == "copy":  # killed while the spools are copied into the temporary
-        recfile.shutil.copyfileobj = half_copy
+        shutil.copyfileobj = half_copy  # the module: the writer calls it through it
         recfile.write(target, Big, items(slow=False))
     elif mode == "fsync":  # killed with the temporary complete but not renamed
         os.fsync = hang

@@ -519,6 +519,8 @@ def test_each_preamble_field_resealed_with_a_wrong_value_is_a_format_error(
     path.write_bytes(pre + struct.pack("<I", zlib.crc32(pre)) + data[64:])
     err = open_error(path)
     offsets = {0: 0, 1: 8, 2: 12, 7: 48}
+    if index == 1 and value == 2:  # a version this reader knows: the header's 1 disagrees
+        offsets[1] = 64
     if index in offsets:
         assert err.offset == offsets[index]
 

@@ -6,49 +6,72 @@ The layout is specified byte by byte in ``docs/formats.md``. In short::
                  data offset, file length, header CRC-32, preamble CRC-32
     64    H B    header: UTF-8 JSON (the record's schema, the columns' offsets,
                  lengths and CRC-32s)
-    ...          columns, each starting at a multiple of 64 bytes: the field's
-                 values for every row, row-major, little-endian
+    ...          sections, each starting at a multiple of 64 bytes: a fixed field's
+                 values for every row, row-major, little-endian; a ragged field's values,
+                 offsets (and shapes, where its sizes do not tell them)
 
-Each column memory-maps as a numpy array of shape ``(n, *field.shape)``; a batch is
-one gather per field. Writing is atomic; from an iterable of items it is streamed
-(columns are spooled beside the target, so memory stays O(chunk)). Reading checks
-every preamble and header field against the file before trusting it.
+A fixed column memory-maps as a numpy array of shape ``(n, *field.shape)``, a ragged
+one (a varying dim, ``bytes``, ``str``: version 2) as a ``Ragged`` over the file; a
+batch is one gather per field. Writing is atomic; from an iterable of items it is
+streamed (sections are spooled beside the target, so memory stays O(chunk)). Reading
+checks every preamble and header field, and every ragged column's offsets and shapes,
+against the file before trusting them.
 """
 
 from __future__ import annotations
 
-import contextlib
+import codecs
 import json
 import math
 import os
-import shutil
-import struct
 import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from .._base.files import atomic_write, scratch_file, scratch_suffix
-from ..errors import FeedlineError, FormatError, RecordError
-from ..records import Record, record_from_schema
+from ..errors import FeedlineError, FormatError
+from ..records import Ragged, Record, record_from_schema
+from ..records._ragged import example_of
+from ._flr_layout import (
+    ALIGN,
+    CRC,
+    FIXED_KEYS,
+    FORMAT_NAME,
+    HEADER_KEYS,
+    INDEX_DTYPE,
+    MAGIC,
+    PRE,
+    PREAMBLE,
+    SECTION_KEYS,
+    SLICE,
+    VERSION,
+    VERSION_RAGGED,
+    VERSIONS,
+    align,
+    column_kind,
+    has_shapes,
+    le,
+    section_names,
+    value_dtype,
+)
+from ._flr_ragged import FileRagged, column_lengths, ragged_problem, shapes_for
+from ._flr_write import check_names, item_chunks, write_columns, write_stream
 from ._open import OpenFile
 
-__all__ = ["FORMAT_NAME", "MAGIC", "VERSION", "RecFile", "open", "write", "write_chunks"]
+__all__ = [
+    "FORMAT_NAME",
+    "MAGIC",
+    "VERSION",
+    "VERSION_RAGGED",
+    "RecFile",
+    "open",
+    "write",
+    "write_chunks",
+]
 
-MAGIC = b"\x89FLR\r\n\x1a\n"
-VERSION = 1
-PREAMBLE = 64
-ALIGN = 64
-_PRE = struct.Struct("<8sIIQQQQQI")  # up to the preamble CRC (60 bytes)
-_CRC = struct.Struct("<I")
-FORMAT_NAME = "feedline.recfile"
-# Items are checked and spooled this many at a time when streaming.
-_CHUNK_ITEMS = 4096
-# Checksums and copies run over slices of this many bytes.
-_SLICE = 8 << 20
-_HEADER_KEYS = {"format", "version", "rows", "record", "columns"}
-_COLUMN_KEYS = {"field", "kind", "offset", "length", "crc32"}
+# Shared-dim lengths and UTF-8 are checked this many rows at a time.
+_STEP = 1 << 20
 
 
 def _max_ndim() -> int:
@@ -70,107 +93,32 @@ def _is_int(v: Any) -> bool:
     return type(v) is int  # not True, not 1.0: JSON's 1 only
 
 
-def _check_names(record: type[Record]) -> None:
-    """Field names are identifiers, as the reader requires (they are attribute names)."""
-    for name, f in record.fields.items():
-        if not (isinstance(name, str) and name.isidentifier()):
-            where = getattr(f, "where", None)
-            raise RecordError(
-                f"{where + ': ' if where else ''}{record.__name__} field "
-                f"{name!r}: an .flr field name is an identifier (a batch "
-                f"attribute); rename it"
-            )
-
-
-def _align(x: int) -> int:
-    return -(-x // ALIGN) * ALIGN
-
-
-def _raw(a: np.ndarray) -> memoryview:
-    """A C-contiguous array's bytes (also for arrays with a 0 in their shape)."""
-    return memoryview(np.ascontiguousarray(a).reshape(-1).view(np.uint8))  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
-
-
-def _crc(buf: Any, crc: int = 0) -> int:
-    mv = _raw(buf) if isinstance(buf, np.ndarray) else memoryview(buf).cast("B")
-    for a in range(0, len(mv), _SLICE):
-        crc = zlib.crc32(mv[a : a + _SLICE], crc)
-    return crc
-
-
-def _le(dtype: np.dtype) -> np.dtype:
-    return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
-
-
-def _layout(record: type[Record], n: int, crcs: list[int]) -> tuple[bytes, list[dict], int]:
-    """The header JSON and column table for ``n`` rows; returns (header, columns, end)."""
-    fields = list(record.fields.values())
-    columns: list[dict[str, Any]] = [
-        {
-            "field": f.name,
-            "kind": "fixed",
-            "offset": 0,
-            "length": n
-            * _le(f.dtype).itemsize
-            * math.prod(f.fixed_shape(".flr version 1 stores fixed shapes only")),
-            "crc32": crc,
-        }
-        for f, crc in zip(fields, crcs)
-    ]
-    # The header's size depends on the offsets it records: settle them by iteration.
-    data_offset = 0
-    for _ in range(8):
-        doc = {
-            "format": FORMAT_NAME,
-            "version": VERSION,
-            "rows": n,
-            "record": record.schema(),
-            "columns": columns,
-        }
-        header = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-        start = _align(PREAMBLE + len(header))
-        if start == data_offset:
-            break
-        data_offset = start
-        off = start
-        for c in columns:
-            c["offset"] = off
-            off = _align(off + c["length"])
-    end = columns[-1]["offset"] + columns[-1]["length"] if columns else data_offset
-    return header, columns, end
-
-
-def _preamble(header: bytes, n: int, data_offset: int, file_length: int) -> bytes:
-    body = _PRE.pack(
-        MAGIC, VERSION, 0, PREAMBLE, len(header), n, data_offset, file_length, zlib.crc32(header)
-    )
-    return body + _CRC.pack(zlib.crc32(body))
-
-
-def _write_pad(f: Any, upto: int) -> None:
-    pos = f.tell()
-    if upto > pos:
-        f.write(b"\0" * (upto - pos))
-
-
 def write(
     path: str | os.PathLike[str], record: type[Record], data: Any, *, check_values: bool = True
 ) -> int:
     """Write a typed record file atomically; returns the number of rows.
 
-    ``data`` is a dict of column arrays (batch axis first; checked as a whole), or an
-    iterable of items (dicts, tuples or bare values, checked one by one and streamed:
-    memory stays O(chunk)). Values are checked against the fields' domains unless
-    ``check_values`` is False.
+    ``data`` is a dict of columns (batch axis first; a varying, ``bytes`` or ``str``
+    field's column a list of its examples or a ``Ragged``; checked as a whole), or an
+    iterable of items (dicts, tuples or bare values, of any lengths where a dim varies;
+    checked one by one and streamed: memory stays O(chunk)). Values are checked against
+    the fields' domains unless ``check_values`` is False. A record with a ragged field
+    is written as version 2, any other as version 1. Nothing is written on an error.
+
+    >>> import os, tempfile
+    >>> import feedline as fl
+    >>> class Doc(fl.Record, dims={"T": None}):
+    ...     tokens = fl.field("T", "int32")
+    ...     title = fl.field((), "str")
+    >>> path = os.path.join(tempfile.mkdtemp(), "docs.flr")
+    >>> fl.recfile.write(path, Doc, [{"tokens": [1, 2, 3], "title": "a"},
+    ...                              {"tokens": [], "title": "b"}])
+    2
     """
-    if not (isinstance(record, type) and issubclass(record, Record)):
-        raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
-    if not record.fields:
-        raise TypeError(f"record {record.__name__} has no fields: nothing to write")
-    _check_names(record)
+    check_names(record)
     if isinstance(data, Mapping):
-        return _write_columns(path, record, data, check_values)
-    return _write_stream(path, record, _item_chunks(record, data, check_values), check_values)
+        return write_columns(path, record, data, check_values)
+    return write_stream(path, record, item_chunks(record, data, check_values), check_values)
 
 
 def write_chunks(
@@ -180,93 +128,11 @@ def write_chunks(
     *,
     check_values: bool = True,
 ) -> int:
-    """Write a typed record file from an iterable of column chunks (dicts of arrays, batch
-    axis first), streamed: memory stays O(chunk). Atomic; returns the number of rows."""
-    if not (isinstance(record, type) and issubclass(record, Record)):
-        raise TypeError(f"record must be a fl.Record subclass, got {record!r}")
-    if not record.fields:
-        raise TypeError(f"record {record.__name__} has no fields: nothing to write")
-    _check_names(record)
-    return _write_stream(path, record, chunks, check_values)
-
-
-def _item_chunks(record: type[Record], items: Iterable[Any], check_values: bool):
-    """Items checked one by one (naming each), stacked into column chunks."""
-    chunk: list[dict[str, np.ndarray]] = []
-    for n, item in enumerate(items):
-        chunk.append(record.check(item, n, check_values=check_values))
-        if len(chunk) >= _CHUNK_ITEMS:
-            yield {f: np.stack([c[f] for c in chunk]) for f in record.fields}
-            chunk = []
-    if chunk:
-        yield {f: np.stack([c[f] for c in chunk]) for f in record.fields}
-
-
-def _write_columns(
-    path: Any, record: type[Record], data: Mapping[str, Any], check_values: bool
-) -> int:
-    cols = {k: data[k] for k in record.fields if k in data}
-    n_rows = len(next(iter(cols.values()))) if cols else 0
-    cols = record.check_columns(cols, np.arange(n_rows), check_values=check_values)
-    lengths = {len(c) for c in cols.values()}
-    if len(lengths) > 1:
-        raise ValueError(f"columns of different lengths: { {k: len(v) for k, v in cols.items()} }")
-    n = lengths.pop() if lengths else 0
-    arrays = [
-        np.ascontiguousarray(cols[f], dtype=_le(record.fields[f].dtype)) for f in record.fields
-    ]
-    crcs = [_crc(a) for a in arrays]
-    header, columns, end = _layout(record, n, crcs)
-    with atomic_write(path) as f:
-        f.write(_preamble(header, n, columns[0]["offset"] if columns else 0, end))
-        f.write(header)
-        for c, a in zip(columns, arrays):
-            _write_pad(f, c["offset"])
-            mv = _raw(a)
-            for s in range(0, len(mv), _SLICE):
-                f.write(mv[s : s + _SLICE])
-    return n
-
-
-def _write_stream(
-    path: Any, record: type[Record], chunks: Iterable[Any], check_values: bool
-) -> int:
-    fields = list(record.fields.values())
-    spools = []
-    try:
-        for f in fields:
-            fd, name = scratch_file(path, scratch_suffix(f.name, "spool"))
-            spools.append((os.fdopen(fd, "w+b"), name))
-        crcs = [0] * len(fields)
-        n = 0
-        for chunk in chunks:
-            rows = len(next(iter(chunk.values()))) if chunk else 0
-            cols = record.check_columns(chunk, np.arange(n, n + rows), check_values=check_values)
-            for k, (f, (spool, _)) in enumerate(zip(fields, spools)):
-                block = np.ascontiguousarray(cols[f.name], dtype=_le(f.dtype))
-                if len(block) != rows:
-                    raise ValueError(
-                        f"chunk columns of different lengths ({f.name}: "
-                        f"{len(block)}, expected {rows})"
-                    )
-                crcs[k] = _crc(block, crcs[k])
-                spool.write(_raw(block))
-            n += rows
-        header, columns, end = _layout(record, n, crcs)
-        with atomic_write(path) as out:
-            out.write(_preamble(header, n, columns[0]["offset"] if columns else 0, end))
-            out.write(header)
-            for c, (spool, _) in zip(columns, spools):
-                _write_pad(out, c["offset"])
-                spool.flush()
-                spool.seek(0)
-                shutil.copyfileobj(spool, out, _SLICE)
-        return n
-    finally:
-        for spool, name in spools:
-            spool.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(name)
+    """Write a typed record file from an iterable of column chunks (dicts of columns,
+    batch axis first, as ``write`` takes), streamed: memory stays O(chunk). Atomic;
+    returns the number of rows."""
+    check_names(record)
+    return write_stream(path, record, chunks, check_values)
 
 
 class RecFile(OpenFile):
@@ -289,19 +155,21 @@ class RecFile(OpenFile):
         if size < PREAMBLE:
             raise self._fail(f"an .flr preamble is {PREAMBLE} bytes, the file has {size}", 0)
         pre = self._file.pread(PREAMBLE, 0, "the .flr preamble")
-        magic, version, flags, h_off, h_len, n, d_off, f_len, h_crc = _PRE.unpack(pre[:60])
+        magic, version, flags, h_off, h_len, n, d_off, f_len, h_crc = PRE.unpack(pre[:60])
         if magic != MAGIC:
             raise self._fail(f"expected the .flr magic {MAGIC!r}, found {magic!r}", 0)
-        (p_crc,) = _CRC.unpack(pre[60:])
+        (p_crc,) = CRC.unpack(pre[60:])
         if zlib.crc32(pre[:60]) != p_crc:
             raise self._fail(
                 f"preamble checksum {zlib.crc32(pre[:60]):#010x} does not match the "
                 f"stored {p_crc:#010x}",
                 60,
             )
-        if version != VERSION:
+        if version not in VERSIONS:
             raise self._fail(
-                f"this feedline reads .flr version {VERSION}, the file is version {version}", 8
+                f"this feedline reads .flr versions {VERSION} and {VERSION_RAGGED}, the file "
+                f"is version {version}",
+                8,
             )
         if n >= 1 << 62:
             raise self._fail(f"{n} rows is more than an array can index", 32)
@@ -326,18 +194,19 @@ class RecFile(OpenFile):
             raise self._fail(f"the header is not UTF-8 JSON: {e}", h_off) from e
         if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
             raise self._fail(f"the header is not a {FORMAT_NAME} header", h_off)
-        version, rows = doc.get("version"), doc.get("rows")
-        if not (_is_int(version) and version == VERSION and _is_int(rows) and rows == n):
+        rows = doc.get("rows")
+        stored_version, version = version, doc.get("version")
+        if not (_is_int(version) and version == stored_version and _is_int(rows) and rows == n):
             raise self._fail(
                 f"the header's version {version!r} and rows {rows!r} disagree "
-                f"with the preamble ({VERSION}, {n}; JSON integers)",
+                f"with the preamble ({stored_version}, {n}; JSON integers)",
                 h_off,
             )
-        if set(doc) != _HEADER_KEYS:
+        if set(doc) != HEADER_KEYS:
             raise self._fail(
-                f"the header has the keys {sorted(_HEADER_KEYS)}; found unknown "
-                f"{sorted(set(doc) - _HEADER_KEYS)}, missing "
-                f"{sorted(_HEADER_KEYS - set(doc))}",
+                f"the header has the keys {sorted(HEADER_KEYS)}; found unknown "
+                f"{sorted(set(doc) - HEADER_KEYS)}, missing "
+                f"{sorted(HEADER_KEYS - set(doc))}",
                 h_off,
             )
         try:
@@ -359,77 +228,188 @@ class RecFile(OpenFile):
             raise self._fail("the header's record has no fields", h_off)
         if not all(isinstance(c, dict) for c in columns):
             raise self._fail("every column entry of the header must be an object", h_off)
-        for c in columns:
-            if set(c) != _COLUMN_KEYS:
-                raise self._fail(
-                    f"a column entry has the keys {sorted(_COLUMN_KEYS)}; found {sorted(c)}", h_off
-                )
         self.n = n
-        self._columns: dict[str, np.ndarray] = {}
+        self._columns: dict[str, Any] = {}
         self._crcs: dict[str, tuple[int, int, int]] = {}
-        low = _align(PREAMBLE + h_len)
-        if fields and d_off != columns[0].get("offset"):
+        self._strings: list[str] = []
+        low = align(PREAMBLE + h_len)
+        first = columns[0].get("offset" if column_kind(fields[0]) == "fixed" else "values")
+        if isinstance(first, dict):
+            first = first.get("offset")
+        if d_off != first:
             raise self._fail(
-                f"the preamble's data offset {d_off} is not the first column's "
-                f"{columns[0].get('offset')!r}",
-                40,
+                f"the preamble's data offset {d_off} is not the first column's {first!r}", 40
             )
         for f, c in zip(fields, columns):
-            if not isinstance(c, dict) or c.get("field") != f.name:
-                raise self._fail(f"column for field `{f.name}` expected, found {c!r}", h_off)
-            if c.get("kind") != "fixed":
+            if c.get("field") != f.name:
+                raise self._fail(f"column for field `{f.name}` expected, found {c!r:.200}", h_off)
+            kind = column_kind(f)
+            if c.get("kind") != kind:
                 raise self._fail(
-                    f"column `{f.name}` is of kind {c.get('kind')!r}; this feedline "
-                    f"reads fixed-shape columns only",
+                    f"field `{f.name}` is {f.declared} {f.type_name}: its column is of kind "
+                    f"{kind!r}, found {c.get('kind')!r:.40}",
                     h_off,
                 )
-            if f.ragged:
+            if kind != "fixed" and version == VERSION:
                 raise self._fail(
-                    f"field `{f.name}` is {f.declared} {f.type_name} (ragged), but its "
-                    f"column is of kind 'fixed'",
-                    h_off,
+                    f"column `{f.name}` is of kind {kind!r}; .flr version {VERSION} stores "
+                    f"fixed columns only (a ragged field needs version {VERSION_RAGGED})",
+                    8,
                 )
-            shape = f.fixed_shape("")
-            off, length, crc = c["offset"], c["length"], c["crc32"]  # all keys: checked above
-            if not all(_is_int(v) and v >= 0 for v in (off, length, crc)):
-                raise self._fail(
-                    f"column `{f.name}` has a malformed offset, length or crc32", h_off
-                )
-            dtype = _le(f.dtype)
-            elements = math.prod(shape)  # Python ints: a crafted shape cannot overflow
-            per_row = dtype.itemsize * elements
-            if per_row > size:
-                raise self._fail(f"field `{f.name}` of shape {shape} cannot fit the file", h_off)
-            # numpy sizes even an empty array by its nonzero dims ((2**62 - 1, 0) floats are
-            # "too big"), so a zero-size field bounds the rows too, though it holds no bytes.
-            nominal = dtype.itemsize * math.prod(d for d in shape if d)
-            if nominal >= 1 << 62:
-                raise self._fail(
-                    f"field `{f.name}` of shape {shape} is more than an array can index", h_off
-                )
-            if n * nominal >= 1 << 62:
-                raise self._fail(
-                    f"{n} rows of field `{f.name}` ({dtype}, shape {shape}) are "
-                    f"more than an array can index",
-                    32,
-                )
-            if length != n * per_row:
-                raise self._fail(
-                    f"column `{f.name}` should hold {n} rows of {per_row} bytes = "
-                    f"{n * per_row}, its length is {length}",
-                    h_off,
-                )
-            if off % ALIGN or off < low or off + length > size:
-                raise self._fail(
-                    f"column `{f.name}` at [{off}, {off + length}) is not an "
-                    f"aligned range after the header inside the file of {size}",
-                    h_off,
-                )
-            low = off + length
-            count = n * elements
-            self._columns[f.name] = self._file.array(dtype, off, count, (n, *shape))
-            self._crcs[f.name] = (off, length, crc)
+            if kind == "fixed":
+                low = self._open_fixed(f, c, n, low, size, h_off)
+            else:
+                low = self._open_ragged(f, c, n, low, size, h_off)
+        self._check_shared_dims(n)
         self.salt = 0
+
+    def _open_fixed(self, f: Any, c: dict, n: int, low: int, size: int, h_off: int) -> int:
+        """Check a fixed column's entry and map it; returns where the next may start."""
+        if set(c) != FIXED_KEYS:
+            raise self._fail(
+                f"a fixed column entry has the keys {sorted(FIXED_KEYS)}; found {sorted(c)}",
+                h_off,
+            )
+        shape = f.fixed_shape("")
+        off, length, crc = c["offset"], c["length"], c["crc32"]
+        if not all(_is_int(v) and v >= 0 for v in (off, length, crc)):
+            raise self._fail(f"column `{f.name}` has a malformed offset, length or crc32", h_off)
+        dtype = le(f.dtype)
+        elements = math.prod(shape)  # Python ints: a crafted shape cannot overflow
+        per_row = dtype.itemsize * elements
+        if per_row > size:
+            raise self._fail(f"field `{f.name}` of shape {shape} cannot fit the file", h_off)
+        # numpy sizes even an empty array by its nonzero dims ((2**62 - 1, 0) floats are
+        # "too big"), so a zero-size field bounds the rows too, though it holds no bytes.
+        nominal = dtype.itemsize * math.prod(d for d in shape if d)
+        if nominal >= 1 << 62:
+            raise self._fail(
+                f"field `{f.name}` of shape {shape} is more than an array can index", h_off
+            )
+        if n * nominal >= 1 << 62:
+            raise self._fail(
+                f"{n} rows of field `{f.name}` ({dtype}, shape {shape}) are "
+                f"more than an array can index",
+                32,
+            )
+        if length != n * per_row:
+            raise self._fail(
+                f"column `{f.name}` should hold {n} rows of {per_row} bytes = "
+                f"{n * per_row}, its length is {length}",
+                h_off,
+            )
+        self._check_place(f"column `{f.name}`", off, length, low, size, h_off)
+        self._columns[f.name] = self._file.array(dtype, off, n * elements, (n, *shape))
+        self._crcs[f.name] = (off, length, crc)
+        return off + length
+
+    def _check_place(self, what: str, off: int, length: int, low: int, size: int, at: int) -> None:
+        if off % ALIGN or off < low or off + length > size:
+            raise self._fail(
+                f"{what} at [{off}, {off + length}) is not an aligned range after "
+                f"the header and the previous section, inside the file of {size}",
+                at,
+            )
+
+    def _open_ragged(self, f: Any, c: dict, n: int, low: int, size: int, h_off: int) -> int:
+        """Check a ragged, blob or string column's sections, offsets and shapes (every
+        row: its offsets from 0, nondecreasing, to the values' end; shapes that hold its
+        sizes within the dims' maxima) and map them; returns where the next may start."""
+        names = section_names(f)
+        keys = {"field", "kind", *names}
+        if set(c) != keys:
+            raise self._fail(
+                f"a {c['kind']} column entry has the keys {sorted(keys)}; found {sorted(c)}",
+                h_off,
+            )
+        placed: dict[str, tuple[int, int, int]] = {}
+        for name in names:
+            e = c[name]
+            if not (isinstance(e, dict) and set(e) == SECTION_KEYS) or not all(
+                _is_int(e[k]) and e[k] >= 0 for k in SECTION_KEYS
+            ):
+                raise self._fail(
+                    f"column `{f.name}`'s {name} should be an object of the JSON integers "
+                    f"{sorted(SECTION_KEYS)}, found {e!r:.120}",
+                    h_off,
+                )
+            off, length = e["offset"], e["length"]
+            self._check_place(f"column `{f.name}`'s {name}", off, length, low, size, h_off)
+            low = off + length
+            placed[name] = (off, length, e["crc32"])
+        vdt = value_dtype(f)
+        k = len(f.varying) if f.kind == "array" else 1
+        want = {"offsets": (n + 1) * INDEX_DTYPE.itemsize, "shapes": n * k * INDEX_DTYPE.itemsize}
+        for name in names[1:]:
+            if placed[name][1] != want[name]:
+                raise self._fail(
+                    f"column `{f.name}`'s {name} should hold {want[name]} bytes for {n} rows "
+                    f"(int64), its length is {placed[name][1]}",
+                    h_off,
+                )
+        v_off, v_len, _ = placed["values"]
+        if v_len % vdt.itemsize:
+            raise self._fail(
+                f"column `{f.name}`'s values should be whole {vdt} items, found {v_len} bytes",
+                h_off,
+            )
+        count = v_len // vdt.itemsize
+        values = self._file.array(vdt, v_off, count)
+        offsets = self._file.array(INDEX_DTYPE, placed["offsets"][0], n + 1)
+        shapes = None
+        if has_shapes(f):
+            shapes = self._file.array(INDEX_DTYPE, placed["shapes"][0], n * k, (n, k))
+        if not isinstance(offsets, np.ndarray):  # a remote file: checked whole, then kept
+            offsets = np.asarray(offsets)
+            shapes = None if shapes is None else np.asarray(shapes)
+        self._check_open()
+        problem = ragged_problem(f, self.record, offsets, shapes, count)
+        if problem is not None:
+            section, i, message = problem
+            at = placed[section][0] + i * INDEX_DTYPE.itemsize * (k if section == "shapes" else 1)
+            raise self._fail(f"column `{f.name}`'s {section}: {message}", at)
+        self._columns[f.name] = FileRagged(
+            values,
+            offsets,
+            shapes_for(f, offsets, shapes),
+            f.shape if f.kind == "array" else (None,),
+            path=self.path,
+            at=v_off,
+            intact=self._check_open,
+            strings=f.kind == "str",
+        )
+        for name in names:
+            self._crcs[f"{f.name}.{name}"] = placed[name]
+        if f.kind == "str":
+            self._strings.append(f.name)
+        return low
+
+    def _check_shared_dims(self, n: int) -> None:
+        """Fields sharing a varying dim (or a field using one twice) have equal lengths on
+        it in every row, as the record requires of every example."""
+        users: dict[str, list[tuple[str, int]]] = {}
+        for f in self.record.fields.values():
+            if f.kind == "array":
+                for k, dim in enumerate(f.varying):
+                    users.setdefault(dim, []).append((f.name, k))
+        for dim, pairs in users.items():
+            if len(pairs) < 2:
+                continue
+            (name0, k0), rest = pairs[0], pairs[1:]
+            for a in range(0, n, _STEP):
+                b = min(n, a + _STEP)
+                first = column_lengths(self._columns[name0], k0, a, b)
+                for name, k in rest:
+                    other = column_lengths(self._columns[name], k, a, b)
+                    if not np.array_equal(first, other):
+                        r = a + int(np.argmax(first != other))
+                        at = self._crcs[f"{name}.offsets"][0] + r * INDEX_DTYPE.itemsize
+                        raise self._fail(
+                            f"fields `{name0}` and `{name}` share the varying dim {dim}, "
+                            f"but in row {r} `{name0}` has {dim} = {int(first[r - a])} and "
+                            f"`{name}` has {dim} = {int(other[r - a])}",
+                            at,
+                        )
 
     def _check_schema(self, stored: dict, h_off: int) -> None:
         """What ``record_from_schema`` takes on trust: no key it would ignore, field names
@@ -477,52 +457,92 @@ class RecFile(OpenFile):
         return self.n
 
     @property
-    def columns(self) -> dict[str, np.ndarray]:
-        """The columns as read-only memory-mapped arrays (batch axis first)."""
+    def columns(self) -> dict[str, Any]:
+        """The columns, batch axis first: read-only memory-mapped arrays, and for a
+        ragged field a ``Ragged`` whose values, offsets and shapes are views of the file
+        (shapes computed from the offsets where the file stores none)."""
         return dict(self._columns)
 
-    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+    def __getitem__(self, i: int) -> dict[str, Any]:
         self._check_open()
         i = int(i)
         if not 0 <= i < self.n:
             raise IndexError(f"row {i} is outside the file's {self.n} rows")
-        return {k: np.array(v[i]) for k, v in self._columns.items()}
+        one = np.array([i], dtype=np.int64)
+        return {
+            k: example_of(self.record.fields[k], v.take(one), 0)
+            if isinstance(v, Ragged)
+            else np.array(v[i])
+            for k, v in self._columns.items()
+        }
 
     def _check_open(self) -> None:
         if self._file.closed:
             raise ValueError(f"{self.path}: this handle is closed")
         self._file.check_intact()  # a file truncated under us: an error, not SIGBUS
 
-    def getitems(
-        self, indices: Any, out: dict[str, np.ndarray] | None = None
-    ) -> dict[str, np.ndarray]:
-        """Rows ``indices`` as columns: one gather per field from the memory map (into
-        ``out``'s first rows when given)."""
+    def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Rows ``indices`` as columns: one gather per field from the memory map (a fixed
+        field's into ``out``'s first rows when given; a ragged field's is a ``Ragged``)."""
         self._check_open()
         idx = np.asarray(indices, dtype=np.int64)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             raise IndexError(f"row indices must be in [0, {self.n})")
-        if out is None:
-            return {k: np.take(v, idx, axis=0) for k, v in self._columns.items()}
-        # mode="clip": the bounds are checked above, so numpy need not buffer ``out``.
-        return {
-            k: np.take(v, idx, axis=0, out=out[k][: len(idx)], mode="clip")
-            for k, v in self._columns.items()
-        }
+        batch: dict[str, Any] = {}
+        for k, v in self._columns.items():
+            if isinstance(v, Ragged):
+                batch[k] = v.take(idx)
+            elif out is None:
+                batch[k] = np.take(v, idx, axis=0)
+            else:
+                # mode="clip": the bounds are checked above, so numpy need not buffer ``out``.
+                batch[k] = np.take(v, idx, axis=0, out=out[k][: len(idx)], mode="clip")
+        return batch
 
     def verify(self) -> None:
-        """Check every column's CRC-32; a ``FormatError`` names the first bad column."""
+        """Check every section's CRC-32, and that every string column is UTF-8; a
+        ``FormatError`` names the first bad column and byte."""
         for name, (off, length, crc) in self._crcs.items():
             column = self._file.array(np.uint8, off, length)
             got = 0
-            for a in range(0, length, _SLICE):  # slices: a remote column is fetched in parts
+            for a in range(0, length, SLICE):  # slices: a remote column is fetched in parts
                 self._check_open()
-                got = zlib.crc32(np.ascontiguousarray(column[a : a + _SLICE]), got)  # type: ignore[arg-type]  # numpy: buffer typed for 3.12+
+                got = zlib.crc32(np.ascontiguousarray(column[a : a + SLICE]), got)  # type: ignore[arg-type]  # numpy: buffer typed for 3.12+
             if got != crc:
                 raise self._fail(
                     f"column `{name}` checksum {got:#010x} does not match the stored {crc:#010x}",
                     off,
                 )
+        for name in self._strings:
+            self._verify_utf8(name)
+
+    def _verify_utf8(self, name: str) -> None:
+        """A string column's bytes decode as UTF-8, and no string starts inside a
+        character (so each string decodes on its own), a slice at a time."""
+        col = self._columns[name]
+        at = self._crcs[f"{name}.values"][0]
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        total = len(col.values)
+        for a in range(0, max(total, 1), SLICE):
+            self._check_open()
+            part = np.ascontiguousarray(col.values[a : a + SLICE]).tobytes()
+            pending = len(decoder.getstate()[0])
+            try:
+                decoder.decode(part, final=a + SLICE >= total)
+            except UnicodeDecodeError as e:
+                bad = at + a - pending + e.start
+                raise self._fail(f"column `{name}` is not UTF-8 at byte {bad}", bad) from e
+        for a in range(0, self.n, _STEP):
+            starts = np.asarray(col.offsets[a : min(self.n, a + _STEP) + 1], dtype=np.int64)
+            starts = starts[:-1][starts[:-1] < starts[1:]]
+            if len(starts):
+                inside = (np.asarray(col.values[starts]) & 0xC0) == 0x80
+                if inside.any():
+                    bad = at + int(starts[np.argmax(inside)])
+                    raise self._fail(
+                        f"a string of column `{name}` starts inside a UTF-8 character (byte {bad})",
+                        bad,
+                    )
 
     def _release(self) -> None:
         self._columns = {}
