@@ -408,7 +408,7 @@ def test_check_values_reads_a_source_not_in_memory_naming_the_bad_item(kind):
 
 
 def test_check_values_reads_a_source_not_in_memory_in_batches_once(monkeypatch):
-    from feedline.sources import _dataset
+    from feedline.sources import _kinds as _dataset  # (the constants moved with check_through)
 
     monkeypatch.setattr(_dataset, "_CHECK_ITEMS", 5)
     source = Columns({"img": IMGS, "label": LABELS})
@@ -427,7 +427,7 @@ def test_check_values_reads_a_source_not_in_memory_in_batches_once(monkeypatch):
 
 
 def test_check_values_reads_large_items_in_smaller_batches(monkeypatch):
-    from feedline.sources import _dataset
+    from feedline.sources import _kinds as _dataset  # (the constants moved with check_through)
 
     monkeypatch.setattr(_dataset, "_CHECK_BYTES", 4 * 4 * 4 + 8 * 4)  # four Digit items
     source = Columns({"img": IMGS, "label": LABELS})

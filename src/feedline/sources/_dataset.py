@@ -24,123 +24,29 @@ from __future__ import annotations
 
 import copy
 import inspect
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import BoundsError, RecordError, ShapeError
+from ..errors import BoundsError, ShapeError
 from ..order import Seq
 from ..order import salt as name_salt
-from ..records import Record, make_record
+from ..records import Record
 from ..records._ragged import Ragged, example_of
-from ..records._record import to_numpy
-from ._items import apply_maps, stack_items
-
-
-def _is_tensor_dataset(src: Any) -> bool:
-    """A torch ``TensorDataset`` whose items are its rows (not a subclass that changes them)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    TensorDataset = torch.utils.data.TensorDataset
-    cls = type(src)
-    return (
-        isinstance(src, TensorDataset)
-        and cls.__getitem__ is TensorDataset.__getitem__
-        and cls.__len__ is TensorDataset.__len__
-        and not hasattr(cls, "__getitems__")
-    )
-
-
-def _versions(tensors: tuple) -> list[int]:
-    """The tensors' version counters (torch bumps one at every in-place change)."""
-    return [t._version for t in tensors]
-
-
-def _is_hf_dataset(src: Any) -> bool:
-    return type(src).__module__.startswith("datasets.") and hasattr(src, "with_format")
-
-
-_to_numpy = to_numpy
-
-# Items per batch when ``check_values`` reads a source that is not in memory: at most
-# this many, and at most ``_CHECK_BYTES`` of decoded fields, so large items stay bounded.
-_CHECK_ITEMS = 65_536
-_CHECK_BYTES = 64 << 20
-
-
-def _column(value: Any, where: str) -> np.ndarray:
-    """``value`` as a numpy array; ragged data is a ``ShapeError`` saying ``where``."""
-    try:
-        return _to_numpy(value)
-    except (ValueError, TypeError) as e:  # numpy's "inhomogeneous shape", and the like
-        raise ShapeError(f"{where} is not a rectangular array: {e}") from e
-
-
-# data.nu's flat form: the number of examples, features and labels per example.
-_FLAT_SIZES = ("n", "d", "l")
-
-
-def _is_scalar(value: Any) -> bool:
-    """Whether ``value`` has no axes (a number, not a field's array)."""
-    try:
-        return np.ndim(value) == 0
-    except (ValueError, TypeError):  # ragged lists: a field, refused as one
-        return False
-
-
-def _unflatten(arrays: dict[str, Any]) -> dict[str, Any]:
-    """data.nu's ``data_new(x, y, n, d, l)``: ``x`` (n*d numbers) and ``y`` (n*l) as
-    arrays of ``n`` rows; the other arrays as given."""
-    sizes = {}
-    for k in _FLAT_SIZES:
-        if k not in arrays:
-            continue
-        v = arrays.pop(k)
-        if np.ndim(v) != 0:
-            raise RecordError(
-                f"from_arrays: {k} must be an int, got an array of shape {np.shape(v)}"
-            )
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-            raise RecordError(f"from_arrays: {k} must be an int, got {v!r}")
-        if v < 0:
-            raise ShapeError(f"from_arrays: {k} must be >= 0, got {v}")
-        sizes[k] = int(v)
-    if "n" not in sizes:
-        raise RecordError(
-            f"from_arrays: the flat form needs n, the number of examples "
-            f"(given: {', '.join(sizes)})"
-        )
-    n = sizes["n"]
-    wants = (("x", "d", "features"), ("y", "l", "labels"))
-    for field_, size, what in wants:
-        if field_ not in arrays:
-            if sizes.get(size, 0) != 0:
-                raise ShapeError(
-                    f"from_arrays: {size} = {sizes[size]} {what} per example, but no `{field_}`"
-                )
-            continue
-        if size not in sizes:
-            raise RecordError(
-                f"from_arrays: the flat form (n=...) needs {size}, the {what} "
-                f"per example of `{field_}`"
-            )
-        flat = _column(arrays[field_], f"from_arrays: `{field_}`")
-        per = sizes[size]
-        if flat.ndim != 1:
-            raise ShapeError(
-                f"from_arrays: `{field_}` should be a flat vector of n*{size} = "
-                f"{n}*{per} = {n * per} numbers, got shape {flat.shape}"
-            )
-        if flat.size != n * per:
-            raise ShapeError(
-                f"from_arrays: `{field_}` should hold n*{size} = {n}*{per} = "
-                f"{n * per} numbers, got {flat.size}"
-            )
-        arrays[field_] = flat.reshape(n, per)
-    return arrays
+from ._items import apply_maps, read_items
+from ._kinds import (
+    _as_indices,
+    _column,
+    _is_hf_dataset,
+    _is_tensor_dataset,
+    _rows_of,
+    _versions,
+    _write_rows,
+    arrays_record,
+    check_through,
+    lengths_of,
+)
 
 
 class Dataset:
@@ -325,17 +231,7 @@ class Dataset:
         """
         if not arrays:
             raise TypeError("from_arrays needs at least one array, e.g. x=...")
-        if any(k in arrays and _is_scalar(arrays[k]) for k in _FLAT_SIZES):
-            arrays = _unflatten(arrays)
-        cols = {k: _column(v, f"from_arrays: `{k}`") for k, v in arrays.items()}
-        specs = {}
-        for k, v in cols.items():
-            if v.ndim == 0:
-                raise ShapeError(
-                    f"from_arrays: `{k}` must have a first (example) axis, got a scalar"
-                )
-            specs[k] = (v.shape[1:], v.dtype)
-        record = make_record(name or "Arrays", specs, doc="Fields inferred from arrays.")
+        record, cols = arrays_record(name, arrays)
         return cls(record, cols, name=name)
 
     # -- reading ------------------------------------------------------------------------
@@ -393,19 +289,7 @@ class Dataset:
         if columns is not None:
             self.record.check_columns(columns, np.arange(self._len), check_values=True)
         else:
-            # The source's own items (a mapped dataset's functions run as it loads).
-            base = self._base
-            item_bytes = sum(  # a varying axis counts 64 elements, a blob 4 KiB: a bound
-                4096
-                if f.kind != "array"
-                else f.dtype.itemsize * int(np.prod([d or 64 for d in f.shape], dtype=np.int64))
-                for f in self.record.fields.values()
-            )
-            step = max(1, min(_CHECK_ITEMS, _CHECK_BYTES // max(1, item_bytes)))
-            for start in range(0, len(base), step):
-                base.getitems(
-                    np.arange(start, min(start + step, len(base))), check_values=True, in_range=True
-                )
+            check_through(self._base, self.record)  # its own items (maps run as they load)
         self._values_checked = True
         self._recheck = False
 
@@ -507,24 +391,8 @@ class Dataset:
             if check_values:
                 self.record.check_columns(batch, idx, check_values=True)
             return batch
-        elif len(idx) == 0:  # the record alone fixes an empty batch (HF cannot index [])
-            batch = {
-                k: Ragged.empty((None,) if f.kind != "array" else f.shape, _stored(f))
-                if f.ragged
-                else np.zeros((0, *f.fixed_shape("")), dtype=f.dtype)
-                for k, f in self.record.fields.items()
-            }
-        elif hasattr(src, "getitems"):
-            cols = src.getitems(idx)
-            batch = self.record.check_columns(cols, idx, check_values=check_values)
-        elif self._hf is not None:
-            batch = stack_items(self.record, None, idx, check_values, self._hf[idx.tolist()])
-        elif hasattr(src, "__getitems__"):
-            items = src.__getitems__(idx.tolist())
-            batch = stack_items(self.record, items, idx, check_values)
         else:
-            items = [src[int(i)] for i in idx]
-            batch = stack_items(self.record, items, idx, check_values)
+            batch = read_items(self.record, src, self._hf, idx, check_values)
         if out is not None:
             _write_rows(out, batch, len(idx))
         return batch
@@ -576,40 +444,9 @@ class Dataset:
         dataset's are its source's (a map that changes lengths cannot be bucketed by
         them: bucket by a dim of the source's record)."""
         cached = self._lengths_cache.get(dim)
-        if cached is not None:
-            return cached
-        if self._maps:
-            base = self._base
-            if not any(dim in f.varying for f in base.record.fields.values()):
-                raise ValueError(
-                    f"{self.record.__name__}: dim {dim} is made by a map, and its lengths "
-                    f"are known only once an example is made: bucket by a varying dim of "
-                    f"{base.record.__name__}, the source's record"
-                )
-            out = base.lengths(dim)
-        else:
-            name, k = next(
-                (
-                    (f.name, f.varying.index(dim))
-                    for f in self.record.fields.values()
-                    if dim in f.varying
-                ),
-                (None, 0),
-            )
-            if name is None:
-                raise ValueError(f"{self.record.__name__} has no field of varying dim {dim}")
-            columns = self._columns if self._cols is not None else self._mapped_columns
-            col = None if columns is None else columns.get(name)
-            if isinstance(col, Ragged):
-                out = np.asarray(col.shapes[:, k], dtype=np.int64)
-            else:
-                parts = [np.zeros(0, dtype=np.int64)]
-                for lo in range(0, len(self), _CHECK_ITEMS):
-                    batch = self.getitems(np.arange(lo, min(lo + _CHECK_ITEMS, len(self))))
-                    parts.append(np.asarray(batch[name].shapes[:, k], dtype=np.int64))
-                out = np.concatenate(parts)
-        self._lengths_cache[dim] = out
-        return out
+        if cached is None:
+            cached = self._lengths_cache[dim] = lengths_of(self, dim)
+        return cached
 
     @property
     def mapped(self) -> bool:
@@ -657,57 +494,3 @@ class Dataset:
     def __repr__(self) -> str:
         kind = "in memory" if self.in_memory else type(self.source).__name__
         return f"Dataset({self.record.__name__}, {self._len:,} items, {kind})"
-
-
-def _as_indices(indices: Any, name: str) -> np.ndarray:
-    """Item indices as ``int64``: integers only (a float or a bool is refused, as
-    ``Order.lookup`` refuses them), and one past int64 is a ``BoundsError``."""
-    if isinstance(indices, np.ndarray) and indices.dtype == np.int64:
-        return indices
-    arr = np.asarray(indices)
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype == object and all(
-        isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-        for v in arr.reshape(-1).tolist()
-    ):
-        values = [int(v) for v in arr.reshape(-1).tolist()]
-        bad = next((v for v in values if not -(1 << 63) <= v < 1 << 63), None)
-        if bad is not None:
-            raise BoundsError(f"{name}: item {bad} is outside any dataset (indices fit int64)")
-        return np.array(values, dtype=np.int64).reshape(arr.shape)
-    if arr.dtype.kind == "u":
-        if int(arr.max()) >= 1 << 63:
-            raise BoundsError(
-                f"{name}: item {int(arr.max())} is outside any dataset (indices fit int64)"
-            )
-        return arr.astype(np.int64)
-    if arr.dtype.kind != "i":
-        raise TypeError(
-            f"{name}: item indices must be integers, got {arr.dtype} values "
-            f"({arr.reshape(-1)[0]!r:.40})"
-        )
-    return arr.astype(np.int64, copy=False)
-
-
-def _rows_of(column: Any) -> int | None:
-    """The rows of a source's column (None for a scalar)."""
-    if isinstance(column, (Ragged, list, tuple)):
-        return len(column)
-    arr = column if isinstance(column, np.ndarray) else None
-    if arr is not None:
-        return len(arr) if arr.ndim else None
-    return len(column) if hasattr(column, "__len__") else None
-
-
-def _write_rows(out: dict[str, Any], batch: dict[str, Any], n: int) -> None:
-    """A batch's fixed fields written into ``out``'s first ``n`` rows (a ragged field's
-    column has no rows to write into: the batch keeps it)."""
-    for k, v in batch.items():
-        if not isinstance(v, Ragged) and k in out:
-            out[k][:n] = v
-
-
-def _stored(f: Any) -> np.dtype:
-    """The dtype of a ragged field's values: its own, or uint8 for bytes and str."""
-    return np.dtype(np.uint8) if f.kind != "array" else f.dtype

@@ -16,7 +16,7 @@ import numpy as np
 from .._base.hashing import MASK64, PHI, mix64
 from ..errors import FeedlineError
 from ..records import Record
-from ..records._ragged import column_of, example_of
+from ..records._ragged import Ragged, column_of, example_of
 from ..records._record import to_numpy
 
 
@@ -31,6 +31,31 @@ def example_state(seed: int, context: int, position: int) -> dict:
         "has_uint32": 0,
         "uinteger": 0,
     }
+
+
+def read_items(
+    rec: type[Record], src: Any, hf: Any, idx: np.ndarray, check_values: bool
+) -> dict[str, Any]:
+    """Items ``idx`` (in range) of a source that is neither arrays nor a feedline file:
+    its own ``getitems`` (columns), an HF dataset's columns, ``__getitems__`` or item by
+    item, checked into a batch."""
+    if len(idx) == 0:  # the record alone fixes an empty batch (HF cannot index [])
+        return {
+            k: Ragged.empty(
+                (None,) if f.kind != "array" else f.shape,
+                np.uint8 if f.kind != "array" else f.dtype,
+            )
+            if f.ragged
+            else np.zeros((0, *f.fixed_shape("")), dtype=f.dtype)
+            for k, f in rec.fields.items()
+        }
+    if hasattr(src, "getitems"):
+        return rec.check_columns(src.getitems(idx), idx, check_values=check_values)
+    if hf is not None:
+        return stack_items(rec, None, idx, check_values, hf[idx.tolist()])
+    if hasattr(src, "__getitems__"):
+        return stack_items(rec, src.__getitems__(idx.tolist()), idx, check_values)
+    return stack_items(rec, [src[int(i)] for i in idx], idx, check_values)
 
 
 def stack_items(
