@@ -1,8 +1,9 @@
 """Typed records: the fields of one example, checked as it loads."""
 
 from ._domain import Index, Mask, Range
+from ._field import Field, field
 from ._ragged import Ragged, Varying
-from ._record import Field, Record, field
+from ._record import Record
 from ._schema import make_record, record_from_schema
 
 __all__ = [

@@ -11,8 +11,9 @@ import numpy as np
 
 from ..errors import RecordError
 from ._domain import domain_from_dict
+from ._field import _FieldSpec
 from ._ragged import Varying
-from ._record import Record, _FieldSpec, _Namespace, _RecordMeta
+from ._record import Record, _Namespace, _RecordMeta
 
 
 def _reduce_record(meta: _RecordMeta) -> Any:

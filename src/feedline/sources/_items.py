@@ -16,8 +16,8 @@ import numpy as np
 from .._base.hashing import MASK64, PHI, mix64
 from ..errors import FeedlineError
 from ..records import Record
+from ..records._check import to_numpy
 from ..records._ragged import Ragged, column_of, example_of
-from ..records._record import to_numpy
 
 
 def example_state(seed: int, context: int, position: int) -> dict:

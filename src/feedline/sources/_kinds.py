@@ -11,8 +11,8 @@ import numpy as np
 
 from ..errors import BoundsError, RecordError, ShapeError
 from ..records import make_record
+from ..records._check import to_numpy
 from ..records._ragged import Ragged
-from ..records._record import to_numpy
 
 _to_numpy = to_numpy
 
