@@ -20,7 +20,6 @@ against the file before trusting them.
 
 from __future__ import annotations
 
-import codecs
 import json
 import math
 import os
@@ -34,28 +33,22 @@ from ..errors import FeedlineError, FormatError
 from ..records import Ragged, Record, record_from_schema
 from ..records._ragged import example_of
 from ._flr_layout import (
-    ALIGN,
     CRC,
     FIXED_KEYS,
     FORMAT_NAME,
     HEADER_KEYS,
-    INDEX_DTYPE,
     MAGIC,
     PRE,
     PREAMBLE,
-    SECTION_KEYS,
     SLICE,
     VERSION,
     VERSION_RAGGED,
     VERSIONS,
     align,
     column_kind,
-    has_shapes,
     le,
-    section_names,
-    value_dtype,
 )
-from ._flr_ragged import FileRagged, column_lengths, ragged_problem, shapes_for
+from ._flr_open import check_place, check_shared_dims, open_ragged, verify_utf8
 from ._flr_write import check_names, item_chunks, write_columns, write_stream
 from ._open import OpenFile
 
@@ -69,9 +62,6 @@ __all__ = [
     "write",
     "write_chunks",
 ]
-
-# Shared-dim lengths and UTF-8 are checked this many rows at a time.
-_STEP = 1 << 20
 
 
 def _max_ndim() -> int:
@@ -259,8 +249,14 @@ class RecFile(OpenFile):
             if kind == "fixed":
                 low = self._open_fixed(f, c, n, low, size, h_off)
             else:
-                low = self._open_ragged(f, c, n, low, size, h_off)
-        self._check_shared_dims(n)
+                col, placed, low = open_ragged(self, f, c, n, low, h_off)
+                self._columns[f.name] = col
+                for name, where in placed.items():
+                    self._crcs[f"{f.name}.{name}"] = where
+                if f.kind == "str":
+                    self._strings.append(f.name)
+        offsets_at = {k[:-8]: v[0] for k, v in self._crcs.items() if k.endswith(".offsets")}
+        check_shared_dims(self.path, self.record, self._columns, offsets_at, n)
         self.salt = 0
 
     def _open_fixed(self, f: Any, c: dict, n: int, low: int, size: int, h_off: int) -> int:
@@ -298,118 +294,10 @@ class RecFile(OpenFile):
                 f"{n * per_row}, its length is {length}",
                 h_off,
             )
-        self._check_place(f"column `{f.name}`", off, length, low, size, h_off)
+        check_place(self.path, f"column `{f.name}`", off, length, low, size, h_off)
         self._columns[f.name] = self._file.array(dtype, off, n * elements, (n, *shape))
         self._crcs[f.name] = (off, length, crc)
         return off + length
-
-    def _check_place(self, what: str, off: int, length: int, low: int, size: int, at: int) -> None:
-        if off % ALIGN or off < low or off + length > size:
-            raise self._fail(
-                f"{what} at [{off}, {off + length}) is not an aligned range after "
-                f"the header and the previous section, inside the file of {size}",
-                at,
-            )
-
-    def _open_ragged(self, f: Any, c: dict, n: int, low: int, size: int, h_off: int) -> int:
-        """Check a ragged, blob or string column's sections, offsets and shapes (every
-        row: its offsets from 0, nondecreasing, to the values' end; shapes that hold its
-        sizes within the dims' maxima) and map them; returns where the next may start."""
-        names = section_names(f)
-        keys = {"field", "kind", *names}
-        if set(c) != keys:
-            raise self._fail(
-                f"a {c['kind']} column entry has the keys {sorted(keys)}; found {sorted(c)}",
-                h_off,
-            )
-        placed: dict[str, tuple[int, int, int]] = {}
-        for name in names:
-            e = c[name]
-            if not (isinstance(e, dict) and set(e) == SECTION_KEYS) or not all(
-                _is_int(e[k]) and e[k] >= 0 for k in SECTION_KEYS
-            ):
-                raise self._fail(
-                    f"column `{f.name}`'s {name} should be an object of the JSON integers "
-                    f"{sorted(SECTION_KEYS)}, found {e!r:.120}",
-                    h_off,
-                )
-            off, length = e["offset"], e["length"]
-            self._check_place(f"column `{f.name}`'s {name}", off, length, low, size, h_off)
-            low = off + length
-            placed[name] = (off, length, e["crc32"])
-        vdt = value_dtype(f)
-        k = len(f.varying) if f.kind == "array" else 1
-        want = {"offsets": (n + 1) * INDEX_DTYPE.itemsize, "shapes": n * k * INDEX_DTYPE.itemsize}
-        for name in names[1:]:
-            if placed[name][1] != want[name]:
-                raise self._fail(
-                    f"column `{f.name}`'s {name} should hold {want[name]} bytes for {n} rows "
-                    f"(int64), its length is {placed[name][1]}",
-                    h_off,
-                )
-        v_off, v_len, _ = placed["values"]
-        if v_len % vdt.itemsize:
-            raise self._fail(
-                f"column `{f.name}`'s values should be whole {vdt} items, found {v_len} bytes",
-                h_off,
-            )
-        count = v_len // vdt.itemsize
-        values = self._file.array(vdt, v_off, count)
-        offsets = self._file.array(INDEX_DTYPE, placed["offsets"][0], n + 1)
-        shapes = None
-        if has_shapes(f):
-            shapes = self._file.array(INDEX_DTYPE, placed["shapes"][0], n * k, (n, k))
-        if not isinstance(offsets, np.ndarray):  # a remote file: checked whole, then kept
-            offsets = np.asarray(offsets)
-            shapes = None if shapes is None else np.asarray(shapes)
-        self._check_open()
-        problem = ragged_problem(f, self.record, offsets, shapes, count)
-        if problem is not None:
-            section, i, message = problem
-            at = placed[section][0] + i * INDEX_DTYPE.itemsize * (k if section == "shapes" else 1)
-            raise self._fail(f"column `{f.name}`'s {section}: {message}", at)
-        self._columns[f.name] = FileRagged(
-            values,
-            offsets,
-            shapes_for(f, offsets, shapes),
-            f.shape if f.kind == "array" else (None,),
-            path=self.path,
-            at=v_off,
-            intact=self._check_open,
-            strings=f.kind == "str",
-        )
-        for name in names:
-            self._crcs[f"{f.name}.{name}"] = placed[name]
-        if f.kind == "str":
-            self._strings.append(f.name)
-        return low
-
-    def _check_shared_dims(self, n: int) -> None:
-        """Fields sharing a varying dim (or a field using one twice) have equal lengths on
-        it in every row, as the record requires of every example."""
-        users: dict[str, list[tuple[str, int]]] = {}
-        for f in self.record.fields.values():
-            if f.kind == "array":
-                for k, dim in enumerate(f.varying):
-                    users.setdefault(dim, []).append((f.name, k))
-        for dim, pairs in users.items():
-            if len(pairs) < 2:
-                continue
-            (name0, k0), rest = pairs[0], pairs[1:]
-            for a in range(0, n, _STEP):
-                b = min(n, a + _STEP)
-                first = column_lengths(self._columns[name0], k0, a, b)
-                for name, k in rest:
-                    other = column_lengths(self._columns[name], k, a, b)
-                    if not np.array_equal(first, other):
-                        r = a + int(np.argmax(first != other))
-                        at = self._crcs[f"{name}.offsets"][0] + r * INDEX_DTYPE.itemsize
-                        raise self._fail(
-                            f"fields `{name0}` and `{name}` share the varying dim {dim}, "
-                            f"but in row {r} `{name0}` has {dim} = {int(first[r - a])} and "
-                            f"`{name}` has {dim} = {int(other[r - a])}",
-                            at,
-                        )
 
     def _check_schema(self, stored: dict, h_off: int) -> None:
         """What ``record_from_schema`` takes on trust: no key it would ignore, field names
@@ -514,35 +402,8 @@ class RecFile(OpenFile):
                     off,
                 )
         for name in self._strings:
-            self._verify_utf8(name)
-
-    def _verify_utf8(self, name: str) -> None:
-        """A string column's bytes decode as UTF-8, and no string starts inside a
-        character (so each string decodes on its own), a slice at a time."""
-        col = self._columns[name]
-        at = self._crcs[f"{name}.values"][0]
-        decoder = codecs.getincrementaldecoder("utf-8")()
-        total = len(col.values)
-        for a in range(0, max(total, 1), SLICE):
-            self._check_open()
-            part = np.ascontiguousarray(col.values[a : a + SLICE]).tobytes()
-            pending = len(decoder.getstate()[0])
-            try:
-                decoder.decode(part, final=a + SLICE >= total)
-            except UnicodeDecodeError as e:
-                bad = at + a - pending + e.start
-                raise self._fail(f"column `{name}` is not UTF-8 at byte {bad}", bad) from e
-        for a in range(0, self.n, _STEP):
-            starts = np.asarray(col.offsets[a : min(self.n, a + _STEP) + 1], dtype=np.int64)
-            starts = starts[:-1][starts[:-1] < starts[1:]]
-            if len(starts):
-                inside = (np.asarray(col.values[starts]) & 0xC0) == 0x80
-                if inside.any():
-                    bad = at + int(starts[np.argmax(inside)])
-                    raise self._fail(
-                        f"a string of column `{name}` starts inside a UTF-8 character (byte {bad})",
-                        bad,
-                    )
+            at = self._crcs[f"{name}.values"][0]
+            verify_utf8(self.path, name, self._columns[name], at, self.n, self._check_open)
 
     def _release(self) -> None:
         self._columns = {}
