@@ -17,6 +17,7 @@ memory or in a file, read once otherwise.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -102,3 +103,28 @@ class Buckets:
         rows = np.concatenate([rows, np.arange(full * b, len(positions))])
         pick = by_length[rows]
         return (led.gen, g, positions[pick], ords[pick], recs[pick])
+
+
+def buckets_for(record: Any, datasets: list, opts: Any) -> Buckets:
+    """The bucketing stage of a loader's ``bucket=dim`` (the dim must vary in the record);
+    each dataset's lengths are read now (a file's: its offsets)."""
+    dim = opts.bucket
+    varying = {d for f in record.fields.values() for d in f.varying}
+    if dim not in varying:
+        raise ValueError(
+            f"bucket={dim!r}: bucketing sorts by a varying dim of the record, and "
+            f"{record.__name__}'s are {sorted(varying) or 'none'}"
+        )
+    for ds in datasets:
+        ds.lengths(dim)
+
+    def lengths_of(ords: np.ndarray, recs: np.ndarray) -> np.ndarray:
+        if len(datasets) == 1:
+            return datasets[0].lengths(dim)[recs]
+        out = np.empty(len(recs), dtype=np.int64)
+        for o in np.unique(ords):
+            sel = ords == o
+            out[sel] = datasets[int(o)].lengths(dim)[recs[sel]]
+        return out
+
+    return Buckets(opts.batch_size, opts.bucket_batches, lengths_of)

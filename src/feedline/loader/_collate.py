@@ -128,3 +128,14 @@ def _with_empty_rows(col: Ragged, rows: int) -> Ragged:
     offsets = np.concatenate([col.offsets, np.full(extra, col.offsets[-1], dtype=np.int64)])
     shapes = np.concatenate([col.shapes, np.zeros((extra, col.shapes.shape[1]), np.int64)])
     return Ragged(values, offsets, shapes, col.template)
+
+
+def check_nested(record: Any) -> None:
+    """``nested=True`` holds: every varying array field has one varying axis, the first
+    (the jagged layout of a torch nested tensor)."""
+    for f in record.fields.values():
+        if f.kind == "array" and f.ragged and (f.shape[0] is not None or None in f.shape[1:]):
+            raise ValueError(
+                f"nested=True: a torch nested tensor has one varying axis, the first; "
+                f"field `{f.name}` is {f.declared}"
+            )

@@ -34,23 +34,22 @@ Cost
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 
 from .._base import hashing
-from ..errors import RecordError
 from ..order import Order, Seq
 from ..sources import Dataset
 from . import _collate, _into, _state
 from ._batch import Batch
 from ._blocks import OrderBlocks
-from ._buckets import Buckets
+from ._buckets import Buckets, buckets_for
 from ._gather import gather
 from ._ledger import Claim, Ledger
 from ._options import LoaderOptions, check_int
 from ._plan import PlainPlan, WorkerPlan, choose_plan
-from ._util import as_dataset, to_torch, typed
+from ._util import as_dataset, datasets_of, to_torch, typed
 
 
 class Loader:
@@ -122,7 +121,7 @@ class Loader:
             self._plain = as_dataset(source)
             seq, base_seed = Seq.source(self._plain), opts.seed
         self._seq = typed(seq)  # the order before split and shard (the fingerprint's)
-        self._datasets = self._check_sources()
+        self._datasets = datasets_of(self._seq)
         self.record = self._datasets[0].record
         self._mapped = any(ds.mapped for ds in self._datasets)
         self._orders: dict[tuple, Order] = {}
@@ -134,18 +133,11 @@ class Loader:
         self._ledger = Ledger(base_seed, self._geometry.steps(0))
         self._steps0 = self._ledger.steps
         if opts.nested:
-            for f in self.record.fields.values():
-                if (
-                    f.kind == "array"
-                    and f.ragged
-                    and (f.shape[0] is not None or None in f.shape[1:])
-                ):
-                    raise ValueError(
-                        f"nested=True: a torch nested tensor has one varying axis, the "
-                        f"first; field `{f.name}` is {f.declared}"
-                    )
+            _collate.check_nested(self.record)
         self._blocks: OrderBlocks | Buckets = (
-            OrderBlocks(opts.batch_size) if opts.bucket is None else self._buckets(opts)
+            OrderBlocks(opts.batch_size)
+            if opts.bucket is None
+            else buckets_for(self.record, self._datasets, opts)
         )
         self._values_checked = False
         self._print = self._make_fingerprint()
@@ -167,27 +159,6 @@ class Loader:
     timeout = property(lambda self: self.options.timeout)
 
     # -- construction helpers -----------------------------------------------------------
-    def _check_sources(self) -> list[Dataset]:
-        sources = self._seq.sources()
-        if not sources:
-            raise TypeError("the loader's order has no sources")
-        for src in sources:
-            if not isinstance(src, Dataset):
-                raise TypeError(
-                    f"the loader reads typed records: every source of its order must be a "
-                    f"typed source (a fl.Dataset, a .flr file, text windows: anything with "
-                    f"a .record), found {type(src).__name__}"
-                )
-        datasets = cast("list[Dataset]", sources)  # each one checked just above
-        first = datasets[0].record
-        for ds in datasets[1:]:
-            if ds.record is not first and not first.same_schema(ds.record):
-                raise RecordError(
-                    f"one loader reads one record: its datasets' records differ:\n"
-                    f"{first.describe()}\n{ds.record.describe()}"
-                )
-        return list(datasets)
-
     def _split_seq(self) -> Seq:
         split = self.options.split
         return self._seq if split is None else self._seq.split(*split)
@@ -231,31 +202,6 @@ class Loader:
         decide the batches, the pass's length before dealing and the number of sources."""
         length = self._full_len if self.options.shard is not None else self._order_len(0)
         return {**self.options.stream(), "length": length, "sources": len(self._datasets)}
-
-    def _buckets(self, opts: LoaderOptions) -> Buckets:
-        """The bucketing stage of ``bucket=dim``: the dim must vary in the record."""
-        dim = opts.bucket
-        assert dim is not None
-        varying = {d for f in self.record.fields.values() for d in f.varying}
-        if dim not in varying:
-            raise ValueError(
-                f"bucket={dim!r}: bucketing sorts by a varying dim of the record, and "
-                f"{self.record.__name__}'s are {sorted(varying) or 'none'}"
-            )
-        datasets = self._datasets
-        for ds in datasets:  # each one's lengths, read now (a file's: its offsets)
-            ds.lengths(dim)
-
-        def lengths_of(ords: np.ndarray, recs: np.ndarray) -> np.ndarray:
-            if len(datasets) == 1:
-                return datasets[0].lengths(dim)[recs]
-            out = np.empty(len(recs), dtype=np.int64)
-            for o in np.unique(ords):
-                sel = ords == o
-                out[sel] = datasets[int(o)].lengths(dim)[recs[sel]]
-            return out
-
-        return Buckets(opts.batch_size, opts.bucket_batches, lengths_of)
 
     def _make_fingerprint(self) -> str:
         return _state.fingerprint(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from ..errors import RecordError
 from ..records._ragged import Ragged
 from ..sources import Dataset
 
@@ -83,3 +84,26 @@ def typed(seq: Any) -> Any:
         return made[id(src)]
 
     return seq if all(untyped(s) for s in seq.sources()) else seq.map_sources(wrap)
+
+
+def datasets_of(seq: Any) -> list[Dataset]:
+    """The typed sources of a loader's order, of one record."""
+    sources = seq.sources()
+    if not sources:
+        raise TypeError("the loader's order has no sources")
+    for src in sources:
+        if not isinstance(src, Dataset):
+            raise TypeError(
+                f"the loader reads typed records: every source of its order must be a "
+                f"typed source (a fl.Dataset, a .flr file, text windows: anything with "
+                f"a .record), found {type(src).__name__}"
+            )
+    datasets = cast("list[Dataset]", sources)  # each one checked just above
+    first = datasets[0].record
+    for ds in datasets[1:]:
+        if ds.record is not first and not first.same_schema(ds.record):
+            raise RecordError(
+                f"one loader reads one record: its datasets' records differ:\n"
+                f"{first.describe()}\n{ds.record.describe()}"
+            )
+    return list(datasets)
