@@ -10,8 +10,9 @@ plan               when
                    batch is one ``index_select`` per field there
 ``WorkerPlan``     batches that need Python (maps, item-by-item sources, batch transforms)
                    with ``workers > 0``: worker processes make them ahead, into shared
-                   memory (``_workers``), from pools kept for the loops over a dataset
-                   (``_pools``)
+                   memory (``_workers``, ``_slots``), from pools kept for the loops over
+                   a dataset (``_pools``); ragged fields are collated here, out of the
+                   workers' memory, as in process
 ``LocalPlan``      everything else: read, map, collate and deliver in the calling thread
 =================  ========================================================================
 
@@ -38,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import WorkerError
-from . import _into
+from ..records._ragged import Ragged
+from . import _collate, _into
 from ._batch import Batch
 from ._config import workers_are_set
 from ._device import DeviceColumns
@@ -190,6 +192,7 @@ class WorkerPlan:
         self.decided = False
         self.pool: WorkerPool | None = None
         self.transform_in_workers = False
+        self.ragged = any(f.ragged for f in loader.record.fields.values())
         self.inflight: deque = deque()
         self.lock = threading.Lock()  # one thread submits and waits at a time
 
@@ -240,6 +243,7 @@ class WorkerPlan:
             None if opts.device is None else str(opts.device),
             digest,
             transform_digest,
+            (opts.pad_to_multiple, opts.pad_bounds),
         )
 
     def _spec(self) -> PoolSpec | None:
@@ -315,7 +319,9 @@ class WorkerPlan:
                 raise StopIteration
             claim = self.inflight[0]
             try:
-                fields = pool.result(self._batch_no(claim), loader.options.timeout)
+                fields = pool.result(
+                    self._batch_no(claim), loader.options.timeout, self._collator(claim)
+                )
             except WorkerError:
                 for c in self.inflight:
                     led.release(c)
@@ -337,6 +343,23 @@ class WorkerPlan:
         finally:
             pool.use_lock.release()
 
+    def _collator(self, claim: Any) -> Any:
+        """How a batch of ragged fields is collated out of its slot (as in process: the
+        same function of its examples and the options), or None for fixed fields only
+        and for the results of a batch transform made in the workers."""
+        if not self.ragged or self.transform_in_workers:
+            return None
+        loader = self.loader
+        opts, size, rows = loader.options, claim.size, loader.rows_for(claim.size)
+
+        def collate(fields: dict[str, Any]) -> Any:
+            batch = {n: a if isinstance(a, Ragged) else a[:rows] for n, a in fields.items()}
+            return _collate.collate(
+                loader.record.fields, batch, size, rows, opts.pad_to_multiple, opts.pad_bounds
+            )
+
+        return collate
+
     def next(self, raw: bool = False) -> Any:
         if self._spec() is None:
             return self.local.next()
@@ -347,12 +370,15 @@ class WorkerPlan:
             loader._ledger.deliver(claim, claim.size)
             return fields  # the transform's result, made in a worker
         rows = loader.rows_for(claim.size)
+        lengths = None
+        if self.ragged:  # collated out of the slot (``_collator``)
+            fields, lengths = fields
 
         def finish(c: Any) -> Any:
             out = {n: a[:rows] for n, a in fields.items()}
             if loader.options.output == "torch":
                 out = to_torch(out, loader.options.device)
-            batch = Batch(out, c.size, rows, c.start, c.ords, c.recs)
+            batch = Batch.with_meta(out, c.size, rows, c.start, c.ords, c.recs, lengths=lengths)
             return batch if raw else loader.finish(batch)
 
         return loader.deliver(claim, finish)
@@ -428,15 +454,13 @@ def choose_plan(loader: Any) -> Any:
     opts = loader.options
     datasets = loader._datasets
     cheap = all(ds.cheap_gathers for ds in datasets) and opts.batch_transform is None
-    if any(f.ragged for f in loader.record.fields.values()):
-        # Ragged columns are collated (padded) here; worker processes' shared memory
-        # holds fixed shapes only (issue 16 continues: ragged batches from workers).
-        return LocalPlan(loader)
     if opts.workers > 0 and not cheap:
         # Arrays in memory and memory-mapped files gather faster here than batches
         # travel between processes (benchmarks/workers.py; the figures are beside the
         # default in _config.py), and sending arrays would copy them into every worker.
         return WorkerPlan(loader)
+    if any(f.ragged for f in loader.record.fields.values()):
+        return LocalPlan(loader)  # the device and plain paths gather fixed fields only
     if (
         opts.output == "torch"
         and all(ds.in_memory and not ds.mapped for ds in datasets)

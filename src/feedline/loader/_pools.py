@@ -9,7 +9,8 @@ starts its workers once, not once per epoch:
   workers hold) and of the batch transform it runs, and the settings its workers and
   shared memory depend on (batch size, workers, prefetch, value checks, output).
   Keying by content, not by object, means workers are reused only when a fresh start
-  would send them exactly what they hold: a source changed in place gets new workers,
+  would send them exactly what they hold (the padding options too: a batch transform in
+  the workers sees its batch collated): a source changed in place gets new workers,
   never stale examples.
 * A loader holds one pool at a time. The next loader with the same key takes it over
   when its holder has nothing in flight (its pass ended, or it was reset) or was
@@ -57,11 +58,20 @@ class PoolSpec:
         device: str | None,
         digest: str,
         transform_digest: str | None,
+        padding: tuple[int | None, Any] = (None, None),
     ) -> None:
         self.datasets = datasets
         self.args = (datasets, fields, batch_size, workers, prefetch, check_values)
-        self.kwargs = {"transform": transform, "output": output, "device": device}
-        layout = tuple((n, f.dtype.str, tuple(f.shape)) for n, f in fields.items())
+        self.kwargs = {
+            "transform": transform,
+            "output": output,
+            "device": device,
+            "padding": padding,
+        }
+        layout = tuple((n, f.dtype.str, tuple(f.shape), f.kind) for n, f in fields.items())
+        multiple, bounds = padding  # how a batch transform in the workers sees ragged fields
+        if isinstance(bounds, dict):
+            bounds = tuple(sorted(bounds.items()))
         self.key = (
             digest,
             transform_digest,
@@ -72,6 +82,8 @@ class PoolSpec:
             check_values,
             output,
             device,
+            multiple,
+            bounds,
         )
 
 

@@ -3,7 +3,8 @@
 Started as ``python -m feedline.loader._worker_main FD`` (a fresh interpreter, never the
 program's ``__main__``). It receives its datasets (pickled: files reopen by path), then
 the names of its pool's shared-memory slots and tasks (from whichever loader holds the
-pool), and writes each batch's fields into a slot.
+pool), and writes each batch's fields into a slot (``_slots``: ragged columns' values in
+the slot's room for them, or in the message when they do not fit).
 """
 
 from __future__ import annotations
@@ -17,31 +18,24 @@ import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 
-import numpy as np
-
-from feedline.loader._collate import fill_padding
+from feedline.loader._collate import collate, fill_padding
 from feedline.loader._gather import gather
-
-
-def _views(
-    shm: SharedMemory, layout: list[tuple[str, str, tuple[int, ...], int]], rows: int
-) -> dict[str, np.ndarray]:
-    return {
-        name: np.ndarray((rows, *shape), dtype=np.dtype(dtype), buffer=shm.buf, offset=off)
-        for name, dtype, shape, off in layout
-    }
+from feedline.loader._slots import Layout
+from feedline.records._ragged import Ragged
 
 
 def serve(conn: Connection) -> None:
     init = pickle.loads(conn.recv_bytes())
     datasets = init["datasets"]
-    layout = init["layout"]
+    layout: Layout = init["layout"]
     batch_size = init["batch_size"]
     check_values = init["check_values"]
     transform = init.get("transform")
     output, device = init.get("output", "numpy"), init.get("device")
+    padding = init.get("padding", (None, None))
     fields = datasets[0].record.fields
     slots: list[SharedMemory] = []
+    capacities: list[int] = []  # each slot's room for ragged values
     try:
         conn.send(("ready", os.getpid()))
         while True:
@@ -50,12 +44,19 @@ def serve(conn: Connection) -> None:
                 return
             if msg[0] == "slots":  # the pool's ring of shared memory
                 _open_slots(slots, msg[1])
+                capacities[:] = msg[2] if slots else []
+                continue
+            if msg[0] == "slot":  # one slot grown (replaced) for larger ragged values
+                _replace_slot(slots, msg[1], msg[2])
+                if slots:
+                    capacities[msg[1]] = msg[3]
                 continue
             _, batch_no, slot, ords, recs, rows, start, seeds, context = msg
             try:
-                out = _views(slots[slot], layout, batch_size)
+                buf = slots[slot].buf
+                out = layout.fixed_views(buf, batch_size)
                 size = len(recs)
-                gather(
+                got = gather(
                     datasets,
                     fields,
                     ords,
@@ -64,18 +65,31 @@ def serve(conn: Connection) -> None:
                     seeds,
                     context,
                     check_values,
-                    out={name: a for name, a in out.items()},
+                    out=dict(out),
                 )
                 fill_padding(out, fields, size, rows)
-                if transform is None:
-                    conn.send(("done", batch_no, slot))
-                else:
+                if transform is not None:
                     result = _transform(
-                        transform, out, size, rows, start, ords, recs, output, device
+                        transform,
+                        got,
+                        fields,
+                        size,
+                        rows,
+                        start,
+                        ords,
+                        recs,
+                        output,
+                        device,
+                        padding,
                     )
                     conn.send(
                         ("result", batch_no, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
                     )
+                elif layout.has_ragged:
+                    info, need = layout.write_ragged(buf, capacities[slot], got)
+                    conn.send(("done", batch_no, slot, info, need))
+                else:
+                    conn.send(("done", batch_no, slot))
             except (Exception, KeyboardInterrupt) as e:  # reaches the caller, with the
                 # traceback's text; a KeyboardInterrupt a map raised too (the batch is then
                 # made again, as in process), never the end of this worker
@@ -103,14 +117,31 @@ def _open_slots(slots: list[SharedMemory], names: list[str]) -> None:
         slots.clear()
 
 
-def _transform(transform, out, size, rows, start, ords, recs, output, device):
+def _replace_slot(slots: list[SharedMemory], index: int, name: str) -> None:
+    if not slots:
+        return
+    try:
+        new = SharedMemory(name=name)
+    except FileNotFoundError:  # the pool closed before this worker got here
+        for s in slots:
+            s.close()
+        slots.clear()
+        return
+    slots[index].close()
+    slots[index] = new
+
+
+def _transform(transform, got, fields, size, rows, start, ords, recs, output, device, padding):
+    """The batch as the loader would deliver it (collated: ragged fields padded, their
+    lengths in its metadata), through the loader's batch transform."""
     from feedline.loader._batch import Batch
     from feedline.loader._util import to_torch
 
-    fields = {name: a[:rows].copy() for name, a in out.items()}
+    batch = {name: a if isinstance(a, Ragged) else a[:rows].copy() for name, a in got.items()}
+    collated, lengths = collate(fields, batch, size, rows, *padding)
     if output == "torch":
-        fields = to_torch(fields, device)
-    return transform(Batch(fields, size, rows, start, ords, recs))
+        collated = to_torch(collated, device)
+    return transform(Batch.with_meta(collated, size, rows, start, ords, recs, lengths=lengths))
 
 
 def main() -> None:

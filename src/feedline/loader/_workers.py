@@ -4,8 +4,9 @@ Workers are fresh interpreters (``python -m feedline.loader._worker_main``): the
 import the program's ``__main__``, so a script needs no ``if __name__ == "__main__":``.
 Each receives the loader's datasets pickled (files reopen by path, so no memory is
 shared by fork) and gathers batches into a ring of shared-memory slots, ``prefetch``
-per worker; the loader copies each batch out of its slot and hands batches out in
-order, so the stream is the same whatever the number of workers. A worker's
+per worker (``_slots``: ragged fields' values too, the slots growing to hold them); the
+loader copies each batch out of its slot (collating ragged fields as it copies) and
+hands batches out in order, so the stream is the same whatever the number of workers. A worker's
 exception reaches the caller with the worker's traceback text; a worker that dies
 is a ``WorkerError`` within a second, and its pool is never used again. A pool may
 outlive the loader that started it (``_pools`` lends it to the next loop over the same
@@ -29,6 +30,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import WorkerError
+from ._slots import VALUES_START, Layout, grown
 
 # How long the loader waits for a result before it checks that the workers are alive.
 _POLL_S = 0.5
@@ -124,6 +127,7 @@ class WorkerPool:
         transform: Any = None,
         output: str = "numpy",
         device: str | None = None,
+        padding: tuple[int | None, Any] = (None, None),
     ) -> None:
         self.holder: weakref.ref | None = None
         self.pid = os.getpid()  # the process that owns the workers and the memory
@@ -133,17 +137,17 @@ class WorkerPool:
         self.key: Any = None
         self.batch_size = batch_size
         self.fields = fields
-        layout, off = [], 0
-        for name, f in fields.items():
-            layout.append((name, f.dtype.str, tuple(f.shape), off))
-            nbytes = batch_size * f.dtype.itemsize * int(np.prod(f.shape, dtype=np.int64))
-            off = -(-(off + nbytes) // 64) * 64
-        self.layout = layout
-        self.slot_bytes = max(off, 64)
+        self.layout = layout = Layout(fields, batch_size)
+        # A slot's values region (ragged columns' values; none with a batch transform in
+        # the workers: they collate there), and the capacity to grow the slots to.
+        ragged = layout.has_ragged and transform is None
+        self.capacity0 = VALUES_START if ragged else 0
+        self.capacities: list[int] = []
+        self.want = self.capacity0
         self.n_slots = workers * prefetch
         # The ring of slots, made once the workers are ready (``ensure_slots`` tells them
-        # its names). One list, changed in place, so the finaliser unlinks whatever ring
-        # there is.
+        # its names). One list, changed in place (a slot that grows is replaced in it), so
+        # the finaliser unlinks whatever ring there is.
         self.slots: list[SharedMemory] = []
         self.free: deque[int] = deque()
         self.workers: list[_Worker] = []
@@ -157,6 +161,7 @@ class WorkerPool:
                 "transform": transform,
                 "output": output,
                 "device": device,
+                "padding": padding,
             },
             protocol=pickle.HIGHEST_PROTOCOL,
         )
@@ -180,19 +185,44 @@ class WorkerPool:
         """Make the ring of shared-memory slots, if there is none, and tell the workers."""
         if self.slots:
             return
-        self.slots.extend(
-            SharedMemory(create=True, size=self.slot_bytes) for _ in range(self.n_slots)
-        )
+        size = max(self.layout.values_off + self.capacity0, 64)
+        self.slots.extend(SharedMemory(create=True, size=size) for _ in range(self.n_slots))
+        self.capacities = [self.capacity0] * self.n_slots
         self.free = deque(range(len(self.slots)))
-        names = [s.name for s in self.slots]
+        self._tell(("slots", [s.name for s in self.slots], self.capacities))
+
+    def _tell(self, msg: tuple) -> None:
+        """Send ``msg`` (the slots' names) to every worker."""
         for w in self.workers:
             try:
-                w.conn.send(("slots", names))
+                w.conn.send(msg)
             except OSError as e:
                 raise self._dead(
                     f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
                     "before it could be given its memory"
                 ) from e
+
+    def _grow(self, slot: int) -> None:
+        """Replace free slot ``slot`` by one whose values region holds ``want`` bytes (a
+        batch's ragged values did not fit). If the memory cannot be had (``/dev/shm`` is
+        full), the slot stays as it is and batches that do not fit keep travelling in
+        the workers' messages."""
+        want = self.want
+        try:
+            new = SharedMemory(create=True, size=self.layout.values_off + want)
+        except OSError:
+            self.want = self.capacities[slot]  # no slot grows further
+            return
+        try:
+            reserve(new)
+        except OSError:
+            _unlink([new])
+            self.want = self.capacities[slot]
+            return
+        old, self.slots[slot] = self.slots[slot], new
+        self.capacities[slot] = want
+        _unlink([old])  # a worker's mapping of it stays valid until it opens the new one
+        self._tell(("slot", slot, new.name, want))
 
     def _dead(self, message: str) -> WorkerError:
         """A worker died: the pool is broken for good; the error to raise."""
@@ -237,6 +267,8 @@ class WorkerPool:
         w = self.workers[self._next_worker % len(self.workers)]
         self._next_worker += 1
         try:
+            if self.capacities[slot] < self.want:
+                self._grow(slot)
             w.conn.send(
                 (
                     "task",
@@ -273,8 +305,16 @@ class WorkerPool:
                 "load_state_dict() here starts workers of its own"
             )
 
-    def result(self, batch_no: int, timeout: float | None = None) -> dict[str, np.ndarray]:
-        """Wait for batch ``batch_no``; its fields copied out of the slot (freed).
+    def result(
+        self,
+        batch_no: int,
+        timeout: float | None = None,
+        collate: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> Any:
+        """Wait for batch ``batch_no``; its fields copied out of the slot (freed), ragged
+        fields as ``Ragged`` columns. With ``collate``, what it returns for the fields,
+        called before the slot is freed: a ragged column's values are then a view of the
+        slot (padding copies them once, not twice).
 
         An interrupt while it waits leaves the batch pending (a later call waits for it
         again). After ``timeout`` seconds it raises ``WorkerError`` naming the batch and
@@ -311,15 +351,22 @@ class WorkerPool:
         if kind == "result":  # a batch transform's result, pickled by the worker
             self.free.append(slot)
             return pickle.loads(value)
-        shm = self.slots[slot]
-        out = {}
-        for name, dtype, shape, off in self.layout:
-            view = np.ndarray(
-                (self.batch_size, *shape), dtype=np.dtype(dtype), buffer=shm.buf, offset=off
-            )
-            out[name] = view.copy()
-        self.free.append(slot)
-        return out
+        info, need = value
+        try:
+            if need > self.capacities[slot]:
+                self.want = max(self.want, grown(need))
+            out = self.layout.read(self.slots[slot].buf, info, copy_values=collate is None)
+            if collate is None:
+                return out
+            try:
+                return collate(out)
+            except BaseException as e:
+                # the batch is over (its slot free): an interrupt here is not waited for
+                # again, the batch is made again
+                e.feedline_batch_done = True  # type: ignore[attr-defined]
+                raise
+        finally:
+            self.free.append(slot)
 
     def _receive(self, limit: float | None = None) -> None:
         if self.closed:
@@ -351,8 +398,8 @@ class WorkerPool:
                     w.proc.wait(timeout=5)
                 raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}") from e
             w.busy -= 1
-            if msg[0] == "done":
-                self.done[msg[1]] = ("done", None)
+            if msg[0] == "done":  # with the ragged columns' places, and the room they needed
+                self.done[msg[1]] = ("done", (msg[3], msg[4]) if len(msg) > 3 else (None, 0))
             elif msg[0] == "result":
                 self.done[msg[1]] = ("result", msg[2])
             else:
@@ -421,6 +468,14 @@ def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:
         with contextlib.suppress(Exception):
             w.conn.close()
     _unlink(slots)
+
+
+def reserve(shm: SharedMemory) -> None:
+    """Back all of ``shm`` with memory now (``OSError`` if ``/dev/shm`` cannot hold it),
+    so that a worker writing into it is never killed by ``SIGBUS`` instead."""
+    fd = getattr(shm, "_fd", -1)
+    if fd >= 0 and hasattr(os, "posix_fallocate"):
+        os.posix_fallocate(fd, 0, shm.size)
 
 
 def _unlink(slots: list[SharedMemory]) -> None:
