@@ -18,8 +18,8 @@ from typing import IO, Any
 import numpy as np
 
 from .._base.files import atomic_write, open_regular
-from ..records import Record, make_record
-from . import ndf, recfile
+from ..records import Ragged, Record, make_record
+from . import _hf, ndf, recfile
 
 # Rows move this many bytes at a time.
 _CHUNK_BYTES = 32 << 20
@@ -60,19 +60,35 @@ def _target(path: str) -> str:
     return kinds[ext]
 
 
+def _row_bytes(c: Any) -> int:
+    """About how many bytes a row of a column takes (a ragged one's on average)."""
+    if isinstance(c, Ragged):
+        return c.values.nbytes // max(len(c), 1) + 8
+    if hasattr(c, "row_bytes"):
+        return c.row_bytes
+    return int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize
+
+
 def _rows_per_chunk(columns: dict[str, Any]) -> int:
-    row = sum(
-        int(np.prod(c.shape[1:], dtype=np.int64)) * c.dtype.itemsize for c in columns.values()
-    )
+    row = sum(_row_bytes(c) for c in columns.values())
     return max(1, _CHUNK_BYTES // max(row, 1))
 
 
 def _chunks(columns: dict[str, Any], n: int, progress: Progress | None) -> Iterator[dict]:
     step = _rows_per_chunk(columns)
     for a in range(0, n, step):
-        yield {k: np.asarray(v[a : a + step]) for k, v in columns.items()}
+        b = min(n, a + step)
+        yield {
+            k: v.take(np.arange(a, b)) if isinstance(v, Ragged) else _slice(v, a, b)
+            for k, v in columns.items()
+        }
         if progress:
-            progress(min(a + step, n), n)
+            progress(b, n)
+
+
+def _slice(column: Any, a: int, b: int) -> Any:
+    part = column[a:b]
+    return part if isinstance(part, (Ragged, list)) else np.asarray(part)
 
 
 def _source(path: str) -> tuple[type[Record], dict[str, Any], int, Any]:
@@ -101,7 +117,11 @@ def _source(path: str) -> tuple[type[Record], dict[str, Any], int, Any]:
             raise ImportError(
                 "reading a HuggingFace dataset needs the 'hf' extra: pip install 'feedline[hf]'"
             ) from e
-        ds = datasets.load_from_disk(path).with_format("numpy")
+        loaded = datasets.load_from_disk(path)
+        typed = _hf.arrow_source(loaded, path)
+        if typed is not None:
+            return (*typed, None)
+        ds = loaded.with_format("numpy")
         first = ds[:1]
         rec = make_record(
             "HFRow", {k: (np.asarray(v).shape[1:], np.asarray(v).dtype) for k, v in first.items()}
@@ -231,6 +251,13 @@ def convert(
     target = _target(dst)
     record, columns, n, handle = _source(src)
     try:
+        ragged = [f for f in record.fields.values() if f.ragged]
+        if ragged and target != "flr":
+            first = ragged[0]
+            raise ValueError(
+                f"a .{target} holds arrays of fixed shapes; {src}'s field `{first.name}` is "
+                f"{first.declared} {first.type_name}, which varies per example (convert to .flr)"
+            )
         if target == "flr":
             return recfile.write_chunks(
                 dst, record, _chunks(columns, n, progress), check_values=False
