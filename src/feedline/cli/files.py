@@ -11,9 +11,12 @@ import sys
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from ..errors import FeedlineError, FormatError
 from ..formats import convert as _convert
 from ..formats import ndf, recfile
+from ..records import Ragged
 from ._report import fail, is_within, reason
 
 
@@ -66,6 +69,8 @@ def _inspect(path: str) -> int:
                 print(f"  {line}")
             for name, (off, length, crc) in f._crcs.items():
                 print(f"  column {name}: at byte {off:,}, {_size(length)}, crc32 {crc:#010x}")
+            for line in _distributions(f):
+                print(f"  {line}")
     elif kind in ("nndataset", "nnvocab"):
         from ..formats import nndataset
 
@@ -79,6 +84,30 @@ def _inspect(path: str) -> int:
         print("  (not a file feedline reads)")
         return 2
     return 0
+
+
+def _spread(values: np.ndarray) -> str:
+    if not len(values):
+        return "no rows"
+    return f"min {int(values.min()):,}, median {np.median(values):,g}, max {int(values.max()):,}"
+
+
+def _distributions(f: recfile.RecFile) -> list[str]:
+    """Each varying dim's lengths and each bytes or str field's sizes, over every row."""
+    lines = []
+    for name, col in f.columns.items():
+        field = f.record.fields[name]
+        if not isinstance(col, Ragged):
+            continue
+        if field.kind != "array":
+            sizes = np.diff(np.asarray(col.offsets))
+            what = "bytes" if field.kind == "bytes" else "bytes of UTF-8"
+            lines.append(f"sizes of {name} ({field.kind}, {what}): {_spread(sizes)}")
+            continue
+        shapes = np.asarray(col.shapes).reshape(len(col), len(field.varying))
+        for k, dim in enumerate(field.varying):
+            lines.append(f"lengths of {name} ({dim}): {_spread(shapes[:, k])}")
+    return lines
 
 
 def verify(path: str) -> int:
