@@ -21,9 +21,10 @@ the pool how far to grow the slots (``grown``), so the next batches fit.
 
 Why shared memory and not the pipe: the loader's CPU time per batch, the batch collated
 as the loader does (``benchmarks/varlen_workers.py --transport``, 2 shared cores, best of
-three), 64 sequences of ~256 int32 tokens: 70 us through a slot, 143 us as raw bytes
-over the pipe, 150 us pickled; 64 blobs of ~100 KB: 1.2 ms, 3.4 ms and 7.4 ms. Through
-a slot the worker does the copying, and the loader reads the values where they lie.
+three): 64 blobs of ~100 KB, 1.3 ms through a slot, 2.6 ms as raw bytes over the pipe,
+5.4 ms pickled (another run: 1.2, 3.4 and 7.4 ms); 64 sequences of ~256 int32 tokens,
+73, 90 and 78 us (64 KB of values: the message costs more than the copy). Through a
+slot the worker does the copying, and the loader reads the values in place.
 """
 
 from __future__ import annotations
