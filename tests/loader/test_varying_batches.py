@@ -472,3 +472,34 @@ def test_next_into_refuses_a_record_with_varying_fields_before_claiming():
     with pytest.raises(ValueError, match="field `tokens` is \\[T\\] int32, whose batches vary"):
         loader.next_into(out)
     assert len(list(loader)) == 3  # nothing was claimed: the pass is whole
+
+
+def _decode_slowly(example, rng):
+    # zlib releases the GIL: a stand-in for an image decoder
+    import zlib
+
+    data = zlib.decompress(zlib.compress(example["data"] * 200))
+    return {
+        "pixels": np.frombuffer(data[: len(example["data"])], np.uint8),
+        "noise": rng.random(),
+        "label": example["label"],
+    }
+
+
+def test_maps_in_threads_give_the_same_stream_for_any_number_of_threads():
+    runs = []
+    for threads in (1, 2, 3, 8):
+        mapped = blobs(50).map(_decode_slowly, seed=4, record=Decoded, threads=threads)
+        got = [
+            (b.label.tolist(), b.noise.tolist(), b.pixels.tolist(), b.meta.lengths["N"].tolist())
+            for b in fl.Loader(mapped, 7, seed=3, workers=0)
+        ]
+        runs.append(got)
+    assert runs[0] == runs[1] == runs[2] == runs[3]
+    assert sorted(label for labels, *_ in runs[0] for label in labels) == list(range(50))
+
+
+@pytest.mark.parametrize("threads", [0, 257, 1.5, True])
+def test_a_bad_thread_count_is_refused(threads):
+    with pytest.raises((ValueError, TypeError), match="threads"):
+        blobs(3).map(decode, threads=threads)

@@ -398,7 +398,14 @@ class Dataset:
         return batch
 
     # -- transforms ---------------------------------------------------------------------
-    def map(self, fn: Any, *, seed: int = 0, record: type[Record] | None = None) -> Dataset:
+    def map(
+        self,
+        fn: Any,
+        *,
+        seed: int = 0,
+        record: type[Record] | None = None,
+        threads: int = 1,
+    ) -> Dataset:
         """This dataset with ``fn`` applied to every example as it loads (lazily).
 
         ``fn(example)`` or ``fn(example, rng)`` takes a dict of the fields' values and
@@ -409,7 +416,9 @@ class Dataset:
         pass before sharding, so an augmented stream is the same on every run, with any
         number of workers or ranks (each rank draws its own), and resumes exactly.
         ``rng`` is valid during the call (it is reset for the next example). A loader
-        runs maps in its worker processes.
+        runs maps in its worker processes. ``threads`` > 1 runs a batch's examples in
+        that many threads of the process (for functions that release the GIL, such as
+        image decoders): each example's result is the same for any number of threads.
         """
         if not callable(fn):
             raise TypeError(f"map takes a function, got {type(fn).__name__}")
@@ -428,9 +437,13 @@ class Dataset:
             raise TypeError(f"map: record is a fl.Record subclass, got {record!r}")
         if record is not None and not record.fields:
             raise TypeError(f"map: record {record.__name__} has no fields")
+        if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+            raise TypeError(f"map: threads must be an int, got {type(threads).__name__}")
+        if not 1 <= threads <= 256:
+            raise ValueError(f"map: threads must be in [1, 256], got {threads}")
         mapped = copy.copy(self)
         mapped._owns_share = False  # the base dataset keeps the file open
-        mapped._maps = (*self._maps, (fn, int(seed), takes_rng))
+        mapped._maps = (*self._maps, (fn, int(seed), takes_rng, int(threads)))
         mapped._base = self._base
         mapped._lengths_cache = {}
         if record is not None:

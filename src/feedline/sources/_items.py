@@ -8,7 +8,11 @@ again item by item, so the error names the first item that does not fit.
 
 from __future__ import annotations
 
+import itertools
+import os
+import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -125,22 +129,36 @@ def apply_maps(
     """``maps`` applied to each example of ``batch`` (of record ``base``); the results
     are checked against ``rec`` (the last map's record) and collated again."""
     pos = idx if positions is None else np.asarray(positions, dtype=np.int64)
-    rows = []
     fields = base.fields
-    # One generator for the batch, set to each example's own state: constructing a
-    # generator per example cost 13-19 us, setting a state 2 us.
-    bits = np.random.PCG64(0)
-    rng = np.random.Generator(bits)
-    for r in range(len(idx)):
-        example = {k: example_of(f, batch[k], r) for k, f in fields.items()}
-        for fn, seed, takes_rng in maps:
-            if takes_rng:
-                # numpy types the state as its TypedDict; this is that dict
-                bits.state = example_state(seed, int(context), int(pos[r]))  # type: ignore[assignment]
-                example = fn(example, rng)
-            else:
-                example = fn(example)
-        rows.append(rec.check(example, int(idx[r]), check_values=check_values))
+    threads = max(m[3] for m in maps)
+
+    def run(lo: int, hi: int) -> list[dict[str, Any]]:
+        # One generator for the rows, set to each example's own state: constructing a
+        # generator per example cost 13-19 us, setting a state 2 us.
+        bits = np.random.PCG64(0)
+        rng = np.random.Generator(bits)
+        out = []
+        for r in range(lo, hi):
+            example = {k: example_of(f, batch[k], r) for k, f in fields.items()}
+            for fn, seed, takes_rng, _ in maps:
+                if takes_rng:
+                    # numpy types the state as its TypedDict; this is that dict
+                    bits.state = example_state(seed, int(context), int(pos[r]))  # type: ignore[assignment]
+                    example = fn(example, rng)
+                else:
+                    example = fn(example)
+            out.append(rec.check(example, int(idx[r]), check_values=check_values))
+        return out
+
+    n = len(idx)
+    if threads > 1 and n > 1:
+        # contiguous runs of rows, one per thread: each row's result depends on its
+        # position alone, so the batch is the same for any number of threads
+        cuts = np.linspace(0, n, min(threads, n) + 1).astype(int).tolist()
+        parts = map_pool(threads).map(lambda lh: run(*lh), itertools.pairwise(cuts))
+        rows = [row for part in parts for row in part]
+    else:
+        rows = run(0, n)
     if not rows:
         if rec is base:
             return batch
@@ -152,3 +170,23 @@ def apply_maps(
             idx,
         )
     return {k: column_of(f, [row[k] for row in rows]) for k, f in rec.fields.items()}
+
+
+_POOL: dict[str, Any] = {}
+_POOL_LOCK = threading.Lock()
+
+
+def map_pool(threads: int) -> ThreadPoolExecutor:
+    """This process's pool of map threads (at least ``threads``; a forked child makes
+    its own: a pool's threads do not survive a fork)."""
+    pool = _POOL.get("pool")
+    if pool is None or _POOL["pid"] != os.getpid() or _POOL["size"] < threads:
+        with _POOL_LOCK:
+            pool = _POOL.get("pool")
+            if pool is None or _POOL["pid"] != os.getpid() or _POOL["size"] < threads:
+                old = pool if _POOL.get("pid") == os.getpid() else None
+                pool = ThreadPoolExecutor(threads, thread_name_prefix="feedline-map")
+                _POOL.update(pool=pool, pid=os.getpid(), size=threads)
+                if old is not None:
+                    old.shutdown(wait=False)
+    return pool
