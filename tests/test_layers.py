@@ -6,7 +6,8 @@ The layers, bottom first (a module imports only from its own layer and those bel
     records, order          what an example is; which record comes next (no files)
     formats                 bytes on disk (knows records, never loaders)
     sources                 anything indexable as typed records (builds orders: Seq)
-    text, remote, manifest  corpora and windows, files at URLs, manifests of shards
+    text, remote, manifest, images   corpora and windows, files at URLs, manifests of
+                                     shards, images
     loader                  batches, workers, devices
     torch, jax, ray, cli    integrations and the command line
 
@@ -34,7 +35,7 @@ LAYERS = [
     {"records", "order"},
     {"formats"},
     {"sources"},
-    {"text", "remote", "manifest"},
+    {"text", "remote", "manifest", "images"},
     {"loader"},
     {"torch", "jax", "ray", "cli"},
 ]

@@ -1,6 +1,6 @@
 """feedline: exact, resumable, fast data loading for machine-learning training loops."""
 
-from . import remote, text
+from . import images, remote, text
 from .errors import (
     BoundsError,
     DomainError,
@@ -63,6 +63,7 @@ __all__ = [
     "Varying",
     "WorkerError",
     "field",
+    "images",
     "loader_workers",
     "ndf",
     "nndataset",

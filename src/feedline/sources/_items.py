@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._base.hashing import MASK64, PHI, mix64
-from ..errors import FeedlineError
+from ..errors import FeedlineError, FormatError
 from ..records import Record
 from ..records._check import to_numpy
 from ..records._ragged import Ragged, column_of, example_of
@@ -140,13 +140,16 @@ def apply_maps(
         out = []
         for r in range(lo, hi):
             example = {k: example_of(f, batch[k], r) for k, f in fields.items()}
-            for fn, seed, takes_rng, _ in maps:
-                if takes_rng:
-                    # numpy types the state as its TypedDict; this is that dict
-                    bits.state = example_state(seed, int(context), int(pos[r]))  # type: ignore[assignment]
-                    example = fn(example, rng)
-                else:
-                    example = fn(example)
+            try:
+                for fn, seed, takes_rng, _ in maps:
+                    if takes_rng:
+                        # numpy types the state as its TypedDict; this is that dict
+                        bits.state = example_state(seed, int(context), int(pos[r]))  # type: ignore[assignment]
+                        example = fn(example, rng)
+                    else:
+                        example = fn(example)
+            except FormatError as e:  # bytes that do not decode: name the item they are
+                raise FormatError(f"{base.__name__} item {int(idx[r])}: {e}") from e
             out.append(rec.check(example, int(idx[r]), check_values=check_values))
         return out
 

@@ -1,0 +1,184 @@
+"""fl.images (issue 17): decoding JPEG, PNG and WebP, crops drawn from each example's
+generator, decoding in threads, the same stream for any number of threads or workers,
+corrupt images named (or skipped, counted, with a warning)."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+Image = pytest.importorskip("PIL.Image")
+sklearn_datasets = pytest.importorskip("sklearn.datasets")
+
+PHOTOS = sklearn_datasets.load_sample_images().images  # china.jpg and flower.jpg, 427x640
+
+
+def encode(a: np.ndarray, fmt: str = "JPEG", **kw) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(a).save(out, fmt, **kw)
+    return out.getvalue()
+
+
+class Encoded(fl.Record, dims={"C": 2}):
+    image = fl.field((), "bytes")
+    width = fl.field((), "int32")
+    height = fl.field((), "int32")
+    label = fl.field((), "int64", domain=fl.Index("C"))
+
+
+def photo(i: int, w: int = 500, h: int = 375) -> np.ndarray:
+    src = PHOTOS[i % 2]
+    y, x = (i * 7) % (src.shape[0] - h), (i * 11) % (src.shape[1] - w)
+    return src[y : y + h, x : x + w]
+
+
+def items(n: int = 24, fmt: str = "JPEG") -> list[dict]:
+    out = []
+    for i in range(n):
+        a = photo(i)
+        kw = {"quality": 90} if fmt in ("JPEG", "WEBP") else {}
+        out.append({"image": encode(a, fmt, **kw), "width": 500, "height": 375, "label": i % 2})
+    return out
+
+
+def test_decoding_each_format_gives_rgb_pixels_close_to_the_original():
+    a = photo(3)
+    for fmt, tolerance in (("JPEG", 12), ("PNG", 0), ("WEBP", 16)):
+        data = encode(a, fmt, **({"quality": 95} if fmt != "PNG" else {}))
+        assert fl.images.kind_of(data) == fmt.lower().replace("webp", "webp")
+        got = fl.images.decode(data)
+        assert got.shape == (375, 500, 3) and got.dtype == np.uint8
+        assert np.abs(got.astype(int) - a).mean() <= tolerance, fmt
+        assert fl.images.size_of(data) == (500, 375)
+
+
+def test_a_jpeg_decodes_at_a_reduced_scale_when_fewer_pixels_are_needed():
+    data = encode(photo(1), quality=90)
+    half = fl.images.decode(data, min_width=250, min_height=187)
+    assert half.shape == (188, 250, 3)
+    full = fl.images.decode(data)
+    small = fl.images.resize(full, 250, 188)
+    assert np.abs(half.astype(int) - small).mean() < 6
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"not an image", b"\xff\xd8\xff\xe0" + b"\x00" * 40, encode(photo(0))[:200]]
+)
+def test_bytes_that_do_not_decode_are_a_format_error(data):
+    with pytest.raises(fl.FormatError, match="expected a JPEG, PNG or WebP image"):
+        fl.images.decode(data, where="row 7")
+
+
+def test_random_resized_boxes_stay_inside_and_follow_their_draws():
+    rng = np.random.default_rng(0)
+    areas = []
+    for _ in range(500):
+        x, y, w, h = fl.images.random_resized_box(500, 375, rng)
+        assert x >= 0 and y >= 0 and x + w <= 500 and y + h <= 375 and w > 0 and h > 0
+        areas.append(w * h / (500 * 375))
+    assert 0.08 <= min(areas) < 0.2 and max(areas) > 0.9
+    again = [fl.images.random_resized_box(500, 375, np.random.default_rng(5)) for _ in range(3)]
+    assert again[0] == again[1] == again[2]
+    assert fl.images.center_box(500, 375) == (86, 23, 328, 328)
+
+
+def test_decoded_examples_have_the_record_s_shape_and_keep_the_label():
+    ds = fl.images.decoded(fl.Dataset(Encoded, items(8)), 64, seed=1)
+    assert list(ds.record.fields) == ["image", "label"]
+    assert ds.record.fields["image"].shape == (3, 64, 64)
+    assert ds.record.fields["label"].domain == fl.Index("C")
+    batch = next(iter(fl.Loader(ds, 4, workers=0)))
+    assert batch.image.shape == (4, 3, 64, 64) and batch.image.dtype == np.uint8
+    assert batch.label.tolist() == [0, 1, 0, 1]
+    hwc = fl.images.decoded(fl.Dataset(Encoded, items(2)), 32, train=False, layout="HWC")
+    assert next(iter(fl.Loader(hwc, 2, workers=0))).image.shape == (2, 32, 32, 3)
+
+
+def test_an_evaluation_crop_is_the_resized_center():
+    data = items(1)
+    ds = fl.images.decoded(fl.Dataset(Encoded, data), 64, train=False)
+    got = ds[0]["image"].transpose(1, 2, 0)
+    full = fl.images.decode(data[0]["image"])
+    x, y, w, h = fl.images.center_box(500, 375)
+    want = fl.images.resize(full[y : y + h, x : x + w], 64, 64)
+    error = np.abs(got.astype(int) - want).mean()
+    # decoded at a reduced DCT scale: close to the full decode's, and closer than the
+    # same crop shifted by 24 pixels
+    shifted = fl.images.resize(full[y : y + h, x + 24 : x + 24 + w], 64, 64)
+    assert error < 10 and error < np.abs(got.astype(int) - shifted).mean() / 2
+
+
+def stream(ds, **options) -> list:
+    return [
+        (b.label.tolist(), b.meta.record_indices.tolist(), b.image.tobytes())
+        for b in fl.Loader(ds, 5, seed=3, **options)
+    ]
+
+
+def test_the_stream_is_the_same_for_any_number_of_threads_and_workers():
+    base = fl.Dataset(Encoded, items(20))
+    one = stream(fl.images.decoded(base, 48, seed=9, threads=1), workers=0)
+    assert stream(fl.images.decoded(base, 48, seed=9, threads=2), workers=0) == one
+    assert stream(fl.images.decoded(base, 48, seed=9, threads=3), workers=0) == one
+    assert stream(fl.images.decoded(base, 48, seed=9, threads=2), workers=2) == one
+    other = stream(fl.images.decoded(base, 48, seed=10, threads=2), workers=0)
+    assert other != one  # another seed, other crops
+    assert Counter(r for _, recs, _ in one for r in recs) == Counter(range(20))
+
+
+def test_each_pass_draws_other_crops_and_resume_redraws_the_same():
+    ds = fl.images.decoded(fl.Dataset(Encoded, items(12)), 32, seed=2)
+    loader = fl.Loader(ds, 4, seed=1, workers=0)
+    first = [b.image.tobytes() for b in loader]
+    second = [b.image.tobytes() for b in loader]
+    assert first != second
+    again = fl.Loader(ds, 4, seed=1, workers=0)
+    it = iter(again)
+    next(it)
+    state = again.state_dict()
+    resumed = fl.Loader(ds, 4, seed=1, workers=0)
+    resumed.load_state_dict(state)
+    assert [b.image.tobytes() for b in resumed] == first[1:]
+
+
+def test_a_corrupt_image_is_named_by_its_item():
+    data = items(6)
+    data[4] = {**data[4], "image": data[4]["image"][:300]}
+    ds = fl.images.decoded(fl.Dataset(Encoded, data), 32)
+    with pytest.raises(fl.FormatError, match=r"Encoded item 4: .*expected a JPEG"):
+        list(fl.Loader(ds, 3, workers=0))
+
+
+def test_skipping_corrupt_images_counts_them_and_warns():
+    data = items(6)
+    data[1] = {**data[1], "image": b"junk"}
+    data[5] = {**data[5], "image": b""}
+    ds = fl.images.decoded(fl.Dataset(Encoded, data), 32, on_error="skip", threads=1)
+    assert ds.record.fields["valid"].dtype == np.bool_
+    with pytest.warns(UserWarning, match="an image was skipped"):
+        batches = list(fl.Loader(ds, 3, workers=0))
+    valid = {r: v for b in batches for r, v in zip(b.meta.record_indices.tolist(), b.valid)}
+    assert [r for r, v in sorted(valid.items()) if not v] == [1, 5]
+    bad = [
+        b.image[list(b.meta.record_indices).index(1)] for b in batches if 1 in b.meta.record_indices
+    ]
+    assert not bad[0].any()
+
+
+def test_bad_augment_options_name_themselves():
+    for kwargs, match in (
+        ({"size": 0}, "size"),
+        ({"crop": "corner"}, "crop"),
+        ({"layout": "NCHW"}, "layout"),
+        ({"scale": (0.5, 0.2)}, "scale"),
+        ({"on_error": "ignore"}, "on_error"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            fl.images.Augment(**kwargs)
+    with pytest.raises(fl.RecordError, match="no field `photo`"):
+        fl.images.Augment(field="photo").record(Encoded)
