@@ -56,7 +56,6 @@ __all__ = [
     "FORMAT_NAME",
     "MAGIC",
     "VERSION",
-    "VERSION_RAGGED",
     "RecFile",
     "open",
     "write",
