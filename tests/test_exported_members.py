@@ -120,9 +120,13 @@ SUBMODULES = {
     "images": [
         "DEFAULT_THREADS",
         "Augment",
+        "FolderSummary",
         "center_box",
+        "class_names",
         "decode",
         "decoded",
+        "folder_record",
+        "from_folder",
         "kind_of",
         "random_resized_box",
         "resize",

@@ -182,3 +182,50 @@ def test_bad_augment_options_name_themselves():
             fl.images.Augment(**kwargs)
     with pytest.raises(fl.RecordError, match="no field `photo`"):
         fl.images.Augment(field="photo").record(Encoded)
+
+
+def image_folder(root, per_class: int = 5) -> list[tuple[str, int]]:
+    """An ImageFolder layout of real photos: class ``china`` and ``flower``."""
+    files = []
+    for label, name in enumerate(["china", "flower"]):
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            fmt, ext = ("PNG", "png") if i == 0 else ("JPEG", "jpg")
+            a = PHOTOS[label][i * 9 : i * 9 + 300, i * 13 : i * 13 + 400]
+            path = root / name / f"{i:03d}.{ext}"
+            path.write_bytes(encode(a, fmt, **({"quality": 90} if fmt == "JPEG" else {})))
+            files.append((str(path), label))
+    (root / "flower" / "notes.txt").write_text("not an image")  # not an image suffix
+    return files
+
+
+def test_an_image_folder_converts_to_a_flr_of_the_bytes_as_they_are(tmp_path):
+    files = image_folder(tmp_path / "photos")
+    out = tmp_path / "photos.flr"
+    summary = fl.images.from_folder(tmp_path / "photos", out, progress=False)
+    assert summary.images == 10 and summary.classes == ("china", "flower")
+    with fl.recfile.open(out) as f:
+        assert fl.images.class_names(f.record) == ["china", "flower"]
+        assert f.record.fields["label"].domain == fl.Index("C") and f.record.dims["C"] == 2
+        for i, (path, label) in enumerate(files):
+            row = fl.Dataset(f.record, f)[i]
+            with open(path, "rb") as original:
+                assert row["image"] == original.read()  # never re-encoded
+            assert (row["width"], row["height"], row["label"]) == (400, 300, label)
+        ds = fl.images.decoded(fl.Dataset(f.record, f), 64, seed=1)
+        seen = Counter()
+        for batch in fl.Loader(ds, 4, seed=2, workers=0):
+            assert batch.image.shape[1:] == (3, 64, 64)
+            seen.update(batch.meta.record_indices.tolist())
+        assert seen == Counter(range(10))
+
+
+def test_a_file_that_is_not_an_image_is_named_and_nothing_is_written(tmp_path):
+    image_folder(tmp_path / "photos")
+    (tmp_path / "photos" / "china" / "zzz.jpg").write_bytes(b"GIF89a not a jpeg")
+    out = tmp_path / "photos.flr"
+    with pytest.raises(fl.FormatError, match=r"zzz\.jpg: byte 0: expected a JPEG"):
+        fl.images.from_folder(tmp_path / "photos", out, progress=False)
+    assert not out.exists() and not list(tmp_path.glob(".photos.flr*"))
+    with pytest.raises(fl.FormatError, match="class subfolders"):
+        fl.images.from_folder(tmp_path / "photos" / "china", out, progress=False)

@@ -9,14 +9,19 @@ for fast JPEG: ``pip install 'feedline[vision]'``.
 
 from ._augment import center_box, random_resized_box, resize
 from ._decode import decode, kind_of, size_of
+from ._folder import FolderSummary, class_names, folder_record, from_folder
 from ._pipeline import DEFAULT_THREADS, Augment, decoded
 
 __all__ = [
     "DEFAULT_THREADS",
     "Augment",
+    "FolderSummary",
     "center_box",
+    "class_names",
     "decode",
     "decoded",
+    "folder_record",
+    "from_folder",
     "kind_of",
     "random_resized_box",
     "resize",
