@@ -229,3 +229,16 @@ def test_a_file_that_is_not_an_image_is_named_and_nothing_is_written(tmp_path):
     assert not out.exists() and not list(tmp_path.glob(".photos.flr*"))
     with pytest.raises(fl.FormatError, match="class subfolders"):
         fl.images.from_folder(tmp_path / "photos" / "china", out, progress=False)
+
+
+def test_feedline_convert_takes_an_image_folder(tmp_path, capsys):
+    from feedline.cli import main
+
+    image_folder(tmp_path / "photos", per_class=3)
+    out = tmp_path / "photos.flr"
+    assert main(["convert", str(tmp_path / "photos"), str(out)]) == 0
+    assert "6 images of 2 classes (china, flower)" in capsys.readouterr().out
+    with fl.recfile.open(out) as f:
+        assert len(f) == 6 and fl.images.class_names(f.record) == ["china", "flower"]
+    assert main(["inspect", str(out)]) == 0
+    assert "image" in capsys.readouterr().out

@@ -177,7 +177,14 @@ def convert(src: str, dst: str) -> int:
     if not os.path.isdir(parent):  # before reading anything
         return fail(f"cannot write {dst}: no such directory {parent}")
     try:
-        rows = _convert.convert(src, dst, progress=_Bar(f"{src} -> {dst}"))
+        if _is_image_folder(src, dst):
+            from ..images import from_folder
+
+            summary = from_folder(src, dst)
+            rows = summary.images
+            print(f"   {summary}")
+        else:
+            rows = _convert.convert(src, dst, progress=_Bar(f"{src} -> {dst}"))
     except FeedlineError:
         raise
     except OSError as e:
@@ -193,3 +200,13 @@ def convert(src: str, dst: str) -> int:
         f"{time.perf_counter() - t:.2f} s"
     )
     return 0
+
+
+def _is_image_folder(src: str, dst: str) -> bool:
+    """A directory of class subfolders (not a HuggingFace dataset) to a ``.flr``."""
+    return (
+        os.path.isdir(src)
+        and dst.lower().endswith(".flr")
+        and _convert.sniff(src) != "hf"
+        and any(os.path.isdir(os.path.join(src, d)) for d in os.listdir(src))
+    )
