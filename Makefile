@@ -11,11 +11,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[fast,demo]"
+	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision]"
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[fast,demo,test]"
+	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision,test]"
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed
