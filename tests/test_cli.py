@@ -33,6 +33,9 @@ def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_pat
     assert var["min"] < var["median"] < var["max"] == 2048
     assert var["bucketed"]["padding"] < var["plain"]["padding"] / 2
     assert "every paragraph once in each pass: True" in out.stdout
+    pics = summary["images"]
+    assert pics["once"] and pics["same_stream"] and pics["images"] == 240
+    assert "the stream with 1 and 2 threads is identical: True" in out.stdout
     seq = fl.Seq.from_json(
         (tmp_path / "demo" / "order.json").read_text(), _digit_sources(tmp_path / "demo")
     )
