@@ -47,7 +47,9 @@ def make_folder(root: str, n: int) -> None:
         src = photos[i % 2]
         h, w = int(rng.integers(300, 427)), int(rng.integers(400, 640))
         y, x = int(rng.integers(0, 428 - h)), int(rng.integers(0, 641 - w))
-        im = Image.fromarray(src[y : y + h, x : x + w]).resize((500, 375), Image.BILINEAR)
+        im = Image.fromarray(src[y : y + h, x : x + w]).resize(
+            (500, 375), Image.Resampling.BILINEAR
+        )
         out = io.BytesIO()
         im.save(out, "JPEG", quality=90)
         name = os.path.join(root, ("china", "flower")[i % 2], f"{i:05d}.jpg")
@@ -76,9 +78,9 @@ class PilFolder:
         with Image.open(path) as im:
             im = im.convert("RGB")
             x, y, w, h = fl.images.random_resized_box(im.width, im.height, rng)
-            im = im.resize((SIZE, SIZE), Image.BILINEAR, box=(x, y, x + w, y + h))
+            im = im.resize((SIZE, SIZE), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))
             if rng.random() < 0.5:
-                im = im.transpose(Image.FLIP_LEFT_RIGHT)
+                im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
             pixels = torch.from_numpy(np.asarray(im).transpose(2, 0, 1).copy())
         return pixels, label
 

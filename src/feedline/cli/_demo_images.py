@@ -30,7 +30,9 @@ def write_folder(root: str, n: int = 240) -> None:
         src = photos[i % 2]
         h, w = int(rng.integers(300, 427)), int(rng.integers(400, 640))
         y, x = int(rng.integers(0, 428 - h)), int(rng.integers(0, 641 - w))
-        im = Image.fromarray(src[y : y + h, x : x + w]).resize((500, 375), Image.BILINEAR)
+        im = Image.fromarray(src[y : y + h, x : x + w]).resize(
+            (500, 375), Image.Resampling.BILINEAR
+        )
         out = io.BytesIO()
         im.save(out, "JPEG", quality=90)
         with open(os.path.join(root, names[i % 2], f"{i:04d}.jpg"), "wb") as f:
@@ -52,8 +54,8 @@ def pil_rate(folder: str, size: int = 224) -> float:
         with Image.open(path) as im:
             im = im.convert("RGB")
             x, y, w, h = images.random_resized_box(im.width, im.height, rng)
-            im = im.resize((size, size), Image.BILINEAR, box=(x, y, x + w, y + h))
-            np.asarray(im.transpose(Image.FLIP_LEFT_RIGHT)).transpose(2, 0, 1).copy()
+            im = im.resize((size, size), Image.Resampling.BILINEAR, box=(x, y, x + w, y + h))
+            np.asarray(im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)).transpose(2, 0, 1).copy()
     return len(files) / (time.perf_counter() - t)
 
 
@@ -73,7 +75,8 @@ def images_pass(out_dir: str, size: int = 224, batch: int = 64) -> dict[str, Any
                 images.decoded(base, size, seed=7, threads=threads), batch, seed=1, workers=0
             )
             t = time.perf_counter()
-            got, seen = [], Counter()
+            got: list[bytes] = []
+            seen: Counter = Counter()
             for b in loader:
                 if not got:
                     first_batch = time.perf_counter() - t

@@ -35,8 +35,8 @@ from ..loader import Loader
 from ..order import Order, Schedule, Seq
 from ..records import Index, Range, Record, field
 from ..sources import Dataset
-from ._demo_orders import orders_at_scale
 from ._demo_images import images_pass
+from ._demo_orders import orders_at_scale
 from ._demo_varlen import varlen_pass
 
 BATCH, RANKS, EPOCHS, WORKERS = 64, 2, 3, 2
