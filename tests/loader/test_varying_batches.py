@@ -503,3 +503,22 @@ def test_maps_in_threads_give_the_same_stream_for_any_number_of_threads():
 def test_a_bad_thread_count_is_refused(threads):
     with pytest.raises((ValueError, TypeError), match="threads"):
         blobs(3).map(decode, threads=threads)
+
+
+def test_bucketed_batches_from_worker_processes_are_the_in_process_ones():
+    mapped = sequences(300).map(_copy_tokens, seed=1)
+    here = list(fl.Loader(mapped, 16, seed=5, bucket="T", workers=0))
+    there_loader = fl.Loader(mapped, 16, seed=5, bucket="T", workers=2)
+    there = list(there_loader)
+    assert there_loader._workers_pool() is not None
+    there_loader.close()
+    assert len(here) == len(there)
+    for a, b in zip(here, there):
+        assert np.array_equal(a.tokens, b.tokens)
+        assert a.meta.positions.tolist() == b.meta.positions.tolist()
+        assert a.meta.lengths["T"].tolist() == b.meta.lengths["T"].tolist()
+    assert pairs_of(there) == Counter({(0, r): 1 for r in range(300)})
+
+
+def _copy_tokens(example):
+    return {"tokens": example["tokens"].copy()}

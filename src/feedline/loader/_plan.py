@@ -175,7 +175,7 @@ class DevicePlan(LocalPlan):
         def make(c: Any) -> Any:
             rows = loader.rows_for(c.size)
             fields = self.columns().gather(c.ords, c.recs, rows)
-            return loader.finish(Batch(fields, c.size, rows, c.start, c.ords, c.recs))
+            return loader.finish(Batch(fields, c.size, rows, c.pos0, c.ords, c.recs))
 
         return loader.deliver(claim, make)
 
@@ -378,7 +378,7 @@ class WorkerPlan:
             out = {n: a[:rows] for n, a in fields.items()}
             if loader.options.output == "torch":
                 out = to_torch(out, loader.options.device)
-            batch = Batch.with_meta(out, c.size, rows, c.start, c.ords, c.recs, lengths=lengths)
+            batch = Batch.with_meta(out, c.size, rows, c.pos0, c.ords, c.recs, lengths=lengths)
             return batch if raw else loader.finish(batch)
 
         return loader.deliver(claim, finish)
