@@ -522,3 +522,19 @@ def test_bucketed_batches_from_worker_processes_are_the_in_process_ones():
 
 def _copy_tokens(example):
     return {"tokens": example["tokens"].copy()}
+
+
+def _positions_of(batch):
+    return np.asarray(batch.meta.positions).tolist()
+
+
+def test_a_transform_in_workers_sees_the_bucketed_rows_own_positions():
+    mapped = sequences(200).map(_copy_tokens, seed=1)
+    here = list(fl.Loader(mapped, 16, seed=5, bucket="T", batch_transform=_positions_of, workers=0))
+    assert any(b != sorted(b) or b[-1] - b[0] != len(b) - 1 for b in here)  # bucketed rows
+    there_loader = fl.Loader(
+        mapped, 16, seed=5, bucket="T", batch_transform=_positions_of, workers=2
+    )
+    there = list(there_loader)
+    there_loader.close()
+    assert here == there and sorted(p for b in here for p in b) == list(range(200))

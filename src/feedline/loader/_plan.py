@@ -307,7 +307,7 @@ class WorkerPlan:
                         claim.ords,
                         claim.recs,
                         loader.rows_for(claim.size),
-                        claim.start,
+                        claim.pos0,  # the rows' positions for a transform's batch.meta
                         loader.positions(claim),
                         loader.context(),
                     )

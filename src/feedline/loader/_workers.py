@@ -258,7 +258,7 @@ class WorkerPool:
         ords: np.ndarray,
         recs: np.ndarray,
         rows: int,
-        start: int,
+        start: Any,
         seeds: np.ndarray | None,
         context: int,
     ) -> None:
