@@ -127,6 +127,7 @@ SUBMODULES = {
         "decoded",
         "folder_record",
         "from_folder",
+        "from_webdataset",
         "kind_of",
         "random_resized_box",
         "resize",

@@ -242,3 +242,67 @@ def test_feedline_convert_takes_an_image_folder(tmp_path, capsys):
         assert len(f) == 6 and fl.images.class_names(f.record) == ["china", "flower"]
     assert main(["inspect", str(out)]) == 0
     assert "image" in capsys.readouterr().out
+
+
+def webdataset_shard(path, start: int, n: int, captions: bool = True) -> list[bytes]:
+    import tarfile
+
+    images = []
+    with tarfile.open(path, "w") as tar:
+        for i in range(start, start + n):
+            data = encode(photo(i, 320, 240), quality=90)
+            images.append(data)
+            members = {"jpg": data, "cls": str(i % 2).encode()}
+            if captions:
+                members["txt"] = f"photo {i} — {('china', 'flower')[i % 2]}".encode()
+            for ext, blob in members.items():
+                info = tarfile.TarInfo(f"{i:06d}.{ext}")
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+    return images
+
+
+def test_webdataset_shards_convert_with_classes_and_captions(tmp_path):
+    first = webdataset_shard(tmp_path / "a.tar", 0, 5)
+    second = webdataset_shard(tmp_path / "b.tar", 5, 4)
+    out = tmp_path / "wds.flr"
+    summary = fl.images.from_webdataset([tmp_path / "a.tar", tmp_path / "b.tar"], out, classes=2)
+    assert summary.images == 9
+    with fl.recfile.open(out) as f:
+        ds = fl.Dataset(f.record, f)
+        assert f.record.fields["caption"].kind == "str"
+        assert f.record.fields["label"].domain == fl.Index("C")
+        for i, data in enumerate(first + second):
+            row = ds[i]
+            assert row["image"] == data and row["label"] == i % 2
+            assert (row["width"], row["height"]) == (320, 240)
+            assert row["caption"] == f"photo {i} — {('china', 'flower')[i % 2]}"
+        batch = next(iter(fl.Loader(fl.images.decoded(ds, 32), 9, workers=0)))
+        assert batch.image.shape == (9, 3, 32, 32) and len(batch.caption) == 9
+
+
+def test_a_webdataset_sample_without_an_image_is_named(tmp_path):
+    import tarfile
+
+    webdataset_shard(tmp_path / "a.tar", 0, 2, captions=False)
+    with tarfile.open(tmp_path / "a.tar", "a") as tar:
+        info = tarfile.TarInfo("000009.cls")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"1"))
+    out = tmp_path / "wds.flr"
+    with pytest.raises(fl.FormatError, match=r"a\.tar: 000009\.cls: .*image member .* '000009'"):
+        fl.images.from_webdataset(tmp_path / "a.tar", out)
+    assert not out.exists()
+    (tmp_path / "bad.tar").write_bytes(b"not a tar at all" * 40)
+    with pytest.raises(fl.FormatError, match="tar shard"):
+        fl.images.from_webdataset(tmp_path / "bad.tar", out)
+
+
+def test_feedline_convert_takes_a_webdataset_shard(tmp_path, capsys):
+    from feedline.cli import main
+
+    webdataset_shard(tmp_path / "a.tar", 0, 3)
+    assert main(["convert", str(tmp_path / "a.tar"), str(tmp_path / "a.flr")]) == 0
+    assert "3 images" in capsys.readouterr().out
+    with fl.recfile.open(tmp_path / "a.flr") as f:
+        assert len(f) == 3 and "caption" in f.record.fields

@@ -177,10 +177,10 @@ def convert(src: str, dst: str) -> int:
     if not os.path.isdir(parent):  # before reading anything
         return fail(f"cannot write {dst}: no such directory {parent}")
     try:
-        if _is_image_folder(src, dst):
-            from ..images import from_folder
+        if _is_image_folder(src, dst) or (src.endswith(".tar") and dst.endswith(".flr")):
+            from ..images import from_folder, from_webdataset
 
-            summary = from_folder(src, dst)
+            summary = from_folder(src, dst) if os.path.isdir(src) else from_webdataset(src, dst)
             rows = summary.images
             print(f"   {summary}")
         else:

@@ -11,6 +11,7 @@ from ._augment import center_box, random_resized_box, resize
 from ._decode import decode, kind_of, size_of
 from ._folder import FolderSummary, class_names, folder_record, from_folder
 from ._pipeline import DEFAULT_THREADS, Augment, decoded
+from ._webdataset import from_webdataset
 
 __all__ = [
     "DEFAULT_THREADS",
@@ -22,6 +23,7 @@ __all__ = [
     "decoded",
     "folder_record",
     "from_folder",
+    "from_webdataset",
     "kind_of",
     "random_resized_box",
     "resize",
