@@ -119,8 +119,11 @@ SUBMODULES = {
     "remote": ["RemoteArray", "RemoteFile", "RemoteOptions", "is_url", "open"],
     "images": [
         "DEFAULT_THREADS",
+        "IMAGENET_MEAN",
+        "IMAGENET_STD",
         "Augment",
         "FolderSummary",
+        "Normalize",
         "center_box",
         "class_names",
         "decode",

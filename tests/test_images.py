@@ -306,3 +306,21 @@ def test_feedline_convert_takes_a_webdataset_shard(tmp_path, capsys):
     assert "3 images" in capsys.readouterr().out
     with fl.recfile.open(tmp_path / "a.flr") as f:
         assert len(f) == 3 and "caption" in f.record.fields
+
+
+def test_normalize_makes_float_pixels_where_the_batch_is():
+    ds = fl.images.decoded(fl.Dataset(Encoded, items(4)), 16, train=False)
+    raw = next(iter(fl.Loader(ds, 4, workers=0)))
+    normal = next(iter(fl.Loader(ds, 4, workers=0, batch_transform=fl.images.Normalize())))
+    mean = np.array(fl.images.IMAGENET_MEAN).reshape(1, 3, 1, 1)
+    std = np.array(fl.images.IMAGENET_STD).reshape(1, 3, 1, 1)
+    assert normal.image.dtype == np.float32
+    np.testing.assert_allclose(normal.image, (raw.image / 255 - mean) / std, atol=1e-5)
+    assert normal.label.tolist() == raw.label.tolist() and normal.meta.size == 4
+    torch = pytest.importorskip("torch")
+    tensors = fl.Loader(ds, 4, workers=0, output="torch", batch_transform=fl.images.Normalize())
+    t = next(iter(tensors))
+    assert isinstance(t.image, torch.Tensor) and t.image.dtype == torch.float32
+    np.testing.assert_allclose(t.image.numpy(), normal.image, atol=1e-5)
+    with pytest.raises(ValueError, match="std > 0"):
+        fl.images.Normalize(std=(0.1, 0.0, 0.2))

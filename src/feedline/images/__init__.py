@@ -10,13 +10,23 @@ for fast JPEG: ``pip install 'feedline[vision]'``.
 from ._augment import center_box, random_resized_box, resize
 from ._decode import decode, kind_of, size_of
 from ._folder import FolderSummary, class_names, folder_record, from_folder
-from ._pipeline import DEFAULT_THREADS, Augment, decoded
+from ._pipeline import (
+    DEFAULT_THREADS,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Augment,
+    Normalize,
+    decoded,
+)
 from ._webdataset import from_webdataset
 
 __all__ = [
     "DEFAULT_THREADS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
     "Augment",
     "FolderSummary",
+    "Normalize",
     "center_box",
     "class_names",
     "decode",

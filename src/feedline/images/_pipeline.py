@@ -169,3 +169,48 @@ def decoded(
     options.setdefault("crop", "random" if train else "center")
     augment = Augment(size=size, **options)
     return ds.map(augment, seed=seed, record=augment.record(ds.record), threads=threads)
+
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class Normalize:
+    """A batch transform: ``field`` (uint8 ``B x 3 x H x W``, or ``B x H x W x 3`` with
+    ``layout="HWC"``) as float32 ``(x / 255 - mean) / std``, where the batch is: on the
+    device for torch tensors there (``Loader(..., device="cuda", batch_transform=
+    fl.images.Normalize())``), with numpy for numpy arrays. The other fields and the
+    metadata are the batch's own."""
+
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    field: str = "image"
+    layout: Literal["CHW", "HWC"] = "CHW"
+
+    def __post_init__(self) -> None:
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError(
+                f"Normalize: mean and std are three numbers each, std > 0; got "
+                f"{self.mean!r}, {self.std!r}"
+            )
+        if self.layout not in ("CHW", "HWC"):
+            raise ValueError(f"Normalize: layout must be 'CHW' or 'HWC', got {self.layout!r}")
+
+    def __call__(self, batch: Any) -> Any:
+        x = batch[self.field]
+        shape = (1, 3, 1, 1) if self.layout == "CHW" else (1, 1, 1, 3)
+        scale = np.array([1 / (255 * s) for s in self.std], dtype=np.float32).reshape(shape)
+        shift = np.array([m / s for m, s in zip(self.mean, self.std)], np.float32).reshape(shape)
+        if hasattr(x, "device") and hasattr(x, "to"):  # a torch tensor: where it is
+            import torch
+
+            out = x.to(torch.float32) * torch.from_numpy(scale).to(x.device)
+            out -= torch.from_numpy(shift).to(x.device)
+        else:
+            out = np.asarray(x, dtype=np.float32) * scale - shift
+        fields = {**batch.fields, self.field: out}
+        # the batch's own class (the loader's Batch: this layer does not import it)
+        return type(batch).with_meta(
+            fields, batch.meta.size, len(batch), 0, None, None, meta=batch.meta
+        )
