@@ -232,3 +232,14 @@ def test_convert_of_a_compressed_npz_streams_its_arrays(tmp_path, target):
             got = {k: np.array(v) for k, v in f.columns.items()}
     assert set(got) == set(arrays)
     assert all(np.array_equal(got[k].reshape(arrays[k].shape), arrays[k]) for k in arrays)
+
+
+def test_an_hf_column_of_lists_of_strings_is_refused_saying_why(tmp_path, capsys):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"tags": [["a", "b"], ["c"]], "x": [1, 2]}).save_to_disk(
+        str(tmp_path / "hf")
+    )
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "o.flr")]) != 0
+    err = capsys.readouterr().err
+    assert "HF column 'tags' holds lists of str values" in err and "remove_columns" in err
+    assert not (tmp_path / "o.flr").exists()

@@ -64,7 +64,13 @@ def _axes(column: Any, name: str) -> tuple[list[Any], list[np.ndarray | None], A
             lengths.append(size)
         arr = pc.list_flatten(arr)
     leaf = _leaf(arr.type)
-    if leaf is None or leaf in ("str", "bytes"):
+    if leaf in ("str", "bytes"):
+        raise ValueError(
+            f"HF column {name!r} holds lists of {leaf} values: a feedline field holds "
+            f"numbers (of any shape), or one {leaf} per example; join each row's values "
+            f"into one, or remove the column (Dataset.remove_columns) before converting"
+        )
+    if leaf is None:
         return None
     return axes, lengths, leaf
 
