@@ -14,7 +14,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.plot or args.from_markdown:
-        from .plots import run_bench_plot
+        from ._plot_commands import run_bench_plot
 
         return run_bench_plot(args)
     from .bench import run_bench
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmark the ordering engine against baselines")
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
-    from .plots import add_bench_plot_options, add_order_plot_parser
+    from ._plot_commands import add_bench_plot_options, add_order_plot_parser
 
     add_bench_plot_options(bench)  # feedline bench --plot [-o PNG] [--from-markdown FILE]
     bench.set_defaults(func=_cmd_bench)
