@@ -16,7 +16,7 @@ Each figure is the median of ``--repeat`` epochs after an untimed one; the first
 and the first epoch of each system are timed too, and feedline's resident memory is
 read after each of ``--epochs`` epochs (flat memory: the last minus the second).
 
-    python benchmarks/images.py [--n 512] [--repeat 3] [--epochs 6]
+    python benchmarks/images.py [--n 512] [--repeat 3] [--epochs 20]
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--n", type=int, default=512)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=20)
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = os.path.join(tmp, "photos")
