@@ -1,4 +1,5 @@
-"""``feedline text build CORPUS -o OUT``: a text corpus to a ``.nndataset``.
+"""``feedline text build CORPUS -o OUT``: a text corpus to a ``.nndataset``, or to a
+compact ``.flr`` (tokens as uint16/uint32, one row a document) when OUT ends ``.flr``.
 
 The tokenizer is ``byte`` (the default), ``bpe:VOCAB_SIZE`` (a byte-level BPE trained
 on the corpus first) or a path: a ``tokenizer.json``, or a ``.nnvocab``/``.nndataset``
@@ -14,15 +15,20 @@ from typing import Any
 
 def add_parser(sub: Any) -> None:
     """Register ``text build`` on the top-level subparsers ``sub``."""
-    text = sub.add_parser("text", help="text corpora: build .nndataset files")
+    text = sub.add_parser("text", help="text corpora: build .nndataset or compact .flr files")
     text_sub = text.add_subparsers(dest="text_command", required=True)
     b = text_sub.add_parser(
         "build",
-        help="tokenize a text corpus (one document a line) into a .nndataset",
+        help="tokenize a text corpus (one document a line) into a .nndataset or a .flr",
         description=__doc__.splitlines()[0],
     )
     b.add_argument("corpus", help="a text file, one document a line")
-    b.add_argument("-o", "--out", required=True, help="the .nndataset to write")
+    b.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        help="the file to write: a compact .flr by its suffix, else a .nndataset",
+    )
     b.add_argument(
         "--tokenizer",
         default="byte",

@@ -100,3 +100,74 @@ def fill_windows(
             ids[k] = 0
             if want_pos:
                 pos[k] = 0
+
+
+@numba.njit(cache=True, nogil=True)
+def fill_windows_typed(
+    tok,
+    cum,
+    start,
+    mask8,
+    has_mask,
+    a,
+    b,
+    pad_id,
+    inp,
+    tgt,
+    loss_mask,
+    doc_ids,
+    pos_ids,
+    want_pos,
+):
+    """``fill_windows`` for a compact corpus: the tokens are a typed array (uint16 or
+    uint32, widened to int64 as they are copied), document ``d``'s first token at
+    ``tok[start[d]]`` and its mask at ``mask8[start[d]]``."""
+    seq_len = inp.shape[1]
+    u = numba.uint64  # unsigned indices, so LLVM vectorises the copies (see _copy_flow)
+    for w in range(len(a)):
+        p, q = a[w], b[w]
+        pairs = q - p - 1
+        d = np.searchsorted(cum, p, "right") - 1
+        ir, tr = inp[w], tgt[w]
+        ids, lm, pos = doc_ids[w], loss_mask[w], pos_ids[w]
+        j = 0
+        e = d
+        while j < pairs:  # inputs [p, q - 1): tokens, doc ids, positions
+            x = p + j
+            while cum[e + 1] <= x:
+                e += 1
+            n = min(cum[e + 1] - x, pairs - j)
+            src = u(start[e] + (x - cum[e]))
+            for k in range(u(n)):
+                ir[u(j) + k] = tok[src + k]
+            for k in range(u(j), u(j + n)):
+                ids[k] = e + 1
+            if want_pos:
+                first = x - cum[e] - j
+                for k in range(u(j), u(j + n)):
+                    pos[k] = first + numba.int64(k)
+            j += n
+        j = 0
+        e = d
+        while j < pairs:  # targets [p + 1, q): tokens and the loss mask
+            x = p + 1 + j
+            while cum[e + 1] <= x:
+                e += 1
+            n = min(cum[e + 1] - x, pairs - j)
+            src = u(start[e] + (x - cum[e]))
+            for k in range(u(n)):
+                tr[u(j) + k] = tok[src + k]
+            if has_mask:
+                for k in range(u(n)):
+                    lm[u(j) + k] = mask8[src + k] != 0
+            else:
+                for k in range(u(j), u(j + n)):
+                    lm[k] = True
+            j += n
+        for k in range(u(max(pairs, 0)), u(seq_len)):
+            ir[k] = pad_id
+            tr[k] = pad_id
+            lm[k] = False
+            ids[k] = 0
+            if want_pos:
+                pos[k] = 0

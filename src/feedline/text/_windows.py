@@ -1,4 +1,5 @@
-"""``Windows``: language-model training windows read from a ``.nndataset``.
+"""``Windows``: language-model training windows read from a ``.nndataset`` or a
+compact ``.flr`` corpus (``_compact``; the same windows for the same documents).
 
 A subset's documents, concatenated in order, form its token flow. Window ``k`` takes
 ``seq_len + 1`` consecutive flow tokens from ``k * stride``: ``input_ids`` are the first
@@ -27,7 +28,7 @@ arrays come from numpy slices, one per window and document piece.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from .._base import kernels
 from ..errors import BoundsError, FormatError
 from ..formats import nndataset
 from ..records import Record, make_record
+from ._compact import FlrCorpus, is_flr_path
 
 _FIELDS = ("input_ids", "targets", "loss_mask", "doc_ids", "position_ids")
 # Token ids are checked to fit int64 once per block of this many flow tokens (the high
@@ -69,7 +71,8 @@ def window_record(seq_len: int, position_ids: bool = False) -> type[Record]:
 
 
 class Windows:
-    """Language-model windows over one subset of a ``.nndataset``: a typed source.
+    """Language-model windows over one subset of a ``.nndataset`` or of a compact
+    ``.flr`` corpus (an open ``RecFile`` or a path ending ``.flr``): a typed source.
 
     ``Windows(path_or_open_dataset, seq_len, stride=None, subset="train",
     cross_docs=True, position_ids=False, pad_id=0)``. ``len`` counts windows;
@@ -110,15 +113,22 @@ class Windows:
         if self.pad_id >= 2**63:  # the kernels write it into int64 windows
             raise ValueError(f"pad_id must be in [0, 2**63), got {self.pad_id}")
         self.subset = subset
-        if isinstance(dataset, nndataset.Nndataset):
-            self._ds = dataset.share()
+        self._flr: FlrCorpus | None = None
+        self._ds: Any
+        self._layout: Any  # nndataset._Layout or FlrCorpus: cum, counts, the rest per kind
+        if is_flr_path(dataset):  # a compact corpus: a .flr of documents
+            self._flr = self._layout = FlrCorpus(cast("Any", dataset), subset)
+            self._ds = self._flr.file
         else:
-            self._ds = nndataset.open(dataset)
-        try:
-            self._layout = self._ds._layout(subset)
-        except BaseException:
-            self._ds.close()
-            raise
+            if isinstance(dataset, nndataset.Nndataset):
+                self._ds = dataset.share()
+            else:
+                self._ds = nndataset.open(dataset)
+            try:
+                self._layout = self._ds._layout(subset)
+            except BaseException:
+                self._ds.close()
+                raise
         self.path = self._ds.path
         self.record = window_record(self.seq_len, self.position_ids)
         self.salt = 0
@@ -134,7 +144,9 @@ class Windows:
             self._n = int(self._win_cum[-1])
         # per block of the flow: unchecked, clean, or holding an id of 2**63 or more
         self._id_blocks = np.zeros(-(-self.num_tokens // _ID_BLOCK), dtype=np.uint8)
-        self._id_clean = 0  # blocks found clean; all of them: nothing left to check
+        self._id_clean = (
+            0 if self._flr is None else len(self._id_blocks)
+        )  # blocks found clean; all of them: nothing left to check
 
     # -- the source protocol -----------------------------------------------------------
     def __len__(self) -> int:
@@ -171,6 +183,9 @@ class Windows:
             }
         else:
             batch = {k: out[k][:rows] for k in fields}
+        if self._flr is not None:  # narrow ids: they all fit int64, nothing to check
+            self._flr.fill(a, b, self.pad_id, self.position_ids, batch)
+            return batch
         u8 = self._ds._u8
         if u8 is None:
             raise ValueError(f"{self.path}: the dataset is closed")
