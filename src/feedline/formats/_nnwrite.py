@@ -8,14 +8,16 @@ head last, as ``write`` does in one go. ``sha256_hex`` is the C++ helper that fi
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import hashlib
 import io
 import os
 import struct
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, BinaryIO, Literal
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, Literal, cast
 
 import numpy as np
 
@@ -74,7 +76,9 @@ class Build:
     byte strings: ``str`` (stored as UTF-8) or ``bytes`` (stored as they are), so the
     values a file read back with are written back byte for byte. An invalid build
     is a ``ValueError`` (or ``TypeError``) here and in :func:`write`. The document
-    sequences are held, not copied (a generator is turned into a tuple).
+    sequences are held, not copied; a generator (any iterable that is not a sequence)
+    is held as it is and read once, by ``write``, one document at a time (its lengths
+    and masks are checked then).
     """
 
     # str keys, or bytes ones as read back (Mapping's key type is invariant: both listed)
@@ -83,10 +87,10 @@ class Build:
     source_sha256: str | bytes
     source_docs: int
     loss_scope: Literal["all", "assistant"] = "all"
-    train_docs: Sequence[Any] = ()
-    train_masks: Sequence[Any] | None = None
-    test_docs: Sequence[Any] = ()
-    test_masks: Sequence[Any] | None = None
+    train_docs: Iterable[Any] = ()
+    train_masks: Iterable[Any] | None = None
+    test_docs: Iterable[Any] = ()
+    test_masks: Iterable[Any] | None = None
     tool: str | bytes = "feedline"
     created: int | None = None
     license: str | bytes | None = None
@@ -94,9 +98,31 @@ class Build:
     def __post_init__(self) -> None:
         for name in ("train_docs", "test_docs", "train_masks", "test_masks"):
             value = getattr(self, name)
-            if value is not None and not isinstance(value, (tuple, list, np.ndarray)):
+            if value is None or isinstance(value, (tuple, list, np.ndarray, _OneShot)):
+                continue
+            if isinstance(value, Sequence):  # already held (a range, ...): as before
                 object.__setattr__(self, name, tuple(value))
+            else:  # a generator: streamed by write, once
+                object.__setattr__(self, name, _OneShot(value, name))
         _check_build(self)
+
+
+class _OneShot:
+    """Documents (or masks) from an iterator, held as the iterator: ``write`` reads them
+    once, one at a time (memory O(one document)); a second write is a ``ValueError``."""
+
+    def __init__(self, it: Iterable[Any], name: str) -> None:
+        self._it: Iterator[Any] | None = iter(it)
+        self.name = name
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._it is None:
+            raise ValueError(
+                f"Build.{self.name} came from an iterator that a write has read already "
+                "(expected a fresh Build, or a list, to write again)"
+            )
+        it, self._it = self._it, None
+        return it
 
 
 def _check_u64(name: str, value: Any) -> None:
@@ -127,6 +153,13 @@ def _check_build(b: Build) -> None:
         ("train", b.train_docs, b.train_masks),
         ("test", b.test_docs, b.test_masks),
     ):
+        if isinstance(docs, _OneShot) or isinstance(masks, _OneShot):
+            if b.loss_scope == "all" and masks is not None:
+                raise ValueError(f"loss_scope 'all' stores no masks, but {subset}_masks were given")
+            if b.loss_scope == "assistant" and masks is None:
+                raise ValueError(f"loss_scope 'assistant' needs one mask per {subset} document")
+            continue  # checked one by one as write reads them
+        docs, masks = cast("Sequence[Any]", docs), cast("Sequence[Any] | None", masks)
         n_masks = 0 if masks is None else len(masks)
         if b.loss_scope == "all":
             if n_masks:
@@ -247,7 +280,7 @@ def write(target: str | os.PathLike[str] | BinaryIO, build: Build, *, label: boo
                 "the label"
             )
         with atomic_write(target) as f:
-            _write_to(f, build, True)
+            _write_to(f, build, True, os.path.dirname(os.path.abspath(target)))
         return
     if isinstance(target, io.TextIOBase):
         raise TypeError(
@@ -257,17 +290,28 @@ def write(target: str | os.PathLike[str] | BinaryIO, build: Build, *, label: boo
         raise TypeError(
             f"write takes a path or a binary stream (with write()), got {type(target).__name__}"
         )
-    _write_to(target, build, label)
+    _write_to(target, build, label, None)
 
 
-def _write_to(f: Any, build: Build, label: bool) -> None:
+def _streamed(build: Build) -> bool:
+    return any(
+        isinstance(v, _OneShot)
+        for v in (build.train_docs, build.test_docs, build.train_masks, build.test_masks)
+    )
+
+
+def _write_to(f: Any, build: Build, label: bool, spool_dir: str | None) -> None:
+    if _streamed(build):
+        _write_streamed(f, build, label, spool_dir)
+        return
+    build_docs = cast("tuple[Sequence[Any], Sequence[Any]]", (build.train_docs, build.test_docs))
     created = int(time.time()) if build.created is None else int(build.created)
     has_mask = build.loss_scope == "assistant"
     lens = [
         np.fromiter(
             (_len(d, f"{s}_docs[{i}]") for i, d in enumerate(docs)), dtype=np.int64, count=len(docs)
         )
-        for s, docs in (("train", build.train_docs), ("test", build.test_docs))
+        for s, docs in zip(("train", "test"), build_docs)
     ]
     head = encode_head(build, lens[0], lens[1], created)
     buf = bytearray(head if label else memoryview(head)[LABEL_SIZE:])
@@ -288,8 +332,59 @@ def _write_to(f: Any, build: Build, label: bool) -> None:
                 buf += memoryview(tokens).cast("B")  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
             if has_mask:
                 assert masks is not None  # checked: one mask per document
-                buf += _mask_bytes(masks[i], len(tokens), f"{subset}_masks[{i}]").tobytes()
+                mask = cast("Sequence[Any]", masks)[i]
+                buf += _mask_bytes(mask, len(tokens), f"{subset}_masks[{i}]").tobytes()
             if len(buf) >= _FLUSH:
                 _write_all(f, buf)
                 buf.clear()
     _write_all(f, buf)
+
+
+_END = object()
+
+
+def _write_streamed(f: Any, build: Build, label: bool, spool_dir: str | None) -> None:
+    """Documents from iterators: their blocks go to a temporary file (beside the target
+    for a path) as they come, one document in memory, with one token count a document
+    kept; then the head, made from the counts, and the blocks copied after it."""
+    created = int(time.time()) if build.created is None else int(build.created)
+    has_mask = build.loss_scope == "assistant"
+    counts: list[array.array] = []
+    with tempfile.TemporaryFile(dir=spool_dir) as spool:
+        buf = bytearray()
+        for subset, docs, masks in (
+            ("train", build.train_docs, build.train_masks),
+            ("test", build.test_docs, build.test_masks),
+        ):
+            lens = array.array("q")
+            mask_it = iter(masks) if has_mask and masks is not None else None
+            for i, doc in enumerate(docs):
+                tokens = np.ascontiguousarray(kvrec.u64_array(doc, f"{subset}_docs[{i}]"))
+                buf += _U64.pack(len(tokens))
+                buf += memoryview(tokens).cast("B")  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
+                if mask_it is not None:
+                    mask = next(mask_it, _END)
+                    if mask is _END:
+                        raise ValueError(
+                            f"loss_scope 'assistant' needs one mask per document: "
+                            f"{subset}_masks ended at {i}, before {subset}_docs[{i}]"
+                        )
+                    buf += _mask_bytes(mask, len(tokens), f"{subset}_masks[{i}]").tobytes()
+                lens.append(len(tokens))
+                if len(buf) >= _FLUSH:
+                    _write_all(spool, buf)
+                    buf.clear()
+            if mask_it is not None and next(mask_it, _END) is not _END:
+                raise ValueError(
+                    f"loss_scope 'assistant' needs one mask per document: {subset}_masks "
+                    f"has more than the {len(lens)} {subset}_docs"
+                )
+            counts.append(lens)
+        _write_all(spool, buf)
+        head = encode_head(
+            build, np.frombuffer(counts[0], np.int64), np.frombuffer(counts[1], np.int64), created
+        )
+        _write_all(f, head if label else memoryview(head)[LABEL_SIZE:])
+        spool.seek(0)
+        while block := spool.read(_FLUSH):
+            _write_all(f, block)
