@@ -15,29 +15,10 @@ from typing import Any
 import numpy as np
 
 from ..records import Ragged, Record, record_from_schema
+from ._arrowtypes import _is_list, _leaf
 
 # Rows of a ragged column are estimated at this many bytes when the table does not say.
 _ROW_GUESS = 256
-
-
-def _is_list(t: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
-
-
-def _leaf(t: Any) -> str | None:
-    """The field's dtype for an Arrow leaf type: a numpy dtype string, ``"str"``,
-    ``"bytes"``, or None where feedline has none (structs, dictionaries, dates...)."""
-    import pyarrow as pa
-
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "str"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "bytes"
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-        return np.dtype(t.to_pandas_dtype()).str
-    return None
 
 
 def _axes(column: Any, name: str) -> tuple[list[Any], list[np.ndarray | None], Any] | None:
