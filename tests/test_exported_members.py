@@ -41,6 +41,7 @@ EXPECTED = [
     "recfile",
     "remote",
     "salt",
+    "sources",
     "text",
 ]
 

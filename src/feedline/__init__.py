@@ -1,6 +1,6 @@
 """feedline: exact, resumable, fast data loading for machine-learning training loops."""
 
-from . import images, remote, text
+from . import images, remote, sources, text
 from .errors import (
     BoundsError,
     DomainError,
@@ -70,6 +70,7 @@ __all__ = [
     "recfile",
     "remote",
     "salt",
+    "sources",
     "text",
 ]
 

@@ -8,6 +8,7 @@ torch ``TensorDataset``                field per batch, no per-item work
 an object with ``getitems(indices)``   one call per batch returning columns (feedline
 (feedline's files)                     files), checked per batch, vectorised
 HuggingFace ``datasets.Dataset``       one ``ds[indices]`` per batch (columns)
+``pyarrow.Table``, ``DataFrame``       decoded once into arrays (``sources.table``)
 an object with ``__getitems__``        one call per batch returning items (torch's
                                        batched protocol), stacked and checked
 a list, a torch ``Dataset``, any       one ``__getitem__`` per item, stacked and
@@ -34,6 +35,7 @@ from ..order import Seq
 from ..order import salt as name_salt
 from ..records import Record
 from ..records._ragged import Ragged, example_of
+from ._arrow import table_source
 from ._items import apply_maps, read_items
 from ._kinds import (
     _as_indices,
@@ -71,6 +73,7 @@ class Dataset:
         if not record.fields:
             raise TypeError(f"record {record.__name__} has no fields")
         self.record = record
+        source = table_source(record, source)  # an Arrow table, a DataFrame: decoded
         # A file handle is shared, not borrowed: the caller may close theirs early, and
         # the file stays open for this dataset until its own share is given up.
         self._owns_share = hasattr(source, "share") and hasattr(source, "close")

@@ -1,0 +1,133 @@
+"""A pyarrow.Table and a pandas.DataFrame as sources of fl.Dataset, and the Arrow types'
+fields."""
+
+from __future__ import annotations
+
+import datetime
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+pa = pytest.importorskip("pyarrow")
+pd = pytest.importorskip("pandas")
+
+
+class Row(fl.Record, dims={"T": None}):
+    x = fl.field((), "float32")
+    name = fl.field((), "str")
+    v = fl.field("T", "int64")
+
+
+def test_a_table_is_a_source_of_a_dataset_decoded_once():
+    t = pa.table(
+        {
+            "x": np.arange(4, dtype=np.float32),
+            "name": list("abcd"),
+            "v": [[1], [], [2, 3], [4]],
+            "extra": [0] * 4,
+        }
+    )
+    ds = fl.Dataset(Row, t)
+    assert ds.in_memory and len(ds) == 4
+    batch = ds.getitems([2, 0])
+    assert batch["x"].tolist() == [2.0, 0.0] and batch["name"].strings() == ["c", "a"]
+    assert ds[2]["v"].tolist() == [2, 3] and ds[1]["name"] == "b"
+
+
+def test_a_chunked_table_reads_the_same_as_one_chunk():
+    t = pa.concat_tables([pa.table({"x": [1.0, 2.0]}), pa.table({"x": [3.0]})])
+    assert t.column("x").num_chunks == 2
+    ds = fl.sources.table(t)
+    assert ds.getitems([2, 1, 0])["x"].tolist() == [3.0, 2.0, 1.0]
+
+
+def test_a_dataframes_record_is_inferred_with_object_strings_as_str():
+    df = pd.DataFrame(
+        {
+            "a": np.arange(3.0),
+            "label": [1, 2, 3],
+            "text": ["x", "yy", "zéz"],
+            "flag": [True, False, True],
+        }
+    )
+    ds = fl.sources.table(df)
+    kinds = {k: (f.kind, f.shape) for k, f in ds.record.fields.items()}
+    assert kinds == {
+        "a": ("array", ()),
+        "label": ("array", ()),
+        "text": ("str", ()),
+        "flag": ("array", ()),
+    }
+    assert ds[2]["text"] == "zéz" and ds.getitems([0, 1])["label"].tolist() == [1, 2]
+    assert fl.Dataset(ds.record, df).getitems([1])["text"].strings() == ["yy"]
+
+
+def test_a_dataframe_in_a_loader_gives_every_row_once():
+    df = pd.DataFrame({"i": np.arange(100), "s": [str(k) for k in range(100)]})
+    seen = []
+    for b in fl.Loader(fl.sources.table(df), 16, seed=3):
+        seen += [(int(i), s) for i, s in zip(b.i[: b.meta.size], b.s)]
+    assert sorted(seen) == [(k, str(k)) for k in range(100)]
+
+
+def test_columns_choose_the_fields_of_the_inferred_record():
+    t = pa.table({"a": [1], "b": [2.0], "when": [datetime.date(2020, 1, 1)]})
+    assert list(fl.sources.table(t, columns=["b"]).record.fields) == ["b"]
+
+
+def test_what_a_table_cannot_give_is_a_record_error_naming_the_column():
+    t = pa.table({"a": [1, 2], "when": [datetime.date(2020, 1, 1)] * 2})
+    with pytest.raises(fl.RecordError, match=r"column 'when' is date32.*date or time"):
+        fl.sources.table(t)
+
+    class Wants(fl.Record):
+        b = fl.field((), "float32")
+
+    with pytest.raises(fl.RecordError, match=r"field `b` is not a column of the table"):
+        fl.Dataset(Wants, t)
+    with pytest.raises(fl.RecordError, match=r"column '0' cannot name a field"):
+        fl.sources.table(pd.DataFrame(np.zeros((2, 2))))
+    with pytest.raises(fl.RecordError, match=r"DataFrame column is not one Arrow type"):
+        fl.sources.table(pd.DataFrame({"m": [1, "a"]}))
+    with pytest.raises(TypeError, match=r"pyarrow\.Table or a pandas\.DataFrame"):
+        fl.sources.table({"a": [1]})
+
+
+def test_nulls_in_a_table_are_a_format_error_naming_the_column_and_row():
+    df = pd.DataFrame({"x": [1.0, np.nan, 3.0], "s": ["a", None, "c"]})
+
+    class S(fl.Record):
+        s = fl.field((), "str")
+
+    with pytest.raises(fl.FormatError, match=r"column 's' has 1 missing .*row 1"):
+        fl.Dataset(S, df)
+
+
+def test_fixed_size_lists_of_fixed_size_lists_are_fixed_dims():
+    inner = pa.list_(pa.float32(), 2)
+    col = pa.array([[[1, 2], [3, 4], [5, 6]], [[7, 8], [9, 10], [11, 12]]], pa.list_(inner, 3))
+    ds = fl.sources.table(pa.table({"m": col}))
+    assert ds.record.fields["m"].shape == (3, 2)
+    assert ds.getitems([1])["m"].tolist() == [[[7, 8], [9, 10], [11, 12]]]
+    varying = pa.array([[[1, 2]], [[3, 4], [5, 6]]], pa.list_(inner))
+    ds = fl.sources.table(pa.table({"m": varying}))
+    assert ds.record.fields["m"].shape == (None, 2)
+    assert ds[1]["m"].tolist() == [[3, 4], [5, 6]]
+
+
+def test_a_sliced_table_reads_its_own_rows():
+    t = pa.table({"s": ["a", "bb", "ccc", "dddd"], "v": [[1], [2, 2], [3, 3, 3], [4]]}).slice(1, 2)
+    ds = fl.sources.table(t)
+    assert ds.getitems([0, 1])["s"].strings() == ["bb", "ccc"]
+    assert ds[1]["v"].tolist() == [3, 3, 3]
+
+
+def test_the_docstring_examples_pass():
+    import doctest
+
+    from feedline.sources import _table
+
+    for mod in (_table,):
+        assert doctest.testmod(mod).failed == 0, mod.__name__
