@@ -127,7 +127,7 @@ def test_a_sliced_table_reads_its_own_rows():
 def test_the_docstring_examples_pass():
     import doctest
 
-    from feedline.sources import _table
+    from feedline.sources import _parquet, _table
 
-    for mod in (_table,):
+    for mod in (_parquet, _table):
         assert doctest.testmod(mod).failed == 0, mod.__name__

@@ -1,0 +1,416 @@
+"""Parquet files as a typed random-access source, read by row group.
+
+A row's row group is found by a prefix sum of the files' row-group sizes (one
+``searchsorted`` per batch), so a shuffled batch decodes only the row groups it
+touches, and only the record's columns of them. Decoded row groups stay in a bounded
+LRU cache: ``cache_groups`` slots (by default as many as 1 GiB holds), each a block of
+rows of one array per fixed field, so a batch is one ``take`` per field over the
+cache, whatever the groups it touches; a ragged (list, string, binary) field's slots
+are joined into one ``Ragged`` when the cache changes.
+
+========================  ==========================================================
+cost                      per batch
+========================  ==========================================================
+row groups in the cache   one ``searchsorted``, one ``take`` per field
+a row group not cached    its columns decoded (pyarrow), copied into a slot; the
+                          ragged fields' slots joined again (a copy of the cache's)
+memory                    ``cache_groups`` x the largest row group's decoded columns
+========================  ==========================================================
+
+A shuffle of the whole file touches every row group in every batch: give
+``cache_groups`` at least the file's row groups (``n_groups``) when its decoded
+columns fit in memory, or shuffle within blocks of rows so each batch touches few.
+"""
+
+from __future__ import annotations
+
+import glob as globbing
+import os
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ..errors import BoundsError, FormatError, RecordError
+from ..formats._arrowtypes import column_field, pyarrow, schema_record
+from ..records import Ragged, Record
+from ._arrow import check_field, decode
+
+# Decoded row groups kept by default: as many as fit in this many bytes (by the files'
+# own uncompressed sizes of the columns read), at least one. A shuffle of a file that
+# fits is then decoded once per process; at 5k rows/s, a cache smaller than the groups
+# a batch touches is 150x slower than one that holds them (benchmarks/parquet.py).
+CACHE_BYTES = 1 << 30
+
+
+def _paths(path: Any) -> list[str]:
+    """The files of ``path``: one path, a glob pattern, or a list of either (in order)."""
+    items = list(path) if isinstance(path, (list, tuple)) else [path]
+    out: list[str] = []
+    for p in items:
+        p = os.fspath(p)
+        if any(c in p for c in "*?[") and not os.path.exists(p):
+            found = sorted(globbing.glob(p))
+            if not found:
+                raise FileNotFoundError(f"no Parquet file matches {p!r}")
+            out.extend(found)
+        else:
+            out.append(p)
+    if not out:
+        raise ValueError("fl.sources.parquet needs at least one file")
+    return out
+
+
+def _open(path: str) -> Any:
+    """A ``pyarrow.parquet.ParquetFile``; a ``FormatError`` naming the file when it is not
+    Parquet or its footer is cut off."""
+    pa = pyarrow()
+    import pyarrow.parquet as pq
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such Parquet file")
+    try:
+        return pq.ParquetFile(path, memory_map=True)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        size = os.path.getsize(path)
+        raise FormatError(
+            f"expected a Parquet file (PAR1 at both ends, a footer of metadata), "
+            f"found {size:,} bytes that pyarrow cannot read as one (truncated, or not "
+            f"Parquet): {e}",
+            path,
+        ) from e
+
+
+def _layout_fixed(record: type[Record], schema: Any) -> bool:
+    """Whether every batch decodes to the record's dtypes and shapes as they are (no
+    cast left to make, no bound to check): a ``Dataset`` then trusts its batches."""
+    for name, f in record.fields.items():
+        if f.max_bytes is not None or any(record.varying[d].max is not None for d in f.varying):
+            return False
+        if f.kind == "array":
+            _, leaf = column_field(name, schema.field(name).type, "")
+            if not np.can_cast(np.dtype(leaf), f.dtype, "safe"):
+                return False
+    return True
+
+
+class ParquetSource:
+    """One or more Parquet files as a typed source: ``len``, ``src[i]``,
+    ``src.getitems(indices)`` (columns, batch axis first) and ``.record``.
+
+    Built by ``fl.sources.parquet``. It pickles as its paths and record: a worker
+    process opens the files again itself (and so does a forked child).
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        record: type[Record] | None = None,
+        *,
+        columns: list[str] | None = None,
+        cache_groups: int | None = None,
+    ) -> None:
+        if cache_groups is not None and (
+            isinstance(cache_groups, bool) or not isinstance(cache_groups, (int, np.integer))
+        ):
+            raise TypeError(
+                f"cache_groups must be an int or None, got {type(cache_groups).__name__}"
+            )
+        if cache_groups is not None and cache_groups < 1:
+            raise ValueError(f"cache_groups must be at least 1, got {cache_groups}")
+        if record is not None and columns is not None:
+            raise TypeError("fl.sources.parquet takes record= or columns=, not both")
+        if record is not None and not (isinstance(record, type) and issubclass(record, Record)):
+            raise TypeError(f"record is a fl.Record subclass, got {record!r}")
+        self.paths = _paths(path)
+        files = [_open(p) for p in self.paths]
+        first = files[0].schema_arrow
+        if record is None:
+            record = schema_record(first, "ParquetRow", self.paths[0], columns)
+        self.record = record
+        sizes: list[int] = []
+        groups: list[tuple[int, int]] = []
+        largest = 1  # the largest row group's uncompressed bytes of the columns read
+        for k, (p, pf) in enumerate(zip(self.paths, files)):
+            schema = pf.schema_arrow
+            for name, f in record.fields.items():
+                if name not in schema.names:
+                    raise RecordError(
+                        f"{p}: {record.__name__} field `{name}` is not a column of the "
+                        f"file (it has {schema.names})"
+                    )
+                t = schema.field(name).type
+                check_field(f, t, p)
+                if k and t != first.field(name).type:
+                    raise FormatError(
+                        f"column {name!r} is {t} here, {first.field(name).type} in "
+                        f"{self.paths[0]}: the files of one source share their columns' types",
+                        p,
+                    )
+            meta = pf.metadata
+            if cache_groups is None:  # leaf columns: a list or struct column has its own
+                read = [
+                    i
+                    for i in range(meta.num_columns)
+                    if meta.schema.column(i).path.split(".")[0] in record.fields
+                ]
+            for g in range(meta.num_row_groups):
+                rg = meta.row_group(g)
+                sizes.append(rg.num_rows)
+                groups.append((k, g))
+                if cache_groups is None:
+                    got = sum(rg.column(i).total_uncompressed_size for i in read)
+                    largest = max(largest, got)
+        self.fixed_layout = _layout_fixed(record, first)
+        self.groups = groups
+        self.starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(sizes, dtype=np.int64), out=self.starts[1:])
+        self.n = int(self.starts[-1])
+        self.salt = 0
+        if cache_groups is None:
+            cache_groups = max(1, CACHE_BYTES // largest)
+        self.cache_groups = min(int(cache_groups), max(1, len(groups)))
+        self._row_max = max(sizes, default=0)
+        self._setup(files)
+
+    def _setup(self, files: list[Any] | None) -> None:
+        """This process's state: open files, an empty cache."""
+        self._pid = os.getpid()
+        self._files = files
+        self._lock = threading.Lock()
+        slots = max(1, min(self.cache_groups, len(self.groups)))
+        self._slots = slots
+        self._whole = slots >= len(self.groups)  # the cache holds every row group
+        self._lru: OrderedDict[int, int] = OrderedDict()  # group -> slot, oldest first
+        self._slot_of = np.full(len(self.groups), -1, dtype=np.int64)
+        self._free = list(range(slots))
+        self._fixed: dict[str, np.ndarray] = {}  # field -> (slots * row_max, *shape)
+        self._ragged: dict[str, list[Ragged | None]] = {
+            k: [None] * slots for k, f in self.record.fields.items() if f.ragged
+        }
+        self._joined: dict[str, Ragged] = {}  # each ragged field's slots as one column
+
+    def __getstate__(self) -> dict:
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        state["_row_max"] = self._row_max
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._setup(None)
+
+    # -- the source protocol -----------------------------------------------------------
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def n_groups(self) -> int:
+        """The row groups of all the files."""
+        return len(self.groups)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        from ..records._ragged import example_of
+
+        batch = self.getitems(np.array([int(index)], dtype=np.int64))
+        return {k: example_of(self.record.fields[k], v, 0) for k, v in batch.items()}
+
+    def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Rows ``indices`` as the record's columns: numpy arrays for fixed fields (into
+        ``out``'s first rows when given), a ``Ragged`` for list, ``str`` and ``bytes``
+        ones. Thread-safe (one batch at a time reads the cache)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
+            bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+            raise BoundsError(f"{self.paths[0]}: row {bad} is outside [0, {self.n:,})")
+        if not len(idx):
+            return self._empty()
+        group = np.searchsorted(self.starts, idx, "right") - 1
+        local = idx - self.starts[group]
+        if os.getpid() != self._pid:  # a forked child: its own files, cache and lock
+            self._setup(None)
+        with self._lock:
+            if self._whole and len(self._lru) == len(self.groups):
+                return self._gather(group, local, out)  # every group cached, none to evict
+            need = np.unique(group)
+            if len(need) <= self._slots:
+                self._load(need)
+                return self._gather(group, local, out)
+            # more groups than slots: a round of `slots` groups at a time
+            parts = []
+            for a in range(0, len(need), self._slots):
+                self._load(need[a : a + self._slots])
+                rows = np.isin(group, need[a : a + self._slots])
+                parts.append((rows, self._gather(group[rows], local[rows])))
+            return self._merge(parts, len(idx), out)
+
+    def _empty(self) -> dict[str, Any]:
+        """A batch of no rows."""
+        out: dict[str, Any] = {}
+        for k, f in self.record.fields.items():
+            if f.ragged:
+                array = f.kind == "array"
+                out[k] = Ragged.empty(f.shape if array else (None,), f.dtype if array else np.uint8)
+            else:
+                out[k] = np.zeros((0, *f.shape), dtype=f.dtype)
+        return out
+
+    # -- the cache ---------------------------------------------------------------------
+    def _load(self, need: np.ndarray) -> None:
+        """Every group of ``need`` (at most ``slots``) in a slot, the others evicted
+        oldest first."""
+        missing = []
+        for g in need.tolist():
+            if g in self._lru:
+                self._lru.move_to_end(g)
+            else:
+                missing.append(g)
+        for g in missing:
+            if self._free:
+                slot = self._free.pop()
+            else:
+                old, slot = self._lru.popitem(last=False)
+                self._slot_of[old] = -1
+            self._fill(g, slot)
+            self._lru[g] = slot
+            self._slot_of[g] = slot
+
+    def _fill(self, g: int, slot: int) -> None:
+        """Decode row group ``g``'s columns into ``slot``."""
+        pa = pyarrow()
+        k, rg = self.groups[g]
+        if self._files is None:
+            self._files = [_open(p) for p in self.paths]
+        path = self.paths[k]
+        where = f"{path}: row group {rg}"
+        names = list(self.record.fields)
+        try:
+            table = self._files[k].read_row_group(rg, columns=names)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+            raise FormatError(
+                f"row group {rg} (rows {int(self.starts[g]):,} to "
+                f"{int(self.starts[g + 1]):,} of the source, columns {names}) does not "
+                f"decode (truncated or corrupt): {e}",
+                path,
+            ) from e
+        n = table.num_rows
+        for name, f in self.record.fields.items():
+            col = decode(table.column(name), f, where)
+            if f.ragged:
+                self._ragged[name][slot] = col
+                self._joined.pop(name, None)  # joined again at the next gather
+                continue
+            block = self._fixed.get(name)
+            if block is None:
+                shape = (self._slots * self._row_max, *col.shape[1:])
+                block = self._fixed[name] = np.empty(shape, dtype=col.dtype)
+            at = slot * self._row_max
+            block[at : at + n] = col
+
+    def _gather(
+        self, group: np.ndarray, local: np.ndarray, into: dict[str, np.ndarray] | None = None
+    ) -> dict[str, Any]:
+        """Rows (``group``, ``local``), all in slots, as columns (fixed ones ``into``'s)."""
+        slot = self._slot_of[group]
+        flat = slot * self._row_max + local
+        out: dict[str, Any] = {}
+        for k, block in self._fixed.items():
+            if into is not None and k in into:
+                out[k] = np.take(block, flat, axis=0, out=into[k][: len(flat)])
+            else:
+                out[k] = block.take(flat, axis=0)
+        for k in self._ragged:
+            joined = self._joined.get(k)
+            if joined is None:
+                joined = self._joined[k] = self._join(k)
+            out[k] = joined.take(flat)
+        return {k: out[k] for k in self.record.fields}
+
+    def _join(self, k: str) -> Ragged:
+        """Ragged field ``k``'s slots as one column of ``slots * row_max`` rows, laid out as
+        the fixed fields' blocks (a slot's rows past its group's are empty): a batch is
+        one ``take`` of it, whatever the groups it touches."""
+        f = self.record.fields[k]
+        template = f.shape if f.kind == "array" else (None,)
+        dtype = f.dtype if f.kind == "array" else np.uint8
+        rows = self._row_max
+        values, sizes, shapes = [], [], []
+        for piece in self._ragged[k]:
+            if piece is None:
+                piece = Ragged.empty(template, dtype)
+            n = len(piece)
+            values.append(piece.values)
+            size = np.zeros(rows, dtype=np.int64)
+            size[:n] = np.diff(piece.offsets)
+            sizes.append(size)
+            shape = np.zeros((rows, piece.shapes.shape[1]), dtype=np.int64)
+            shape[:n] = piece.shapes
+            shapes.append(shape)
+        offsets = np.zeros(rows * len(sizes) + 1, dtype=np.int64)
+        np.cumsum(np.concatenate(sizes), out=offsets[1:])
+        return Ragged(np.concatenate(values), offsets, np.concatenate(shapes), template)
+
+    def _merge(
+        self,
+        parts: list[tuple[np.ndarray, dict[str, Any]]],
+        n: int,
+        into: dict[str, np.ndarray] | None,
+    ) -> dict[str, Any]:
+        """The batch of rows gathered in rounds (``parts``: which rows, their columns)."""
+        out: dict[str, Any] = {}
+        for k, f in self.record.fields.items():
+            if f.ragged:
+                pieces = [cols[k] for _, cols in parts]
+                where = np.concatenate([np.flatnonzero(rows) for rows, _ in parts])
+                back = np.empty(n, dtype=np.int64)
+                back[where] = np.arange(n, dtype=np.int64)
+                out[k] = Ragged.concat(pieces).take(back)
+            else:
+                first = parts[0][1][k]
+                if into is not None and k in into:
+                    col = into[k][:n]
+                else:
+                    col = np.empty((n, *first.shape[1:]), dtype=first.dtype)
+                for rows, cols in parts:
+                    col[rows] = cols[k]
+                out[k] = col
+        return out
+
+    def __repr__(self) -> str:
+        files = self.paths[0] if len(self.paths) == 1 else f"{len(self.paths)} files"
+        return (
+            f"ParquetSource({files!r}, {self.record.__name__}, {self.n:,} rows in "
+            f"{len(self.groups)} row groups)"
+        )
+
+
+def parquet(
+    path: Any,
+    record: type[Record] | None = None,
+    *,
+    columns: list[str] | None = None,
+    cache_groups: int | None = None,
+) -> ParquetSource:
+    """Parquet files read at random, by row group: a typed source for ``fl.Loader``,
+    ``fl.Seq.source`` or ``fl.Dataset``.
+
+    ``path`` is a file, a glob pattern (``"data/*.parquet"``, sorted) or a list of
+    them, read one after another as one source. ``record`` chooses the fields (each a
+    column of that name; only those columns are decoded); without one, it is inferred
+    from the Arrow schema, of every column or of ``columns``: numbers and bools are
+    scalars, fixed-size lists fixed dims, lists a varying dim (``T``, ``T1``, ...),
+    strings ``str`` and binary ``bytes``. A column with no field (a struct, a date, a
+    map) is a ``RecordError`` naming it and saying why; a file that is not Parquet, or
+    a row group that does not decode, a ``FormatError`` naming the file (and the row
+    group). ``cache_groups`` row groups stay decoded (LRU; by default as many as fit
+    in 1 GiB, by the file's uncompressed sizes); see the module's costs.
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, feedline as fl
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
+    >>> pq.write_table(pa.table({"x": [0.5, 1.5, 2.5], "s": ["a", "bc", "d"]}), p,
+    ...                row_group_size=2)
+    >>> src = fl.sources.parquet(p)
+    >>> len(src), src.n_groups, src.getitems([2, 0])["x"].tolist(), src[1]["s"]
+    (3, 2, [2.5, 0.5], 'bc')
+    """
+    return ParquetSource(path, record, columns=columns, cache_groups=cache_groups)

@@ -1,0 +1,317 @@
+"""fl.sources.parquet: Parquet files read at random by row group, typed and exact."""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+N = 1000
+
+
+def table(n: int = N, start: int = 0):
+    i = np.arange(start, start + n)
+    return pa.table(
+        {
+            "x": i.astype(np.float32),
+            "y": i * 2,
+            "ok": i % 3 == 0,
+            "s": [f"r{k}é" for k in i],
+            "b": [bytes([k % 256]) * (k % 4) for k in i],
+            "v": pa.array([list(range(k % 5)) for k in i], pa.list_(pa.int32())),
+            "fx": pa.array([[k, k + 1, k + 2] for k in i], pa.list_(pa.float64(), 3)),
+        }
+    )
+
+
+@pytest.fixture
+def path(tmp_path):
+    p = tmp_path / "t.parquet"
+    pq.write_table(table(), p, row_group_size=100)
+    return str(p)
+
+
+def check_rows(batch: dict, idx: np.ndarray) -> None:
+    assert batch["x"].tolist() == idx.astype(np.float32).tolist()
+    assert batch["y"].tolist() == (idx * 2).tolist()
+    assert batch["ok"].tolist() == (idx % 3 == 0).tolist()
+    assert batch["s"].strings() == [f"r{k}é" for k in idx]
+    assert batch["b"].blobs() == [bytes([k % 256]) * (k % 4) for k in idx]
+    assert [batch["v"].example(r).tolist() for r in range(len(idx))] == [
+        list(range(k % 5)) for k in idx
+    ]
+    assert batch["fx"].tolist() == [[k, k + 1, k + 2] for k in idx]
+
+
+def test_the_record_is_inferred_from_the_arrow_schema(path):
+    rec = fl.sources.parquet(path).record
+    shapes = {k: (f.shape, f.kind, str(f.dtype)) for k, f in rec.fields.items()}
+    assert shapes == {
+        "x": ((), "array", "float32"),
+        "y": ((), "array", "int64"),
+        "ok": ((), "array", "bool"),
+        "s": ((), "str", "object"),
+        "b": ((), "bytes", "object"),
+        "v": ((None,), "array", "int32"),
+        "fx": ((3,), "array", "float64"),
+    }
+
+
+def test_a_shuffled_batch_reads_its_rows_exactly_with_a_small_cache(path):
+    src = fl.sources.parquet(path, cache_groups=3)
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # batches touching more groups than the cache holds
+        idx = rng.permutation(N)[:200]
+        check_rows(src.getitems(idx), idx)
+    assert src._slots == 3 and len(src._lru) <= 3
+
+
+def test_a_batch_decodes_only_the_row_groups_it_touches(path, monkeypatch):
+    src = fl.sources.parquet(path)
+    read = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_group",
+        lambda self, g, **kw: read.append(g) or real(self, g, **kw),
+    )
+    check_rows(src.getitems(np.array([5, 950, 7])), np.array([5, 950, 7]))
+    assert sorted(read) == [0, 9]
+    src.getitems(np.array([1, 951]))  # cached: nothing decoded again
+    assert sorted(read) == [0, 9]
+
+
+def test_only_the_record_fields_columns_are_decoded(path, monkeypatch):
+    class Two(fl.Record):
+        y = fl.field((), "int64")
+        s = fl.field((), "str")
+
+    seen = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile,
+        "read_row_group",
+        lambda self, g, columns=None, **kw: seen.append(columns) or real(self, g, columns, **kw),
+    )
+    src = fl.sources.parquet(path, Two)
+    assert list(src.getitems([3])) == ["y", "s"] and src[3]["s"] == "r3é"
+    assert seen == [["y", "s"]]
+    assert list(fl.sources.parquet(path, columns=["v", "x"]).record.fields) == ["v", "x"]
+
+
+def test_several_files_and_a_glob_are_one_source_in_order(tmp_path):
+    for k in range(3):
+        pq.write_table(table(100, 100 * k), tmp_path / f"part{k}.parquet", row_group_size=30)
+    src = fl.sources.parquet(str(tmp_path / "part*.parquet"))
+    assert len(src) == 300 and src.n_groups == 12
+    idx = np.random.default_rng(1).permutation(300)[:64]
+    check_rows(src.getitems(idx), idx)
+    listed = fl.sources.parquet([tmp_path / "part0.parquet", tmp_path / "part2.parquet"])
+    assert listed.getitems([150])["y"].tolist() == [500]
+
+
+def test_it_pickles_as_its_paths_and_reopens_the_files(path):
+    src = fl.sources.parquet(path)
+    src.getitems([1, 2, 3])
+    data = pickle.dumps(src)
+    assert len(data) < 4000  # no decoded row groups travel
+    back = pickle.loads(data)
+    idx = np.arange(0, N, 37)
+    check_rows(back.getitems(idx), idx)
+
+
+def test_threads_reading_at_once_get_their_own_rows(path):
+    src = fl.sources.parquet(path, cache_groups=2)
+    errors = []
+
+    def read(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(20):
+                idx = rng.integers(0, N, 50)
+                check_rows(src.getitems(idx), idx)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=read, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def same(example: dict) -> dict:
+    return example
+
+
+def xs(loader) -> list[int]:
+    return [int(v) for b in loader for v in b.y[: b.meta.size] // 2]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_reads_every_row_once_with_workers_seed_and_shards(path, workers):
+    src = fl.sources.parquet(path, cache_groups=4)
+    ds = fl.Dataset(src.record, src)
+    # a map makes the gathers costly: the loader then reads in its worker processes,
+    # which receive the source pickled and open the file themselves
+    source = ds.map(same) if workers else src
+    seen = []
+    for rank in range(3):
+        got = xs(fl.Loader(source, 64, seed=4, shard=(rank, 3), workers=workers))
+        seen += got
+    assert sorted(seen) == list(range(N))
+    one = xs(fl.Loader(source, 64, seed=4, workers=workers))
+    assert sorted(one) == list(range(N)) and one != list(range(N))
+    assert one == xs(fl.Loader(source, 64, seed=4, workers=workers))
+
+
+def test_a_loader_resumes_where_it_stopped(path):
+    src = fl.sources.parquet(path)
+    whole = xs(fl.Loader(src, 50, seed=9))
+    loader = fl.Loader(src, 50, seed=9)
+    it = iter(loader)
+    first = [int(v) for _ in range(7) for v in next(it).y // 2]
+    state = loader.state_dict()
+    again = fl.Loader(fl.sources.parquet(path), 50, seed=9)
+    again.load_state_dict(state)
+    assert first + xs(again) == whole
+
+
+def test_a_seq_mixes_two_parquet_sources_with_source_ordinals(tmp_path):
+    pq.write_table(table(40), tmp_path / "a.parquet", row_group_size=16)
+    pq.write_table(table(60, 1000), tmp_path / "b.parquet", row_group_size=16)
+    a = fl.sources.parquet(tmp_path / "a.parquet")
+    b = fl.sources.parquet(tmp_path / "b.parquet")
+    pairs = []
+    for batch in fl.Loader(fl.Seq.concat([fl.Seq.source(a), fl.Seq.source(b)]), 16, seed=2):
+        n = batch.meta.size
+        pairs += zip(batch.meta.source_ordinals[:n].tolist(), (batch.y[:n] // 2).tolist())
+    expected = [(0, k) for k in range(40)] + [(1, k) for k in range(1000, 1060)]
+    assert sorted(pairs) == expected
+
+
+def test_a_file_that_is_not_parquet_is_a_format_error_naming_it(tmp_path):
+    p = tmp_path / "not.parquet"
+    p.write_bytes(b"name,value\n1,2\n" * 20)
+    with pytest.raises(fl.FormatError, match=r"not.parquet.*expected a Parquet file"):
+        fl.sources.parquet(p)
+
+
+def test_a_truncated_file_is_a_format_error_naming_it(path, tmp_path):
+    data = Path(path).read_bytes()
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(fl.FormatError, match=r"cut.parquet"):
+        fl.sources.parquet(cut)
+
+
+def test_a_corrupt_row_group_is_a_format_error_naming_the_file_and_the_group(path, tmp_path):
+    data = bytearray(Path(path).read_bytes())
+    meta = pq.read_metadata(path).row_group(4)
+    start = min(meta.column(c).data_page_offset for c in range(meta.num_columns))
+    end = max(
+        meta.column(c).data_page_offset + meta.column(c).total_compressed_size
+        for c in range(meta.num_columns)
+    )
+    data[start:end] = b"\xff" * (end - start)
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(bytes(data))
+    src = fl.sources.parquet(bad)
+    check_rows(src.getitems([1, 999]), np.array([1, 999]))  # other groups still read
+    with pytest.raises(fl.FormatError, match=r"bad.parquet.*row group 4 \(rows 400 to 500"):
+        src.getitems([450])
+
+
+@pytest.mark.parametrize(
+    ("column", "why"),
+    [
+        (pa.array([{"a": 1}] * 3), "struct"),
+        (pa.array([datetime.date(2020, 1, 1)] * 3), "date or time"),
+        (pa.array([[("k", 1)]] * 3, pa.map_(pa.string(), pa.int64())), "map"),
+        (pa.array([["a"], ["b"], []]), "lists of strings|one str per example"),
+        (pa.array(["a", "b", "a"]).dictionary_encode(), "dictionary"),
+    ],
+)
+def test_a_column_with_no_field_is_a_record_error_naming_it(tmp_path, column, why):
+    p = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"fine": [1, 2, 3], "odd": column}), p)
+    with pytest.raises(fl.RecordError, match=f"t.parquet: column 'odd' .*({why})"):
+        fl.sources.parquet(p)
+    assert len(fl.sources.parquet(p, columns=["fine"])) == 3  # left out: readable
+
+
+def test_nulls_are_a_format_error_naming_the_file_group_column_and_row(tmp_path):
+    p = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": [1.0, 2.0, None, 4.0]}), p, row_group_size=2)
+    src = fl.sources.parquet(p)
+    assert src.getitems([0, 1])["x"].tolist() == [1.0, 2.0]
+    with pytest.raises(fl.FormatError, match=r"t.parquet: row group 1: column 'x' .*null.*row 0"):
+        src.getitems([3])
+
+
+def test_a_record_field_the_file_lacks_or_cannot_fill_is_a_record_error(path):
+    class Missing(fl.Record):
+        z = fl.field((), "float32")
+
+    class Wrong(fl.Record):
+        s = fl.field((), "int32")
+
+    with pytest.raises(fl.RecordError, match=r"field `z` is not a column.*it has"):
+        fl.sources.parquet(path, Missing)
+    with pytest.raises(fl.RecordError, match=r"field `s` is .*int32.*the column is string"):
+        fl.sources.parquet(path, Wrong)
+
+
+def test_lists_read_into_a_fixed_dim_are_checked_per_row(tmp_path):
+    class Fixed(fl.Record):
+        v = fl.field(2, "int64")
+
+    p = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"v": [[1, 2], [3, 4], [5]]}), p)
+    src = fl.sources.parquet(p, Fixed)
+    with pytest.raises(fl.FormatError, match=r"column 'v' row 2 is a list of 1, field `v` takes 2"):
+        src.getitems([0])
+
+
+def test_a_cast_the_record_asks_for_is_made_by_the_dataset(path):
+    class Wide(fl.Record):
+        x = fl.field((), "float64")
+        y = fl.field((), "int32")  # int64 to int32: not safe, checked per batch
+
+    src = fl.sources.parquet(path, Wide)
+    assert not src.fixed_layout and fl.sources.parquet(path).fixed_layout
+    batch = fl.Dataset(Wide, src).getitems([10, 20])
+    assert batch["x"].dtype == np.float64 and batch["y"].tolist() == [20, 40]
+
+
+def test_the_default_cache_holds_as_many_row_groups_as_its_bytes_allow(path, monkeypatch):
+    from feedline.sources import _parquet
+
+    assert fl.sources.parquet(path).cache_groups == 10  # a small file: every group
+    meta = pq.read_metadata(path)
+    leaves = max(
+        sum(rg.column(i).total_uncompressed_size for i in range(rg.num_columns))
+        for rg in map(meta.row_group, range(meta.num_row_groups))
+    )
+    monkeypatch.setattr(_parquet, "CACHE_BYTES", 3 * leaves)
+    assert fl.sources.parquet(path).cache_groups == 3
+    assert fl.sources.parquet(path, columns=["x"]).cache_groups == 10  # fewer bytes a group
+    assert fl.sources.parquet(path, cache_groups=2).cache_groups == 2
+
+
+def test_without_pyarrow_the_error_names_the_extra(path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match=r"pip install 'feedline\[parquet\]'"):
+        fl.sources.parquet(path)
