@@ -302,3 +302,12 @@ def test_a_view_reads_its_values_once_and_pickles_as_values():
     again = pickle.loads(pickle.dumps(col.take(np.array([1]))))
     assert again.values.tolist() == [0, 1, 2, 3, 4] and again.offsets.tolist() == [0, 5]
     assert view.take(np.array([2, 0])).example(1).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_strings_decode_once_and_slice_at_characters():
+    texts = ["héllo", "", "abc", "ü" * 10, "日本語", "x", "𝄞 clef"]
+    col = fl.Ragged.from_blobs([t.encode("utf-8") for t in texts])
+    assert col.strings() == texts
+    assert col.take(np.array([4, 0, 1, 6])).strings() == ["日本語", "héllo", "", "𝄞 clef"]
+    ascii_only = fl.Ragged.from_blobs([b"ab", b"", b"cde"])
+    assert ascii_only.strings() == ["ab", "", "cde"]
