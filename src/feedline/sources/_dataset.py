@@ -24,7 +24,6 @@ version counters tell.
 from __future__ import annotations
 
 import copy
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +35,7 @@ from ..order import salt as name_salt
 from ..records import Record
 from ..records._ragged import Ragged, example_of
 from ._arrow import table_source
-from ._items import apply_maps, read_items
+from ._items import apply_maps, map_entry, read_items
 from ._kinds import (
     _as_indices,
     _column,
@@ -423,30 +422,10 @@ class Dataset:
         that many threads of the process (for functions that release the GIL, such as
         image decoders): each example's result is the same for any number of threads.
         """
-        if not callable(fn):
-            raise TypeError(f"map takes a function, got {type(fn).__name__}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-        try:
-            params = [
-                p
-                for p in inspect.signature(fn).parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
-            takes_rng = len(params) >= 2
-        except (TypeError, ValueError):
-            takes_rng = False
-        if record is not None and not (isinstance(record, type) and issubclass(record, Record)):
-            raise TypeError(f"map: record is a fl.Record subclass, got {record!r}")
-        if record is not None and not record.fields:
-            raise TypeError(f"map: record {record.__name__} has no fields")
-        if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
-            raise TypeError(f"map: threads must be an int, got {type(threads).__name__}")
-        if not 1 <= threads <= 256:
-            raise ValueError(f"map: threads must be in [1, 256], got {threads}")
+        entry = map_entry(fn, seed, record, threads)
         mapped = copy.copy(self)
         mapped._owns_share = False  # the base dataset keeps the file open
-        mapped._maps = (*self._maps, (fn, int(seed), takes_rng, int(threads)))
+        mapped._maps = (*self._maps, entry)
         mapped._base = self._base
         mapped._lengths_cache = {}
         if record is not None:

@@ -8,6 +8,7 @@ again item by item, so the error names the first item that does not fit.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import threading
@@ -193,3 +194,29 @@ def map_pool(threads: int) -> ThreadPoolExecutor:
                 if old is not None:
                     old.shutdown(wait=False)
     return pool
+
+
+def map_entry(fn: Any, seed: Any, record: Any, threads: Any) -> tuple:
+    """``Dataset.map``'s arguments, checked: ``(fn, seed, takes_rng, threads)``."""
+    if not callable(fn):
+        raise TypeError(f"map takes a function, got {type(fn).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        takes_rng = len(params) >= 2
+    except (TypeError, ValueError):
+        takes_rng = False
+    if record is not None and not (isinstance(record, type) and issubclass(record, Record)):
+        raise TypeError(f"map: record is a fl.Record subclass, got {record!r}")
+    if record is not None and not record.fields:
+        raise TypeError(f"map: record {record.__name__} has no fields")
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"map: threads must be an int, got {type(threads).__name__}")
+    if not 1 <= threads <= 256:
+        raise ValueError(f"map: threads must be in [1, 256], got {threads}")
+    return (fn, int(seed), takes_rng, int(threads))
