@@ -324,3 +324,26 @@ def test_normalize_makes_float_pixels_where_the_batch_is():
     np.testing.assert_allclose(t.image.numpy(), normal.image, atol=1e-5)
     with pytest.raises(ValueError, match="std > 0"):
         fl.images.Normalize(std=(0.1, 0.0, 0.2))
+
+
+def test_an_hf_image_dataset_converts_with_its_encoded_bytes(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    data = items(4, fmt="PNG")
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    hf = datasets.Dataset.from_dict(
+        {
+            "image": [{"bytes": d["image"], "path": None} for d in data],
+            "label": [d["label"] for d in data],
+        },
+        features=features,
+    )
+    hf.save_to_disk(str(tmp_path / "hf"))
+    from feedline.formats import convert
+
+    convert.convert(tmp_path / "hf", tmp_path / "hf.flr")
+    with fl.recfile.open(tmp_path / "hf.flr") as f:
+        assert f.record.fields["image"].kind == "bytes"
+        ds = fl.Dataset(f.record, f)
+        assert ds[2]["image"] == data[2]["image"]  # the PNG as it was stored
+        batch = next(iter(fl.Loader(fl.images.decoded(ds, 32), 4, workers=0)))
+        assert batch.image.shape == (4, 3, 32, 32) and batch.label.tolist() == [0, 1, 0, 1]

@@ -66,7 +66,7 @@ def arrow_source(ds: Any, path: str) -> tuple[type[Record], dict[str, Any], int]
     columns: dict[str, Any] = {}
     shared: list[tuple[str, np.ndarray]] = []  # top-level varying dims and their lengths
     for name in table.column_names:
-        col = table.column(name).combine_chunks()
+        col = _encoded_bytes(table.column(name).combine_chunks(), name, path)
         leaf = _leaf(col.type)
         if leaf is not None:
             if col.null_count:
@@ -98,6 +98,27 @@ def arrow_source(ds: Any, path: str) -> tuple[type[Record], dict[str, Any], int]
         columns[name] = _Column(col, leaf, tuple(axes))
     schema = {"name": "HFRow", "doc": None, "dims": dims, "fields": fields}
     return record_from_schema(schema, path), columns, n
+
+
+def _encoded_bytes(col: Any, name: str, path: str) -> Any:
+    """An HF ``Image`` (or ``Audio``) column, ``struct<bytes, path>``, as its bytes: the
+    encoded file as stored (``fl.images.decoded`` decodes it); other columns as they are."""
+    import pyarrow as pa
+
+    t = col.type
+    if not (pa.types.is_struct(t) and t.get_field_index("bytes") >= 0):
+        return col
+    data = col.field("bytes")
+    if not (pa.types.is_binary(data.type) or pa.types.is_large_binary(data.type)):
+        return col
+    if data.null_count:
+        row = data.is_null().to_numpy(zero_copy_only=False).nonzero()[0][0]
+        raise ValueError(
+            f"{path}: HF column {name!r} row {int(row)} holds no bytes (an image stored by "
+            f"its path only): load it with decode=False after embedding the files, "
+            f"Dataset.cast_column({name!r}, Image(decode=False)) on a dataset that has them"
+        )
+    return data
 
 
 class _Column:
