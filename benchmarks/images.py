@@ -22,7 +22,6 @@ read after each of ``--epochs`` epochs (flat memory: the last minus the second).
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import statistics
 import tempfile
@@ -31,30 +30,9 @@ import time
 import numpy as np
 
 import feedline as fl
+from feedline.cli._demo_images import write_folder
 
 SIZE, BATCH = 224, 64
-
-
-def make_folder(root: str, n: int) -> None:
-    from PIL import Image
-    from sklearn.datasets import load_sample_images
-
-    photos = load_sample_images().images
-    rng = np.random.default_rng(0)
-    for c in ("china", "flower"):
-        os.makedirs(os.path.join(root, c))
-    for i in range(n):
-        src = photos[i % 2]
-        h, w = int(rng.integers(300, 427)), int(rng.integers(400, 640))
-        y, x = int(rng.integers(0, 428 - h)), int(rng.integers(0, 641 - w))
-        im = Image.fromarray(src[y : y + h, x : x + w]).resize(
-            (500, 375), Image.Resampling.BILINEAR
-        )
-        out = io.BytesIO()
-        im.save(out, "JPEG", quality=90)
-        name = os.path.join(root, ("china", "flower")[i % 2], f"{i:05d}.jpg")
-        with open(name, "wb") as f:
-            f.write(out.getvalue())
 
 
 class PilFolder:
@@ -136,7 +114,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = os.path.join(tmp, "photos")
-        make_folder(folder, args.n)
+        write_folder(folder, args.n)  # the demo's photos: the same files
         summary = fl.images.from_folder(folder, os.path.join(tmp, "photos.flr"), progress=False)
         print(
             f"{summary}; JPEG 500x375 q90; shuffled epochs, random-resized-crop {SIZE} + "

@@ -72,16 +72,7 @@ def size_of(data: bytes, where: str = "<image>") -> tuple[int, int]:
                 return int(w), int(h)
             except ValueError as e:
                 raise _fail(data, where, e) from e
-    if not kind:
-        raise _fail(data, where)
-    import io
-
-    Image = _pil()
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            return int(im.width), int(im.height)
-    except Exception as e:  # Pillow raises several kinds: all mean "not an image"
-        raise _fail(data, where, e) from e
+    return _with_pil(data, kind, where, lambda im: (int(im.width), int(im.height)))
 
 
 def decode(
@@ -99,6 +90,18 @@ def decode(
                 )
             except ValueError as e:
                 raise _fail(data, where, e) from e
+
+    def pixels(im: Any) -> np.ndarray:
+        if kind == "jpeg" and (min_width or min_height):
+            im.draft("RGB", (max(1, min_width), max(1, min_height)))
+        return np.asarray(im.convert("RGB"))
+
+    return _with_pil(data, kind, where, pixels)
+
+
+def _with_pil(data: bytes, kind: str, where: str, read: Any) -> Any:
+    """``read(image)`` of the bytes opened by Pillow; a ``FormatError`` if they are not
+    an image (an unknown signature, or one Pillow cannot open or decode)."""
     if not kind:
         raise _fail(data, where)
     import io
@@ -106,8 +109,6 @@ def decode(
     Image = _pil()
     try:
         with Image.open(io.BytesIO(data)) as im:
-            if kind == "jpeg" and (min_width or min_height):
-                im.draft("RGB", (max(1, min_width), max(1, min_height)))
-            return np.asarray(im.convert("RGB"))
+            return read(im)
     except Exception as e:  # Pillow raises several kinds: all mean "not an image"
         raise _fail(data, where, e) from e
