@@ -36,7 +36,6 @@ dataset (a concat of its shards) for orders and loaders.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -44,11 +43,12 @@ import stat
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from .._base.files import atomic_write, file_kind, open_regular
+from .._base.files import atomic_write, file_kind
 from ..errors import FeedlineError, FormatError
 from ..records import Record, record_from_schema
-from . import nndataset, recfile
+from . import recfile
 from ._remote import is_url
+from ._shard_files import _fs, _lengths, _open, _read_bytes, _sha256
 
 __all__ = ["FORMATS", "ManifestInfo", "Shard", "describe", "read_manifest", "write_manifest"]
 
@@ -62,7 +62,6 @@ _TOP_KEYS = {
     "nndataset": {"kind", "version", "format", "shards"},
 }
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_HASH_SLICE = 8 << 20
 
 ShardFormat = Literal["flr", "nndataset"]
 
@@ -101,57 +100,6 @@ def _format_of(name: str) -> ShardFormat:
         if name.endswith(f".{fmt}"):
             return fmt  # type: ignore[return-value]
     raise ValueError(f"a shard is a .flr or .nndataset file, got {name!r}")
-
-
-def _fs(path: str) -> Any:
-    """fsspec's file system for a URL (the manifest and its shards share it)."""
-    try:
-        import fsspec
-    except ImportError as e:
-        raise ImportError(f"reading {path} needs fsspec: pip install 'feedline[remote]'") from e
-    return fsspec.core.url_to_fs(path)
-
-
-def _open_binary(path: str) -> Any:
-    """A local path or a URL, opened for reading (the caller's ``with`` closes it). A
-    local path must be a regular file (a FIFO or a directory is a ``FormatError``)."""
-    if is_url(path):
-        fs, p = _fs(path)
-        return fs.open(p, "rb")
-    return os.fdopen(open_regular(path), "rb")
-
-
-def _read_bytes(path: str) -> bytes:
-    with _open_binary(path) as f:
-        return f.read()
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with _open_binary(path) as f:
-        while block := f.read(_HASH_SLICE):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _lengths(handle: Any) -> dict[str, int]:
-    """The lengths a manifest records for an open shard."""
-    if isinstance(handle, recfile.RecFile):
-        return {"rows": len(handle)}
-    info = handle.info
-    out = {"docs": info.num_docs, "tokens": 0, "test_docs": info.test_docs, "test_tokens": 0}
-    if info.kind != "text":
-        raise FormatError(
-            f"a manifest lists text datasets; this one is of kind {info.kind}", handle.path
-        )
-    out["tokens"] = len(handle.load_text("train").token_flow)
-    if info.has_test:
-        out["test_tokens"] = len(handle.load_text("test").token_flow)
-    return out
-
-
-def _open(path: str, fmt: str) -> Any:
-    return recfile.open(path) if fmt == "flr" else nndataset.open(path)
 
 
 def describe(path: str | os.PathLike[str], *, name: str | None = None) -> Shard:
