@@ -379,3 +379,33 @@ def test_a_forked_child_cannot_take_the_parents_ragged_batches():
     seen = Counter(p for b in [first, *loader] for p in pairs(b))
     assert seen == Counter((0, i) for i in range(60))
     loader.close()
+
+
+def test_a_worker_that_opens_the_ring_after_a_slot_grew_uses_the_grown_slot():
+    """A slow worker may open the ring's names after the loader replaced (and unlinked)
+    one of them for a larger one: it keeps the other slots and takes the new one from
+    the message that follows, instead of dropping the ring (it then failed its next
+    batch with an IndexError; seen in CI)."""
+    from multiprocessing.shared_memory import SharedMemory
+
+    from feedline.loader._worker_main import _open_slots, _replace_slot
+
+    ring = [SharedMemory(create=True, size=64) for _ in range(3)]
+    grown = SharedMemory(create=True, size=128)
+    names = [s.name for s in ring]
+    ring[1].close()
+    ring[1].unlink()  # replaced by the loader before this worker opened the ring
+    slots: list = []
+    try:
+        _open_slots(slots, names)
+        assert len(slots) == 3 and slots[0].name == names[0] and slots[2].name == names[2]
+        _replace_slot(slots, 1, grown.name)
+        assert [s.name for s in slots] == [names[0], grown.name, names[2]]
+        assert slots[1].size >= 128
+    finally:
+        for s in slots:
+            if s is not None:
+                s.close()
+        for s in (ring[0], ring[2], grown):
+            s.close()
+            s.unlink()

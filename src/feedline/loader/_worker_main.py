@@ -34,7 +34,7 @@ def serve(conn: Connection) -> None:
     output, device = init.get("output", "numpy"), init.get("device")
     padding = init.get("padding", (None, None))
     fields = datasets[0].record.fields
-    slots: list[SharedMemory] = []
+    slots: list[SharedMemory | None] = []
     capacities: list[int] = []  # each slot's room for ragged values
     try:
         conn.send(("ready", os.getpid()))
@@ -44,16 +44,18 @@ def serve(conn: Connection) -> None:
                 return
             if msg[0] == "slots":  # the pool's ring of shared memory
                 _open_slots(slots, msg[1])
-                capacities[:] = msg[2] if slots else []
+                capacities[:] = msg[2]
                 continue
             if msg[0] == "slot":  # one slot grown (replaced) for larger ragged values
                 _replace_slot(slots, msg[1], msg[2])
-                if slots:
-                    capacities[msg[1]] = msg[3]
+                capacities[msg[1]] = msg[3]
                 continue
             _, batch_no, slot, ords, recs, rows, start, seeds, context = msg
             try:
-                buf = slots[slot].buf
+                shm = slots[slot]
+                if shm is None:
+                    raise RuntimeError(f"batch {batch_no}: the loader's slot {slot} is gone")
+                buf = shm.buf
                 out = layout.fixed_views(buf, batch_size)
                 size = len(recs)
                 got = gather(
@@ -101,34 +103,32 @@ def serve(conn: Connection) -> None:
                 conn.send(("error", batch_no, payload, text))
     finally:
         for s in slots:
-            s.close()
+            if s is not None:
+                s.close()
 
 
-def _open_slots(slots: list[SharedMemory], names: list[str]) -> None:
+def _open_slots(slots: list[SharedMemory | None], names: list[str]) -> None:
     for s in slots:
-        s.close()
-    slots.clear()
+        if s is not None:
+            s.close()
+    slots[:] = [_open(n) for n in names]
+
+
+def _replace_slot(slots: list[SharedMemory | None], index: int, name: str) -> None:
+    old = slots[index]
+    if old is not None:
+        old.close()
+    slots[index] = _open(name)
+
+
+def _open(name: str) -> SharedMemory | None:
+    """The slot named ``name``, or ``None`` where it is gone: the loader replaced it by a
+    larger one (its ``slot`` message follows in the pipe, before any batch for it) or
+    closed the pool (no batch follows)."""
     try:
-        slots.extend(SharedMemory(name=n) for n in names)
+        return SharedMemory(name=name)
     except FileNotFoundError:
-        # the pool closed before this worker got here: no task will use this ring
-        for s in slots:
-            s.close()
-        slots.clear()
-
-
-def _replace_slot(slots: list[SharedMemory], index: int, name: str) -> None:
-    if not slots:
-        return
-    try:
-        new = SharedMemory(name=name)
-    except FileNotFoundError:  # the pool closed before this worker got here
-        for s in slots:
-            s.close()
-        slots.clear()
-        return
-    slots[index].close()
-    slots[index] = new
+        return None
 
 
 def _transform(transform, got, fields, size, rows, start, ords, recs, output, device, padding):
