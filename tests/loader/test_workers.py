@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -161,31 +160,54 @@ def test_in_memory_arrays_are_gathered_in_process_even_with_workers():
         assert loader._pool is None
 
 
-def test_a_dataset_that_refers_to_main_loads_in_process_with_a_warning(tmp_path):
+_MAIN_SCRIPT = """
+{prelude}
+import os
+import threading
+import warnings
+import numpy as np
+import feedline as fl
+
+class Local:
+    def __len__(self):
+        return 20
+    def __getitem__(self, i):
+        return {{"x": [i, i, i], "y": i}}
+
+class R(fl.Record, dims={{"D": 3}}):
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+class Out(fl.Record, dims={{"D": 3}}):
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+    pid = fl.field((), "int64")
+
+LOCK = threading.Lock() if {lock} else None
+
+def jitter(example, rng):
+    if LOCK is not None:
+        with LOCK:
+            pass
+    x = example["x"] + rng.standard_normal(3).astype(np.float32)
+    return {{"x": x, "y": example["y"], "pid": os.getpid()}}
+
+ds = fl.Dataset(R, Local()).map(jitter, seed=3, record=Out)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    here = [(b.x.tolist(), b.y.tolist()) for b in fl.Loader(ds, 8, seed=1, workers=0)]
+    loader = fl.Loader(ds, 8, seed=1, workers=2)
+    batches = list(loader)
+there = [(b.x.tolist(), b.y.tolist()) for b in batches]
+pids = {{int(p) for b in batches for p in b.pid}}
+print(here == there, sum(b.meta.size for b in batches), os.getpid() in pids, len(pids))
+print([str(w.message) for w in caught if w.category is RuntimeWarning])
+"""
+
+
+def _run_main(tmp_path, prelude: str = "", lock: bool = False) -> list[str]:
     script = tmp_path / "train.py"
-    script.write_text(
-        textwrap.dedent("""
-        import warnings
-        import numpy as np
-        import feedline as fl
-
-        class Local:
-            def __len__(self):
-                return 20
-            def __getitem__(self, i):
-                return {"x": [i, i, i], "y": i}
-
-        class R(fl.Record, dims={"D": 3}):
-            x = fl.field("D", "float32")
-            y = fl.field((), "int64")
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            loader = fl.Loader(fl.Dataset(R, Local()), 8, workers=2)
-            rows = sum(b.meta.size for b in loader)
-        print(rows, [str(w.message) for w in caught if w.category is RuntimeWarning])
-    """)
-    )
+    script.write_text(_MAIN_SCRIPT.format(prelude=prelude, lock=lock))
     out = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
@@ -193,8 +215,30 @@ def test_a_dataset_that_refers_to_main_loads_in_process_with_a_warning(tmp_path)
         check=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
-    assert out.stdout.startswith("20 ")
-    assert "defined in __main__" in out.stdout
+    return out.stdout.splitlines()
+
+
+def test_a_map_record_and_source_of_main_go_to_the_workers_by_value(tmp_path):
+    """A script's own source, records and map function (defined in ``__main__``, which a
+    worker never imports) reach the workers through cloudpickle: the batches are made
+    there, the stream is the in-process one, and nothing warns (issue 20, part 3; they
+    used to be loaded in the calling process with a warning)."""
+    same, rows, here, n_pids = _run_main(tmp_path)[0].split()
+    assert (same, rows, here) == ("True", "20", "False")  # made in the workers, not here
+    assert int(n_pids) >= 1
+    assert _run_main(tmp_path)[1] == "[]"
+
+
+def test_without_cloudpickle_main_loads_in_process_with_a_warning_naming_the_extra(tmp_path):
+    lines = _run_main(tmp_path, prelude="import sys; sys.modules['cloudpickle'] = None")
+    assert lines[0].split()[:3] == ["True", "20", "True"]  # made here, all of them
+    assert "defined in __main__" in lines[1] and "feedline[workers]" in lines[1]
+
+
+def test_what_cloudpickle_cannot_send_loads_in_process_with_a_warning_saying_why(tmp_path):
+    lines = _run_main(tmp_path, lock=True)  # the map's globals hold a lock
+    assert lines[0].split()[:3] == ["True", "20", "True"]
+    assert "cloudpickle cannot send it" in lines[1] and "lock" in lines[1]
 
 
 def test_closing_the_loader_stops_its_workers_and_unlinks_its_memory():

@@ -45,8 +45,9 @@ from ._batch import Batch
 from ._config import workers_are_set
 from ._device import DeviceColumns
 from ._pools import PoolSpec, acquire, discard, hand_back
+from ._shipping import examine
 from ._util import to_torch
-from ._workers import WorkerPool, examine
+from ._workers import WorkerPool
 
 
 class LocalPlan:
@@ -182,8 +183,10 @@ class DevicePlan(LocalPlan):
 
 class WorkerPlan:
     """Worker processes make the batches ahead; a pool is taken (or started) on first
-    use. If the datasets cannot go to workers (a lambda, something of ``__main__``), the
-    batches are made here (``LocalPlan``), with a warning when workers were asked for."""
+    use. Something of ``__main__`` (a script's map, record or source) goes to them by
+    value (cloudpickle, ``_workers.examine``); datasets that cannot go at all (cloudpickle
+    missing, or an open socket in a map's closure) are read here (``LocalPlan``), with a
+    warning saying why when workers were asked for."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
@@ -207,7 +210,7 @@ class WorkerPlan:
         loader = self.loader
         opts = loader.options
         asked = not opts.workers_default or workers_are_set()
-        digest, reason = examine(loader._datasets)
+        digest, reason, by_value = examine(loader._datasets)
         if reason is not None:
             if asked:
                 warnings.warn(
@@ -220,7 +223,8 @@ class WorkerPlan:
         assert digest is not None  # examine gives a digest or a reason
         transform, transform_digest = opts.batch_transform, None
         if transform is not None:
-            transform_digest, reason = examine(transform)
+            transform_digest, reason, transform_by_value = examine(transform)
+            by_value = by_value or transform_by_value
             if reason is not None:
                 # The transform stays here; the workers still make the batches.
                 if asked:
@@ -244,6 +248,7 @@ class WorkerPlan:
             digest,
             transform_digest,
             (opts.pad_to_multiple, opts.pad_bounds),
+            by_value,
         )
 
     def _spec(self) -> PoolSpec | None:

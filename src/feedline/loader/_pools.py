@@ -59,6 +59,7 @@ class PoolSpec:
         digest: str,
         transform_digest: str | None,
         padding: tuple[int | None, Any] = (None, None),
+        by_value: bool = False,
     ) -> None:
         self.datasets = datasets
         self.args = (datasets, fields, batch_size, workers, prefetch, check_values)
@@ -67,6 +68,7 @@ class PoolSpec:
             "output": output,
             "device": device,
             "padding": padding,
+            "by_value": by_value,
         }
         layout = tuple((n, f.dtype.str, tuple(f.shape), f.kind) for n, f in fields.items())
         multiple, bounds = padding  # how a batch transform in the workers sees ragged fields

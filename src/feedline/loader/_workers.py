@@ -1,7 +1,8 @@
 """Worker processes for loaders: batches gathered in parallel, delivered in order.
 
 Workers are fresh interpreters (``python -m feedline.loader._worker_main``): they never
-import the program's ``__main__``, so a script needs no ``if __name__ == "__main__":``.
+import the program's ``__main__``, so a script needs no ``if __name__ == "__main__":``;
+what the datasets need from ``__main__`` travels by value (cloudpickle, ``examine``).
 Each receives the loader's datasets pickled (files reopen by path, so no memory is
 shared by fork) and gathers batches into a ring of shared-memory slots, ``prefetch``
 per worker (``_slots``: ragged fields' values too, the slots growing to hold them); the
@@ -17,11 +18,8 @@ loader is closed, its datasets are collected, or the process exits.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import io
 import os
 import pickle
-import pickletools
 import signal
 import socket
 import subprocess
@@ -44,34 +42,6 @@ from ._slots import VALUES_START, Layout, grown
 _POLL_S = 0.5
 # How long a worker may take to start and load its datasets.
 _START_TIMEOUT_S = 60.0
-
-
-def examine(obj: Any) -> tuple[str | None, str | None]:
-    """``(digest, reason)``: a digest of ``obj`` pickled (what workers would receive),
-    or why ``obj`` cannot go to a worker: it cannot be pickled, or it refers to
-    something defined in ``__main__``, which a worker never imports. Arrays are hashed
-    in place (out-of-band buffers), not copied."""
-    buffers: list[pickle.PickleBuffer] = []
-    try:
-        data = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    except Exception as e:
-        return None, f"it cannot be pickled ({type(e).__name__}: {e})"
-    strings: list[Any] = []  # the string opcodes' arguments
-    # A reference to __main__ names it in the bytes: scan the opcodes only then (the
-    # scan is Python per opcode, the search is not).
-    for op, arg, _ in pickletools.genops(io.BytesIO(data)) if b"__main__" in data else ():
-        if op.name in ("GLOBAL", "INST") and isinstance(arg, str) and arg.startswith("__main__"):
-            return None, f"it refers to {arg.replace(' ', '.')}, defined in __main__"
-        if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):
-            strings.append(arg)
-        if op.name == "STACK_GLOBAL" and len(strings) >= 2 and strings[-2] == "__main__":
-            return None, f"it refers to __main__.{strings[-1]}, defined in __main__"
-    h = hashlib.blake2b(data, digest_size=20)
-    for buf in buffers:
-        raw = buf.raw()
-        h.update(len(raw).to_bytes(8, "little"))
-        h.update(raw)
-    return h.hexdigest(), None
 
 
 class _Worker:
@@ -128,6 +98,7 @@ class WorkerPool:
         output: str = "numpy",
         device: str | None = None,
         padding: tuple[int | None, Any] = (None, None),
+        by_value: bool = False,
     ) -> None:
         self.holder: weakref.ref | None = None
         self.pid = os.getpid()  # the process that owns the workers and the memory
@@ -152,7 +123,12 @@ class WorkerPool:
         self.free: deque[int] = deque()
         self.workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, _release, self.slots, self.workers)
-        payload = pickle.dumps(
+        dumps = pickle.dumps
+        if by_value:  # something of __main__ (``examine``): cloudpickle sends it
+            import cloudpickle
+
+            dumps = cloudpickle.dumps
+        payload = dumps(
             {
                 "datasets": datasets,
                 "layout": layout,
