@@ -106,6 +106,7 @@ SUBMODULES = {
         "BPETokenizer",
         "BuildSummary",
         "ByteTokenizer",
+        "Packed",
         "Tokenizer",
         "Windows",
         "build",

@@ -3,11 +3,13 @@
 ``read_text_docs`` and ``mark_assistant_span`` are neuralnet.cpp's helpers; the
 tokenizers are a byte-level one that needs nothing and HuggingFace ``tokenizers``
 BPE (the ``text`` extra); ``build`` writes a corpus to a ``.nndataset``; ``Windows``
-reads language-model training windows from one.
+reads language-model training windows from one; ``Packed`` packs its documents
+into rows (first fit / best fit / concatenate-and-split) with segment ids.
 """
 
 from ._build import BuildSummary, build
 from ._docs import iter_doc_chunks, mark_assistant_span, read_text_docs
+from ._packed import Packed
 from ._tokenizers import (
     BPETokenizer,
     ByteTokenizer,
@@ -22,6 +24,7 @@ __all__ = [
     "BPETokenizer",
     "BuildSummary",
     "ByteTokenizer",
+    "Packed",
     "Tokenizer",
     "Windows",
     "build",

@@ -1,0 +1,409 @@
+"""Packed rows: every target once, never across a document, first/best fit within
+blocks of the order, a pure function of the options, and any loader around it."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import feedline as fl
+from feedline._base import kernels as _kernels
+from feedline.errors import BoundsError, DomainError, FeedlineError
+from feedline.text import Packed, _pack_place, _packed
+
+from .test_windows import write_corpus
+
+STRATEGIES = ["concat", "first_fit", "best_fit"]
+BASE = 10_000  # a token id encodes its place: document * BASE + offset
+
+
+class Doc(fl.Record, dims={"T": None, "V": 1 << 32}):
+    """One document, tokens uint32."""
+
+    tokens = fl.field("T", "uint32", domain=fl.Index("V"))
+
+
+class MaskedDoc(fl.Record, dims={"T": None, "V": 1 << 32}):
+    """One document, tokens uint32, with a loss mask."""
+
+    tokens = fl.field("T", "uint32", domain=fl.Index("V"))
+    loss_mask = fl.field("T", "bool")
+
+
+class MaskedDoc16(fl.Record, dims={"T": None, "V": 1 << 16}):
+    """One document, tokens uint16, with a loss mask."""
+
+    tokens = fl.field("T", "uint16", domain=fl.Index("V"))
+    loss_mask = fl.field("T", "bool")
+
+
+def write_flr(path, docs, masks=None, record=None):
+    record = record or (Doc if masks is None else MaskedDoc)
+    counts = np.array([len(d) for d in docs], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    dtype = record.fields["tokens"].dtype
+    values = np.array([t for d in docs for t in d], dtype=dtype)
+    cols = {"tokens": fl.Ragged(values, offsets, counts[:, None], (None,))}
+    if masks is not None:
+        m = np.array([bool(x) for ms in masks for x in ms], dtype=np.bool_)
+        cols["loss_mask"] = fl.Ragged(m, offsets, counts[:, None], (None,))
+    fl.recfile.write_chunks(path, record, iter([cols]))
+    return path
+
+
+def placed_docs(lengths):
+    return [[d * BASE + k for k in range(n)] for d, n in enumerate(lengths)]
+
+
+def corpus_of(tmp_path, kind, docs, masks=None):
+    if kind == "flr":
+        return write_flr(tmp_path / "c.flr", docs, masks)
+    return write_corpus(tmp_path / "c.nndataset", docs, masks)
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def path_kind(request, monkeypatch):
+    if request.param == "numpy":
+        monkeypatch.setattr(_kernels, "get", lambda: None)
+    elif _kernels.get() is None:
+        pytest.skip("numba is not installed")
+    return request.param
+
+
+LENGTHS = [5, 0, 2, 1, 7, 30, 3, 12, 9, 9, 4, 17, 1, 6, 25, 2]
+
+
+def all_rows(p):
+    return p.getitems(np.arange(len(p)))
+
+
+@pytest.mark.parametrize("kind", ["nndataset", "flr"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("seq_len,block", [(8, 4), (8, 1000), (1, 3), (40, 5)])
+def test_every_token_of_every_document_is_a_target_exactly_once(
+    tmp_path, path_kind, kind, strategy, seq_len, block
+):
+    p = Packed(corpus_of(tmp_path, kind, placed_docs(LENGTHS)), seq_len, strategy=strategy,
+               block=block, seed=4)  # fmt: skip
+    b = all_rows(p)
+    real = b["segment_ids"] > 0
+    targets = b["targets"][real]
+    assert Counter(zip((targets // BASE).tolist(), (targets % BASE).tolist())) == Counter(
+        (d, k) for d, n in enumerate(LENGTHS) for k in range(1, n)
+    )
+    # each input is its target's predecessor in the same document: nothing crosses
+    assert (b["input_ids"][real] == targets - 1).all()
+    assert (b["doc_ids"][real] - 1 == targets // BASE).all()
+    assert b["loss_mask"].tolist() == real.tolist()
+    assert p.num_targets == sum(max(n - 1, 0) for n in LENGTHS)
+    assert p.padding == pytest.approx(1 - p.num_targets / (len(p) * seq_len))
+    p.close()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_segments_are_numbered_from_one_and_positions_restart_at_each(tmp_path, strategy):
+    p = Packed(write_flr(tmp_path / "c.flr", placed_docs(LENGTHS)), 10, strategy=strategy)
+    b = all_rows(p)
+    for row in range(len(p)):
+        seg, pos = b["segment_ids"][row], b["position_ids"][row]
+        tgt, inp = b["targets"][row], b["input_ids"][row]
+        n = int((seg > 0).sum())
+        assert (seg[n:] == 0).all() and (pos[n:] == 0).all() and (inp[n:] == 0).all()
+        assert seg[0] == 1 and set(np.diff(seg[:n]).tolist()) <= {0, 1}
+        starts = np.flatnonzero(np.diff(np.concatenate(([0], seg[:n]))))
+        assert (pos[starts] == 0).all()
+        within = np.setdiff1d(np.arange(1, n), starts)
+        assert (pos[within] == pos[within - 1] + 1).all()
+        assert (np.diff(tgt[:n])[np.diff(seg[:n]) == 0] == 1).all()  # one document a segment
+        if strategy != "concat":  # pieces of a split document start every seq_len pairs
+            assert ((inp[starts] % BASE) % 10 == 0).all()
+    p.close()
+
+
+@pytest.mark.parametrize("kind", ["nndataset", "flr"])
+def test_the_loss_mask_is_the_corpus_mask_at_each_target(tmp_path, path_kind, kind):
+    rng = np.random.default_rng(3)
+    docs = placed_docs(LENGTHS)
+    masks = [rng.integers(0, 2, len(d)).tolist() for d in docs]
+    p = Packed(corpus_of(tmp_path, kind, docs, masks), 6, strategy="first_fit", block=5)
+    b = all_rows(p)
+    real = b["segment_ids"] > 0
+    t = b["targets"][real]
+    want = [bool(masks[d][k]) for d, k in zip((t // BASE).tolist(), (t % BASE).tolist())]
+    assert b["loss_mask"][real].tolist() == want
+    assert not b["loss_mask"][~real].any()
+    p.close()
+
+
+def reference_fit(sizes, cap, best):
+    """First fit / best fit written out: rows as a list of rooms, scanned each time."""
+    rooms, where, reached = [], [], {}  # reached: when each row last got its room
+    for i, s in enumerate(sizes):
+        fits = [r for r, room in enumerate(rooms) if room >= s]
+        if not fits:
+            rooms.append(cap)
+            r = len(rooms) - 1
+        elif best:  # least room left; ties: the row that reached that room last
+            least = min(rooms[r] for r in fits)
+            r = max((r for r in fits if rooms[r] == least), key=reached.__getitem__)
+        else:
+            r = fits[0]
+        rooms[r] -= s
+        reached[r] = i
+        where.append(r)
+    return where, len(rooms)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=25), min_size=1, max_size=4),
+    st.integers(12, 16),
+    st.booleans(),
+)
+def test_placement_is_first_fit_or_best_fit_in_python_and_compiled(blocks, cap, best):
+    sizes = np.array([s for b in blocks for s in sorted(b, reverse=True)], dtype=np.int64)
+    ptr = np.concatenate(([0], np.cumsum([len(b) for b in blocks]))).astype(np.int64)
+    want_rows, want_counts = [], []
+    for b in blocks:
+        rows, used = reference_fit(sorted(b, reverse=True), cap, best)
+        want_rows += rows
+        want_counts.append(used)
+    places = [_pack_place.place_best_fit if best else _pack_place.place_first_fit]
+    if _kernels.get() is not None:
+        from feedline.text import _pack_jit
+
+        places.append(_pack_jit.place_best_fit if best else _pack_jit.place_first_fit)
+    for place in places:
+        local = np.empty(len(sizes), dtype=np.int64)
+        per_block = np.empty(len(blocks), dtype=np.int64)
+        place(sizes, ptr, cap, local, per_block)
+        assert local.tolist() == want_rows
+        assert per_block.tolist() == want_counts
+
+
+def test_rows_hold_documents_of_one_block_of_the_order(tmp_path):
+    lengths = [3, 9, 2, 14, 5, 7, 7, 1, 8, 4, 11, 6, 2, 3]
+    path = write_flr(tmp_path / "c.flr", placed_docs(lengths))
+    p = Packed(path, 10, strategy="best_fit", block=4, seed=None)
+    b = all_rows(p)
+    for ids in b["doc_ids"]:
+        assert len({(d - 1) // 4 for d in ids[ids > 0].tolist()}) == 1
+    # longest first: a block's first row opens with its longest piece
+    first = b["doc_ids"][0]
+    assert lengths[first[0] - 1] == max(lengths[:4])
+    p.close()
+
+
+def test_first_fit_and_best_fit_pad_less_than_one_document_a_row(tmp_path):
+    rng = np.random.default_rng(0)
+    lengths = np.maximum(1, rng.lognormal(np.log(100), 1.0, 600)).astype(int).tolist()
+    path = write_flr(tmp_path / "c.flr", placed_docs(lengths))
+    per_doc = fl.text.Windows(path, 256, cross_docs=False)
+    padding = {s: Packed(path, 256, strategy=s, block=300).padding for s in STRATEGIES}
+    unpacked = 1 - sum(n - 1 for n in lengths if n > 1) / (len(per_doc) * 256)
+    assert padding["concat"] < padding["best_fit"] <= padding["first_fit"] < unpacked / 5
+    per_doc.close()
+
+
+def test_the_packing_is_a_pure_function_of_seed_epoch_and_options(tmp_path):
+    path = write_flr(tmp_path / "c.flr", placed_docs(LENGTHS * 4))
+
+    def rows(**kw):
+        with Packed(path, 8, block=6, **kw) as p:
+            return {k: v.tolist() for k, v in all_rows(p).items()}
+
+    assert rows(seed=3) == rows(seed=3)
+    assert rows(seed=3) != rows(seed=4)
+    assert rows(seed=3, epoch=1) != rows(seed=3)
+    # in file order the first row opens with the first block's longest document (30 tokens)
+    assert rows(seed=None)["doc_ids"][0][0] == 6
+
+
+def a_corpus(tmp_path, n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    lengths = np.maximum(1, rng.lognormal(np.log(20), 1.0, n)).astype(int).tolist()
+    return write_flr(tmp_path / f"c{seed}.flr", placed_docs(lengths))
+
+
+def test_a_shuffled_loader_over_packed_rows_resumes_exactly_mid_pass(tmp_path):
+    path = a_corpus(tmp_path)
+    p = Packed(path, 32, block=50)
+    full = [b["targets"].copy() for b in fl.Loader(p, 4, seed=3)]
+    first = fl.Loader(p, 4, seed=3)
+    it = iter(first)
+    head = [next(it)["targets"].copy() for _ in range(7)]
+    state = json.loads(json.dumps(first.state_dict()))
+    second = fl.Loader(Packed(path, 32, block=50), 4, seed=3)  # rebuilt: the same plan
+    second.load_state_dict(state)
+    rest = [b["targets"].copy() for b in second]
+    assert [x.tolist() for x in head + rest] == [x.tolist() for x in full]
+    other = fl.Loader(Packed(path, 32, block=51), 4, seed=3)  # another packing: refused
+    with pytest.raises(fl.StateError):
+        other.load_state_dict(state)
+    p.close()
+
+
+def row_keys(batch):
+    return batch.meta.record_indices[: batch.meta.size].tolist()
+
+
+def test_two_ranks_take_one_ranks_rows_between_them_disjoint(tmp_path):
+    p = Packed(a_corpus(tmp_path), 32, strategy="first_fit", block=40)
+    one = [r for b in fl.Loader(p, 5, seed=2) for r in b["targets"][: b.meta.size].tolist()]
+    ranks = []
+    for rank in range(2):
+        rows, keys = [], []
+        for b in fl.Loader(p, 5, seed=2, shard=(rank, 2)):
+            rows += b["targets"][: b.meta.size].tolist()
+            keys += row_keys(b)
+        ranks.append((rows, set(keys)))
+    assert not ranks[0][1] & ranks[1][1]
+    both = ranks[0][0] + ranks[1][0]
+    assert Counter(map(tuple, both)) == Counter(map(tuple, one))
+    assert len(ranks[0][1] | ranks[1][1]) == len(p)
+    p.close()
+
+
+@pytest.mark.parametrize("world,new_world", [(2, 3), (3, 1)])
+def test_a_pass_resumed_with_another_number_of_ranks_trains_each_target_once(
+    tmp_path, world, new_world
+):
+    path = a_corpus(tmp_path)
+
+    def make(shard):
+        return fl.Loader(Packed(path, 16, block=64), 3, seed=8, shard=shard)
+
+    targets, states = [], []
+    for r in range(world):
+        taken = make((r, world))
+        it = iter(taken)
+        for _ in range(4):
+            b = next(it)
+            targets.append(b["targets"][: b.meta.size][b["segment_ids"][: b.meta.size] > 0])
+        states.append(json.loads(json.dumps(taken.state_dict())))
+    for r in range(new_world):
+        resumed = make((r, new_world))
+        resumed.load_state_dict(states[0])
+        for b in resumed:
+            targets.append(b["targets"][: b.meta.size][b["segment_ids"][: b.meta.size] > 0])
+    with Packed(path, 16, block=64) as p:
+        want = Counter(all_rows(p)["targets"][all_rows(p)["segment_ids"] > 0].tolist())
+    assert Counter(np.concatenate(targets).tolist()) == want
+
+
+def test_packed_rows_of_two_corpora_mix_on_a_schedule(tmp_path):
+    a = Packed(write_flr(tmp_path / "a.flr", [[1] * 40] * 6), 8)
+    b = Packed(write_flr(tmp_path / "b.flr", [[2] * 30] * 12), 8)
+    seq = fl.Seq.mix(
+        [
+            (fl.Dataset(a.record, a).shuffle(1), fl.Schedule.until(0.5)),
+            (fl.Dataset(b.record, b).shuffle(2), fl.Schedule.ramp(0.0, 1.0)),
+        ]
+    )
+    firsts = [x for bt in fl.Loader(seq, 4) for x in bt["input_ids"][: bt.meta.size, 0].tolist()]
+    assert firsts.count(1) == len(a) and firsts.count(2) == len(b)
+    assert firsts[: len(firsts) // 4].count(1) > firsts[-len(firsts) // 4 :].count(1)
+    a.close()
+    b.close()
+
+
+def test_two_workers_give_the_same_batches(tmp_path):
+    path = a_corpus(tmp_path)
+    p = Packed(path, 16, block=64)
+    want = [b["targets"].tolist() for b in fl.Loader(p, 4, seed=1)]
+    with fl.Loader(p, 4, seed=1, workers=2) as loader:
+        got = [b["targets"].tolist() for b in loader]
+    assert got == want
+    p.close()
+
+
+def test_torch_output_holds_tensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    p = Packed(a_corpus(tmp_path), 16)
+    batch = next(iter(fl.Loader(p, 4, seed=1, output="torch")))
+    assert isinstance(batch["segment_ids"], torch.Tensor)
+    assert batch["position_ids"].dtype == torch.int64 and batch["loss_mask"].dtype == torch.bool
+    p.close()
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_compiled_and_numpy_rows_are_identical(tmp_path, strategy):
+    if _kernels.get() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(5)
+    docs = [rng.integers(0, 2**40, int(n)).tolist() for n in rng.integers(0, 40, 50)]
+    masks = [rng.integers(0, 2, len(d)).tolist() for d in docs]
+    for path in (write_corpus(tmp_path / "c.nndataset", docs, masks),
+                 write_flr(tmp_path / "c.flr", [[t % 65536 for t in d] for d in docs], masks,
+                           MaskedDoc16)):  # fmt: skip
+        with Packed(path, 12, strategy=strategy, block=7) as p:
+            idx = rng.integers(0, len(p), 20)
+            compiled = p.getitems(idx)
+            numpy_rows = {k: np.empty_like(v) for k, v in compiled.items()}
+            if p._flr is not None:
+                f = p._flr
+                _packed.fill_numpy(p.plan, idx, False, f.tok, f.tok[:0].view(np.uint8), f.start,
+                                   f.mask8, f.start, True, 0, numpy_rows)  # fmt: skip
+            else:
+                lay, u8 = p._layout, p._ds._u8
+                _packed.fill_numpy(p.plan, idx, True, np.empty(0, np.uint16), u8, lay.tok_start,
+                                   u8, lay.mask_start, True, 0, numpy_rows)  # fmt: skip
+        for k in compiled:
+            assert compiled[k].tolist() == numpy_rows[k].tolist(), (path, k)
+
+
+def test_packed_rows_pickle_by_path_and_share_their_plan(tmp_path):
+    p = Packed(a_corpus(tmp_path), 16, strategy="concat", seed=None)
+    again = pickle.loads(pickle.dumps(p))
+    shared = p.share()
+    assert shared.plan is p.plan
+    idx = np.arange(len(p))
+    for other in (again, shared):
+        assert all(np.array_equal(all_rows(p)[k], other.getitems(idx)[k]) for k in p.record.fields)
+        other.close()
+    p.close()
+
+
+def test_bad_options_are_feedline_errors_naming_the_option(tmp_path):
+    path = a_corpus(tmp_path, n=20)
+    for kwargs, name in [
+        ({"seq_len": 0}, "seq_len"),
+        ({"seq_len": 2.5}, "seq_len"),
+        ({"strategy": "worst_fit"}, "strategy"),
+        ({"block": 0}, "block"),
+        ({"seed": -1}, "seed"),
+        ({"pad_id": 2**63}, "pad_id"),
+    ]:
+        args = {"seq_len": 8, **kwargs}
+        with pytest.raises(FeedlineError, match=name):
+            Packed(path, **args)
+        with pytest.raises(DomainError):
+            Packed(path, **args)
+    p = Packed(path, 8)
+    with pytest.raises(BoundsError, match=r"packed row indices must be in \[0, "):
+        p.getitems(np.array([len(p)]))
+    with pytest.raises(TypeError, match="a packed row index is an int"):
+        p["0"]
+    p.close()
+
+
+def test_a_corpus_without_targets_has_no_rows(tmp_path):
+    for strategy in STRATEGIES:
+        with Packed(write_flr(tmp_path / "e.flr", [[1], [], [2]]), 4, strategy=strategy) as p:
+            assert len(p) == 0 and p.padding == 0.0
+            assert p.getitems(np.array([], dtype=np.int64))["targets"].shape == (0, 4)
+
+
+def test_a_token_id_of_2_63_or_more_in_an_nndataset_is_refused_naming_its_document(tmp_path):
+    p = write_corpus(tmp_path / "big.nndataset", [[1, 2, 3], [4, 2**63 + 5, 6]])
+    with (
+        Packed(p, 8, seed=None, strategy="concat") as rows,
+        pytest.raises(fl.FormatError, match="document 1"),
+    ):
+        rows[0]
