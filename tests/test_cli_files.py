@@ -155,7 +155,7 @@ def test_a_target_that_cannot_be_written_is_named_not_its_temporary(
     )
     from feedline.formats import convert
 
-    def refused(src, dst, progress=None):  # what a directory without write access does
+    def refused(src, dst, **options):  # what a directory without write access does
         raise PermissionError(13, "Permission denied", str(tmp_path / ".x.flr.abc.x.spool"))
 
     monkeypatch.setattr(convert, "convert", refused)

@@ -56,7 +56,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 def _cmd_convert(args: argparse.Namespace) -> int:
     from .files import convert
 
-    return convert(args.src, args.dst)
+    columns = None if args.columns is None else [c for c in args.columns.split(",") if c]
+    return convert(args.src, args.dst, columns=columns, quiet=args.quiet)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,11 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     convert = sub.add_parser(
         "convert",
-        help="convert between .ndf, .flr, .npy, .npz and a "
-        "HuggingFace dataset directory (streamed)",
+        help="convert .parquet, .arrow/.feather, .csv, .jsonl, HuggingFace dataset "
+        "directories, image folders and WebDataset tars to .flr, .flr to .parquet, and "
+        "between .ndf, .flr, .npy and .npz (streamed; local paths or s3:// and other URLs)",
     )
-    convert.add_argument("src")
-    convert.add_argument("dst")
+    convert.add_argument("src", help="the file, directory or URL to read")
+    convert.add_argument("dst", help="the file to write (its format from its extension)")
+    convert.add_argument(
+        "--columns", default=None, help="the columns to convert, comma-separated (a,b,c)"
+    )
+    convert.add_argument("--quiet", action="store_true", help="no progress bar")
     convert.set_defaults(func=_cmd_convert)
 
     from .text import add_parser as add_text_parser

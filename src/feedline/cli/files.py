@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -150,41 +151,66 @@ def _verify(path: str) -> int:
 
 
 class _Bar:
-    """A small progress line on stderr (only on a terminal, at most ten times a second)."""
+    """Progress on stderr, only on a terminal: a tqdm bar when tqdm is installed, else a
+    line rewritten at most ten times a second. A total of 0 is one not known yet
+    (CSV, JSONL): rows and rows/s only."""
 
     def __init__(self, label: str) -> None:
         self.label, self.t0, self.last = label, time.perf_counter(), 0.0
         self.tty = sys.stderr.isatty()
+        self.bar: Any = None
+        self.done = 0
 
     def __call__(self, done: int, total: int) -> None:
+        if not self.tty:
+            return
+        if self.bar is None:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                self.bar = False
+            else:
+                self.bar = tqdm(total=total or None, unit="rows", desc=self.label, leave=True)
+        if self.bar is not False:
+            self.bar.update(done - self.done)
+            self.done = done
+            return
         now = time.perf_counter()
-        if not self.tty or (now - self.last < 0.1 and done < total):
+        if now - self.last < 0.1 and (not total or done < total):
             return
         self.last = now
         rate = done / max(now - self.t0, 1e-9)
-        pct = 100.0 * done / total if total else 100.0
+        pct = f"{100.0 * done / total:5.1f}%, " if total else ""
         print(
-            f"\r{self.label}: {done:,}/{total:,} rows ({pct:5.1f}%, {rate:,.0f} rows/s)",
-            end="\n" if done >= total else "",
+            f"\r{self.label}: {done:,}" + (f"/{total:,}" if total else "") + f" rows "
+            f"({pct}{rate:,.0f} rows/s)",
+            end="\n" if total and done >= total else "",
             file=sys.stderr,
             flush=True,
         )
 
+    def close(self) -> None:
+        if self.bar:
+            self.bar.close()
 
-def convert(src: str, dst: str) -> int:
+
+def convert(src: str, dst: str, columns: list[str] | None = None, quiet: bool = False) -> int:
     t = time.perf_counter()
     parent = os.path.dirname(os.path.abspath(dst))
     if not os.path.isdir(parent):  # before reading anything
         return fail(f"cannot write {dst}: no such directory {parent}")
+    bar = _Bar(f"{src} -> {dst}")
     try:
         if _is_image_folder(src, dst) or (src.endswith(".tar") and dst.endswith(".flr")):
             from ..images import from_folder, from_webdataset
 
+            if columns is not None:
+                return fail(f"cannot convert {src}: --columns is for tables, not images")
             summary = from_folder(src, dst) if os.path.isdir(src) else from_webdataset(src, dst)
             rows = summary.images
             print(f"   {summary}")
         else:
-            rows = _convert.convert(src, dst, progress=_Bar(f"{src} -> {dst}"))
+            rows = _convert.convert(src, dst, columns=columns, progress=None if quiet else bar)
     except FeedlineError:
         raise
     except OSError as e:
@@ -195,6 +221,8 @@ def convert(src: str, dst: str) -> int:
         return fail(f"cannot convert {src} to {dst}: {e}")
     except ValueError as e:  # a format that cannot be read, or cannot hold what is read
         return fail(f"cannot convert {src} to {dst}: {e}")
+    finally:
+        bar.close()
     print(
         f"{src} -> {dst}: {rows:,} rows, {_size(os.path.getsize(dst))} in "
         f"{time.perf_counter() - t:.2f} s"

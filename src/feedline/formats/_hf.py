@@ -4,8 +4,10 @@ Each column's field comes from its Arrow type: a string is a ``str`` field, a bi
 one ``bytes``, a number or bool a scalar, and a list (of lists...) of numbers one axis
 per level: fixed where every list of that level has one length, else a varying dim.
 Top-level list columns whose lengths agree in every row (``input_ids`` and
-``attention_mask``) share one dim. Columns are read a slice of rows at a time from the
-memory-mapped Arrow table: a list of numbers as a ``Ragged`` straight from its offsets.
+``attention_mask``) share one dim. The table is the directory's Arrow stream files,
+memory-mapped (``_tabular.hf``); ``_arrowcols.decode`` reads each batch of rows from
+Arrow's buffers (strings and lists of numbers as a ``Ragged`` from their offsets), no
+Python per row but for lists of lists whose lengths vary at two levels.
 """
 
 from __future__ import annotations
@@ -14,14 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from ..records import Ragged, Record, record_from_schema
-from ._arrowtypes import _is_list, _leaf
+from ..errors import FormatError
+from ..records import Record, record_from_schema
+from ._arrowcols import decode
+from ._arrowtypes import _is_list, _leaf, _why_not
 
-# Rows of a ragged column are estimated at this many bytes when the table does not say.
-_ROW_GUESS = 256
 
-
-def _axes(column: Any, name: str) -> tuple[list[Any], list[np.ndarray | None], Any] | None:
+def _axes(
+    column: Any, name: str, path: str
+) -> tuple[list[Any], list[np.ndarray | None], Any] | None:
     """A list column's axes (an int each, or None where its length varies), each level's
     lengths (None where fixed) and its leaf type; None if it is not lists of numbers."""
     import pyarrow as pa
@@ -32,7 +35,9 @@ def _axes(column: Any, name: str) -> tuple[list[Any], list[np.ndarray | None], A
     arr = column
     while _is_list(arr.type):
         if arr.null_count:
-            raise ValueError(f"HF column {name!r} has missing (null) lists; feedline has no null")
+            raise FormatError(
+                f"HF column {name!r} has missing (null) lists; feedline has no null", path
+            )
         size = pc.list_value_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
         if pa.types.is_fixed_size_list(arr.type):
             axes.append(int(arr.type.list_size))
@@ -46,39 +51,46 @@ def _axes(column: Any, name: str) -> tuple[list[Any], list[np.ndarray | None], A
         arr = pc.list_flatten(arr)
     leaf = _leaf(arr.type)
     if leaf in ("str", "bytes"):
-        raise ValueError(
+        raise FormatError(
             f"HF column {name!r} holds lists of {leaf} values: a feedline field holds "
             f"numbers (of any shape), or one {leaf} per example; join each row's values "
-            f"into one, or remove the column (Dataset.remove_columns) before converting"
+            f"into one, or leave the column out (--columns, or Dataset.remove_columns) "
+            f"before converting",
+            path,
         )
     if leaf is None:
         return None
     return axes, lengths, leaf
 
 
-def arrow_source(ds: Any, path: str) -> tuple[type[Record], dict[str, Any], int] | None:
-    """(record, columns, rows) of a HuggingFace dataset read through Arrow, or None when
-    a column's type is not one this reads (the caller falls back to numpy samples)."""
-    table = ds.with_format("arrow")[0 : len(ds)]
-    n = table.num_rows
+def table_record(table: Any, path: str) -> tuple[type[Record], dict[str, Any]]:
+    """(record, decoders) of an HF dataset's Arrow table: a decoder for each column that
+    ``_arrowcols.decode`` does not read as it is (an image's struct, lists of lists of
+    varying lengths at two levels). A type with no field is a ``FormatError`` naming the
+    column and saying how to leave it out."""
     fields: list[dict[str, Any]] = []
     dims: dict[str, Any] = {}
-    columns: dict[str, Any] = {}
+    decoders: dict[str, Any] = {}
     shared: list[tuple[str, np.ndarray]] = []  # top-level varying dims and their lengths
     for name in table.column_names:
-        col = _encoded_bytes(table.column(name).combine_chunks(), name, path)
-        leaf = _leaf(col.type)
+        col = table.column(name)
+        data = _encoded_bytes(col, name, path)
+        if data is not col:
+            decoders[name] = _image_bytes
+        leaf = _leaf(data.type)
         if leaf is not None:
-            if col.null_count:
-                raise ValueError(f"{path}: HF column {name!r} has missing (null) values")
+            if data.null_count:
+                raise FormatError(f"HF column {name!r} has missing (null) values", path)
             fields.append({"name": name, "dims": [], "dtype": leaf, "domain": None, "doc": None})
-            columns[name] = _Column(col, leaf, ())
             continue
-        if not _is_list(col.type):
-            return None
-        found = _axes(col, name)
+        found = _axes(data, name, path) if _is_list(data.type) else None
         if found is None:
-            return None
+            raise FormatError(
+                f"HF column {name!r} is {data.type}, which has no feedline field: "
+                f"{_why_not(data.type)}; convert only the columns that have one: "
+                f"--columns a,b (columns=[...])",
+                path,
+            )
         axes, lengths, leaf = found
         named: list[Any] = []
         for level, (axis, size) in enumerate(zip(axes, lengths)):
@@ -95,9 +107,14 @@ def arrow_source(ds: Any, path: str) -> tuple[type[Record], dict[str, Any], int]
                     shared.append((dim, size))
             named.append(dim)
         fields.append({"name": name, "dims": named, "dtype": leaf, "domain": None, "doc": None})
-        columns[name] = _Column(col, leaf, tuple(axes))
+        if sum(a is None for a in axes) > 1 or (None in axes[1:]):
+            decoders[name] = _Rows(leaf, tuple(axes))
     schema = {"name": "HFRow", "doc": None, "dims": dims, "fields": fields}
-    return record_from_schema(schema, path), columns, n
+    return record_from_schema(schema, path), decoders
+
+
+def _image_bytes(arr: Any, f: Any, where: str, first: int) -> Any:
+    return decode(_encoded_bytes(arr, f.name, where), f, where, first)
 
 
 def _encoded_bytes(col: Any, name: str, path: str) -> Any:
@@ -108,51 +125,32 @@ def _encoded_bytes(col: Any, name: str, path: str) -> Any:
     t = col.type
     if not (pa.types.is_struct(t) and t.get_field_index("bytes") >= 0):
         return col
-    data = col.field("bytes")
+    import pyarrow.compute as pc
+
+    data = pc.struct_field(col, "bytes")
     if not (pa.types.is_binary(data.type) or pa.types.is_large_binary(data.type)):
         return col
     if data.null_count:
-        row = data.is_null().to_numpy(zero_copy_only=False).nonzero()[0][0]
-        raise ValueError(
-            f"{path}: HF column {name!r} row {int(row)} holds no bytes (an image stored by "
+        row = np.flatnonzero(np.asarray(data.is_null()))[0]
+        raise FormatError(
+            f"HF column {name!r} row {int(row)} holds no bytes (an image stored by "
             f"its path only): load it with decode=False after embedding the files, "
-            f"Dataset.cast_column({name!r}, Image(decode=False)) on a dataset that has them"
+            f"Dataset.cast_column({name!r}, Image(decode=False)) on a dataset that has them",
+            path,
         )
     return data
 
 
-class _Column:
-    """One Arrow column, sliced by rows into what ``check_columns`` takes."""
+class _Rows:
+    """A column of lists of lists whose lengths vary at more than one level: each row an
+    array (the one column read per row, in Python)."""
 
-    def __init__(self, arr: Any, leaf: str, axes: tuple[Any, ...]) -> None:
-        self.arr, self.leaf, self.axes = arr, leaf, axes
-        self.row_bytes = max(1, arr.nbytes // max(len(arr), 1)) if len(arr) else _ROW_GUESS
+    def __init__(self, leaf: str, axes: tuple[Any, ...]) -> None:
+        self.leaf, self.axes = leaf, axes
 
-    def __len__(self) -> int:
-        return len(self.arr)
-
-    def __getitem__(self, s: slice) -> Any:
-        import pyarrow.compute as pc
-
-        a, b, _ = s.indices(len(self.arr))
-        part = self.arr.slice(a, max(0, b - a))
-        if self.leaf in ("str", "bytes"):
-            return part.to_pylist()
-        if not self.axes:
-            return part.to_numpy(zero_copy_only=False)
-        if None not in self.axes:  # lists of one length at every level: one array
-            flat = part
-            for _ in self.axes:
-                flat = pc.list_flatten(flat)
-            values = flat.to_numpy(zero_copy_only=False)
-            return values.reshape(len(part), *self.axes)
-        if len(self.axes) == 1:  # lists of numbers: a Ragged from the offsets
-            offsets = np.asarray(part.offsets, dtype=np.int64)
-            values = pc.list_flatten(part).to_numpy(zero_copy_only=False)
-            offsets = offsets - offsets[0]
-            return Ragged(values, offsets, np.diff(offsets)[:, None], (None,))
+    def __call__(self, arr: Any, f: Any, where: str, first: int) -> list[np.ndarray]:
         empty = tuple(0 if a is None else a for a in self.axes)  # [] has one axis only
         return [
             np.asarray(row, dtype=self.leaf) if len(row) else np.zeros(empty, self.leaf)
-            for row in part.to_pylist()
+            for row in arr.to_pylist()
         ]

@@ -1,11 +1,15 @@
 """Converting between formats, streamed in chunks, and telling formats apart.
 
-``convert(src, dst)`` moves rows between ``.ndf``, ``.flr``, numpy ``.npy`` / ``.npz`` and
-(with the ``hf`` extra) a HuggingFace dataset saved with ``save_to_disk``. Memory stays
-O(chunk) whatever the sizes: rows are read from memory maps (a ``.npz``'s arrays, zip
-members that cannot be memory-mapped, are decompressed as they are read, a chunk at a
-time) and written through streaming writers (``.npy`` and ``.npz`` targets too). The
-exception is a Fortran-ordered array in a ``.npz``, which is read whole.
+``convert(src, dst)`` moves rows between ``.ndf``, ``.flr``, numpy ``.npy`` / ``.npz``;
+from tables read through Arrow (the ``parquet`` extra: ``.parquet``, ``.arrow`` /
+``.feather``, ``.csv``, ``.jsonl`` and HuggingFace ``save_to_disk`` directories, local or
+at fsspec URLs, see ``_tabular``) to ``.flr``; and from any of the first to ``.parquet``.
+Memory stays O(chunk) whatever the sizes: rows are read from memory maps (a ``.npz``'s
+arrays, zip members that cannot be memory-mapped, are decompressed as they are read, a
+chunk at a time; a Parquet file a row group at a time) and written through streaming
+writers (``.npy``, ``.npz`` and ``.parquet`` targets too). The exception is a
+Fortran-ordered array in a ``.npz``, which is read whole. Every target is written
+atomically: a conversion that fails leaves no output.
 """
 
 from __future__ import annotations
@@ -18,18 +22,22 @@ from typing import IO, Any
 import numpy as np
 
 from .._base.files import atomic_write, open_regular
-from ..records import Ragged, Record, make_record
-from . import _hf, ndf, recfile
+from ..errors import FormatError
+from ..records import Ragged, Record, make_record, record_from_schema
+from . import _tabular, _textual, ndf, recfile
+from ._fsinput import has_magic
+from ._remote import is_url
 
 # Rows move this many bytes at a time.
 _CHUNK_BYTES = 32 << 20
 
-Progress = Callable[[int, int], None]  # (rows done, rows in all)
+Progress = Callable[[int, int], None]  # (rows done, rows in all: 0 where not known)
 
 
 def sniff(path: str | os.PathLike[str]) -> str:
     """The format of a file by its first bytes: ndf, flr, nndataset, nnvocab, npy, npz,
-    hf (a HuggingFace dataset directory) or unknown."""
+    parquet, arrow (an IPC file or stream, Feather), hf (a HuggingFace dataset
+    directory) or unknown."""
     path = os.fspath(path)
     if os.path.isdir(path):
         return "hf" if os.path.exists(os.path.join(path, "dataset_info.json")) else "unknown"
@@ -47,15 +55,35 @@ def sniff(path: str | os.PathLike[str]) -> str:
         return "npy"
     if head[:4] == b"PK\x03\x04":
         return "npz"
+    if head[:4] == b"PAR1":
+        return "parquet"
+    if head[:6] == b"ARROW1" or head[:4] in (b"FEA1", b"\xff\xff\xff\xff"):
+        return "arrow"
     return "unknown"
+
+
+def table_kind(src: Any, storage_options: Any = None) -> str | None:
+    """Which of ``_tabular.KINDS`` ``src`` is (a path, URL, glob or list), or None for
+    the formats ``_source`` reads."""
+    if isinstance(src, (list, tuple)):
+        return "parquet"
+    if is_url(src) or (has_magic(src) and not os.path.exists(src)):
+        return _tabular.kind_by_name(src, storage_options)
+    kind = sniff(src) if os.path.exists(src) else "unknown"
+    if kind in _tabular.KINDS:
+        return kind
+    if kind == "unknown" and not os.path.isdir(src):
+        return _tabular.kind_by_name(src)
+    return None
 
 
 def _target(path: str) -> str:
     ext = os.path.splitext(path)[1].lower()
-    kinds = {".ndf": "ndf", ".flr": "flr", ".npy": "npy", ".npz": "npz"}
+    kinds = {".ndf": "ndf", ".flr": "flr", ".npy": "npy", ".npz": "npz", ".parquet": "parquet"}
     if ext not in kinds:
         raise ValueError(
-            f"cannot tell the format to write from {path!r}: use a .ndf, .flr, .npy or .npz name"
+            f"cannot tell the format to write from {path!r}: use a .ndf, .flr, .npy, .npz "
+            f"or .parquet name"
         )
     return kinds[ext]
 
@@ -110,23 +138,6 @@ def _source(path: str) -> tuple[type[Record], dict[str, Any], int, Any]:
         with zipfile.ZipFile(path) as z:
             members = [m for m in z.namelist() if m.endswith(".npy")]
         cols = {m[:-4]: _NpzColumn(path, m) for m in members}
-    elif kind == "hf":
-        try:
-            import datasets
-        except ImportError as e:
-            raise ImportError(
-                "reading a HuggingFace dataset needs the 'hf' extra: pip install 'feedline[hf]'"
-            ) from e
-        loaded = datasets.load_from_disk(path)
-        typed = _hf.arrow_source(loaded, path)
-        if typed is not None:
-            return (*typed, None)
-        ds = loaded.with_format("numpy")
-        first = ds[:1]
-        rec = make_record(
-            "HFRow", {k: (np.asarray(v).shape[1:], np.asarray(v).dtype) for k, v in first.items()}
-        )
-        return rec, _HFColumns(ds), len(ds), None
     else:
         raise ValueError(f"{path}: not a format feedline converts (found {kind})")
     lengths = {len(c) for c in cols.values()}
@@ -214,26 +225,6 @@ class _NpzColumn:
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
 
-class _HFColumns(dict):
-    """Lazy column slices of a numpy-formatted HuggingFace dataset."""
-
-    def __init__(self, ds: Any) -> None:
-        first = ds[:1]
-        super().__init__({k: _HFColumn(ds, k, np.asarray(v)) for k, v in first.items()})
-
-
-class _HFColumn:
-    def __init__(self, ds: Any, key: str, sample: np.ndarray) -> None:
-        self.ds, self.key = ds, key
-        self.shape, self.dtype = (len(ds), *sample.shape[1:]), sample.dtype
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, s: slice) -> np.ndarray:
-        return np.asarray(self.ds[s][self.key])
-
-
 def _rows(column: Any) -> np.ndarray:
     """A column as an n x width matrix (its values per row flattened; n may be 0)."""
     a = np.asarray(column)
@@ -241,16 +232,64 @@ def _rows(column: Any) -> np.ndarray:
 
 
 def convert(
-    src: str | os.PathLike[str], dst: str | os.PathLike[str], *, progress: Progress | None = None
+    src: Any,
+    dst: str | os.PathLike[str],
+    *,
+    columns: list[str] | None = None,
+    progress: Progress | None = None,
+    storage_options: Any = None,
 ) -> int:
     """Convert ``src`` to ``dst`` (format from ``dst``'s extension); returns the rows moved.
 
-    ``.ndf`` targets need float columns ``x`` (n x d) and optionally ``y`` (n x l).
+    ``src`` is a file of any format above: a path, or for the tables read through Arrow
+    a URL (``s3://bucket/x.parquet``, fsspec's ``storage_options``), a glob or a list of
+    Parquet files. ``columns`` chooses the columns (fields) moved, in that order; a
+    table's column whose type has no field is a ``FormatError`` naming the file, the
+    column and its type (leave it out with ``columns``). ``progress(done, total)`` is
+    called after each chunk (``total`` 0 where the rows are not known before reading:
+    CSV, JSONL). ``.ndf`` targets need float columns ``x`` (n x d) and optionally
+    ``y`` (n x l). Nothing is written on an error.
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> from feedline.formats.convert import convert
+    >>> d = tempfile.mkdtemp()
+    >>> pq.write_table(pa.table({"x": [0.5, 1.5], "s": ["a", "bc"]}), f"{d}/t.parquet")
+    >>> convert(f"{d}/t.parquet", f"{d}/t.flr"), convert(f"{d}/t.flr", f"{d}/u.parquet")
+    (2, 2)
+    >>> pq.read_table(f"{d}/u.parquet").to_pydict()
+    {'x': [0.5, 1.5], 's': ['a', 'bc']}
     """
-    src, dst = os.fspath(src), os.fspath(dst)
+    if not isinstance(src, (list, tuple)):
+        src = os.fspath(src)
+    dst = os.fspath(dst)
     target = _target(dst)
-    record, columns, n, handle = _source(src)
+    if isinstance(columns, str) or (
+        columns is not None and not all(isinstance(c, str) for c in columns)
+    ):
+        raise TypeError(f"columns is a list of column names, got {columns!r}")
+    kind = table_kind(src, storage_options)
+    if kind is not None:
+        if target != "flr":
+            raise ValueError(
+                f"{src} ({kind}) converts to a .flr (then on to other formats); got {dst}"
+            )
+        if kind in ("csv", "jsonl"):
+            opener = _textual.csv if kind == "csv" else _textual.jsonl
+            table = opener(src, columns, storage_options)
+        else:
+            table = _tabular.open_table(src, kind, columns, storage_options)
+        return recfile.write_chunks(dst, table.record, table.chunks(progress), check_values=False)
+    if is_url(src):
+        raise ValueError(f"{src}: convert reads {', '.join(_tabular.KINDS)} at URLs")
+    record, opened, n, handle = _source(src)
     try:
+        columns_ = opened
+        if columns is not None:
+            record, columns_ = _select(record, opened, columns, src)
+        if target == "parquet":
+            from . import _to_parquet
+
+            return _to_parquet.write(dst, record, _chunks(columns_, n, progress))
         ragged = [f for f in record.fields.values() if f.ragged]
         if ragged and target != "flr":
             first = ragged[0]
@@ -260,38 +299,56 @@ def convert(
             )
         if target == "flr":
             return recfile.write_chunks(
-                dst, record, _chunks(columns, n, progress), check_values=False
+                dst, record, _chunks(columns_, n, progress), check_values=False
             )
         if target == "ndf":
-            if "x" not in columns or set(columns) - {"x", "y"}:
-                raise ValueError(f"an .ndf holds columns x and y; {src} has {sorted(columns)}")
-            width = {k: int(np.prod(c.shape[1:], dtype=np.int64)) for k, c in columns.items()}
+            if "x" not in columns_ or set(columns_) - {"x", "y"}:
+                raise ValueError(f"an .ndf holds columns x and y; {src} has {sorted(columns_)}")
+            width = {k: int(np.prod(c.shape[1:], dtype=np.int64)) for k, c in columns_.items()}
             blocks = (
                 (_rows(c["x"]), _rows(c["y"]) if "y" in c else np.zeros((len(c["x"]), 0)))
-                for c in _chunks(columns, n, progress)
+                for c in _chunks(columns_, n, progress)
             )
             ndf.write_rows(dst, n, width["x"], width.get("y", 0), blocks)
             return n
-        if target == "npy" and len(columns) != 1:
-            raise ValueError(f"a .npy holds one array; {src} has {sorted(columns)}")
+        if target == "npy" and len(columns_) != 1:
+            raise ValueError(f"a .npy holds one array; {src} has {sorted(columns_)}")
         with atomic_write(dst) as f:
             if target == "npy":
-                (column,) = columns.values()
+                (column,) = columns_.values()
                 _write_npy(
                     f,
                     column,
                     n,
-                    (next(iter(chunk.values())) for chunk in _chunks(columns, n, progress)),
+                    (next(iter(chunk.values())) for chunk in _chunks(columns_, n, progress)),
                 )
             else:
-                _write_npz(f, columns, n, progress)
+                _write_npz(f, columns_, n, progress)
         return n
     finally:
         if handle is not None:
             handle.close()
-        for c in columns.values() if isinstance(columns, dict) else ():
+        for c in opened.values() if isinstance(opened, dict) else ():
             if isinstance(c, _NpzColumn):
                 c.close()
+
+
+def _select(
+    record: type[Record], columns: dict[str, Any], names: list[str], src: str
+) -> tuple[type[Record], dict[str, Any]]:
+    """The record of fields ``names`` (in that order) and their columns."""
+    missing = [c for c in names if c not in record.fields]
+    if missing or not names:
+        raise FormatError(
+            f"no column {missing[0]!r} (it has {list(record.fields)})"
+            if missing
+            else "no columns chosen",
+            src,
+        )
+    schema = record.schema()
+    by_name = {f["name"]: f for f in schema["fields"]}
+    schema = {**schema, "fields": [by_name[c] for c in names]}
+    return record_from_schema(schema, src), {c: columns[c] for c in names}
 
 
 def _write_npy(f: Any, column: Any, n: int, chunks: Iterator[np.ndarray]) -> None:

@@ -1,0 +1,97 @@
+"""Files that Arrow reads, wherever they are: a local path (memory-mapped) or an fsspec
+URL (``s3://bucket/data/*.parquet``), globs expanded in order on either.
+
+A URL's ``storage_options`` are fsspec's (credentials, ``client_kwargs``' endpoint);
+without them fsspec's defaults apply (for s3fs, the ``AWS_*`` environment).
+"""
+
+from __future__ import annotations
+
+import glob as globbing
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from ._remote import is_url, local_path
+
+
+def has_magic(path: str) -> bool:
+    """Whether ``path`` is a glob pattern (``*``, ``?`` or ``[``)."""
+    return any(c in path for c in "*?[")
+
+
+def filesystem(url: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
+    """fsspec's file system for ``url`` and the path within it; an ``ImportError``
+    naming the extra when fsspec is missing."""
+    try:
+        import fsspec
+    except ImportError as e:
+        raise ImportError(
+            f"reading {url} needs fsspec (and the protocol's own package, such as "
+            f"s3fs): pip install 'feedline[remote]'"
+        ) from e
+    return fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+
+
+def expand(path: Any, what: str, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """The files of ``path``: one path or URL, a glob pattern (sorted), or a list of
+    them (in order). ``what`` names the files for the errors (``"Parquet file"``)."""
+    items = list(path) if isinstance(path, (list, tuple)) else [path]
+    out: list[str] = []
+    for p in items:
+        p = local_path(os.fspath(p))
+        if not has_magic(p):
+            out.append(p)
+            continue
+        if is_url(p):
+            fs, inner = filesystem(p, storage_options)
+            protocol = p.split("://", 1)[0]
+            found = [f"{protocol}://{f}" for f in sorted(fs.glob(inner))]
+        else:
+            found = [p] if os.path.exists(p) else sorted(globbing.glob(p))
+        if not found:
+            raise FileNotFoundError(f"no {what} matches {p!r}")
+        out.extend(found)
+    if not out:
+        raise ValueError(f"no {what} given: a path, a glob pattern or a list of them")
+    return out
+
+
+def exists(path: str, storage_options: Mapping[str, Any] | None = None) -> bool:
+    if is_url(path):
+        fs, inner = filesystem(path, storage_options)
+        return bool(fs.exists(inner))
+    return os.path.exists(path)
+
+
+def open_input(path: str, storage_options: Mapping[str, Any] | None = None) -> Any:
+    """``path`` opened for Arrow: a ``pyarrow.MemoryMappedFile`` for a local file (its
+    columns read zero copy), an fsspec file (read by ranges, seekable) for a URL. A
+    missing file is a ``FileNotFoundError`` naming it."""
+    import pyarrow as pa
+
+    if is_url(path):
+        fs, inner = filesystem(path, storage_options)
+        if not fs.exists(inner):
+            raise FileNotFoundError(f"{path}: no such object")
+        return fs.open(inner, "rb")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a directory, not a file")
+    return pa.memory_map(path, "r")
+
+
+def read_bytes(path: str, storage_options: Mapping[str, Any] | None = None) -> bytes:
+    """A small file's bytes (a local path or a URL)."""
+    if is_url(path):
+        fs, inner = filesystem(path, storage_options)
+        with fs.open(inner, "rb") as f:
+            return f.read()
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def join(base: str, name: str) -> str:
+    """``name`` inside the directory ``base`` (a path or a URL)."""
+    return f"{base.rstrip('/')}/{name}" if is_url(base) else os.path.join(base, name)

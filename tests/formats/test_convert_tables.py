@@ -1,0 +1,231 @@
+"""convert from tables read through Arrow (Parquet, Arrow/Feather, CSV, JSONL, HF
+directories) to .flr, and from .flr back to Parquet."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.cli import main
+from feedline.formats.convert import convert, sniff
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+N = 2500
+
+
+def table(n: int = N):
+    i = np.arange(n)
+    return pa.table(
+        {
+            "x": i.astype(np.float32),
+            "y": i * 2,
+            "ok": i % 3 == 0,
+            "s": [f"r{k}é" for k in i],
+            "b": [bytes([k % 256]) * (k % 4) for k in i],
+            "v": pa.array([list(range(k % 5)) for k in i], pa.list_(pa.int32())),
+            "fx": pa.array([[k, k + 1, k + 2] for k in i], pa.list_(pa.float64(), 3)),
+        }
+    )
+
+
+def check_flr(path, n: int = N, names=None) -> None:
+    i = np.arange(n)
+    with fl.recfile.open(path) as f:
+        assert len(f) == n
+        cols = f.columns
+        names = names or list(cols)
+        assert list(f.record.fields) == names
+        want = {
+            "x": lambda: np.testing.assert_array_equal(cols["x"], i.astype(np.float32)),
+            "y": lambda: np.testing.assert_array_equal(cols["y"], i * 2),
+            "ok": lambda: np.testing.assert_array_equal(cols["ok"], i % 3 == 0),
+            "s": lambda: cols["s"].strings() == [f"r{k}é" for k in i] or pytest.fail("s"),
+            "b": lambda: (
+                cols["b"].blobs() == [bytes([k % 256]) * (k % 4) for k in i] or pytest.fail("b")
+            ),
+            "v": lambda: (
+                [f[r]["v"].tolist() for r in range(0, n, 97)]
+                == [list(range(k % 5)) for k in range(0, n, 97)]
+                or pytest.fail("v")
+            ),
+            "fx": lambda: np.testing.assert_array_equal(
+                cols["fx"], np.stack([i, i + 1, i + 2], 1).astype(np.float64)
+            ),
+        }
+        for name in names:
+            want[name]()
+
+
+@pytest.fixture
+def parquet(tmp_path):
+    p = tmp_path / "t.parquet"
+    pq.write_table(table(), p, row_group_size=300)
+    return p
+
+
+def test_a_parquet_file_converts_to_flr_row_group_by_row_group(parquet, tmp_path):
+    assert sniff(parquet) == "parquet"
+    seen = []
+    n = convert(parquet, tmp_path / "t.flr", progress=lambda done, total: seen.append(done))
+    assert n == N
+    check_flr(tmp_path / "t.flr")
+    assert seen[-1] == N
+
+
+def test_parquet_to_flr_to_parquet_gives_the_same_table(parquet, tmp_path):
+    convert(parquet, tmp_path / "t.flr")
+    assert convert(tmp_path / "t.flr", tmp_path / "back.parquet") == N
+    back = pq.read_table(tmp_path / "back.parquet")
+    assert back.replace_schema_metadata(None).equals(pq.read_table(parquet))
+    assert back.to_pydict() == table().to_pydict()
+
+
+def test_columns_choose_the_fields_in_their_order(parquet, tmp_path):
+    assert main(["convert", str(parquet), str(tmp_path / "c.flr"), "--columns", "s,x"]) == 0
+    check_flr(tmp_path / "c.flr", names=["s", "x"])
+    convert(tmp_path / "c.flr", tmp_path / "c.parquet", columns=["x"])
+    assert pq.read_table(tmp_path / "c.parquet").column_names == ["x"]
+
+
+def test_a_glob_or_list_of_parquet_files_converts_as_one_table(tmp_path):
+    t = table()
+    pq.write_table(t.slice(0, 1000), tmp_path / "a.parquet")
+    pq.write_table(t.slice(1000), tmp_path / "b.parquet")
+    assert convert(str(tmp_path / "*.parquet"), tmp_path / "g.flr") == N
+    check_flr(tmp_path / "g.flr")
+    assert convert([tmp_path / "a.parquet", tmp_path / "b.parquet"], tmp_path / "l.flr") == N
+
+
+@pytest.mark.parametrize("how", ["file", "feather", "stream"])
+def test_arrow_ipc_files_and_streams_convert(tmp_path, how):
+    import pyarrow.feather as feather
+    import pyarrow.ipc as ipc
+
+    t = table()
+    p = tmp_path / (
+        "t.arrows" if how == "stream" else f"t.{'feather' if how != 'file' else 'arrow'}"
+    )
+    if how == "feather":
+        feather.write_feather(t, p, chunksize=700)
+    else:
+        opener = ipc.new_stream if how == "stream" else ipc.new_file
+        with pa.OSFile(str(p), "wb") as sink, opener(sink, t.schema) as w:
+            for b in t.to_batches(max_chunksize=700):
+                w.write_batch(b)
+    assert convert(p, tmp_path / "t.flr") == N
+    check_flr(tmp_path / "t.flr")
+
+
+def test_a_csv_file_converts_with_types_inferred(tmp_path):
+    import pyarrow.csv as pcsv
+
+    t = table().select(["x", "y", "ok", "s"])
+    pcsv.write_csv(t, tmp_path / "t.csv")
+    assert main(["convert", str(tmp_path / "t.csv"), str(tmp_path / "t.flr")]) == 0
+    with fl.recfile.open(tmp_path / "t.flr") as f:
+        assert f.record.fields["y"].dtype == np.int64 and f.record.fields["s"].kind == "str"
+    check_flr(tmp_path / "t.flr", names=["x", "y", "ok", "s"])
+
+
+def test_a_csv_row_with_the_wrong_number_of_columns_names_the_file_and_line(tmp_path, capsys):
+    lines = ["a,b,c"] + [f"{k},{k * 2},x{k}" for k in range(50_000)]
+    lines[30_001] = "1,2,3,4"
+    (tmp_path / "bad.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(fl.FormatError, match=r"bad\.csv: line 30,002 .*4 columns, the header 3"):
+        convert(tmp_path / "bad.csv", tmp_path / "bad.flr")
+    assert not (tmp_path / "bad.flr").exists()
+    assert main(["convert", str(tmp_path / "bad.csv"), str(tmp_path / "bad.flr")]) != 0
+    assert "line 30,002" in capsys.readouterr().err
+
+
+def test_a_jsonl_file_converts_and_a_line_that_is_not_json_is_named(tmp_path, monkeypatch):
+    from feedline.formats import _textual
+
+    monkeypatch.setattr(_textual, "BLOCK_BYTES", 4096)  # many blocks
+    rows = [{"a": k, "s": f"t{k}", "v": list(range(k % 3))} for k in range(3000)]
+    text = "\n".join(json.dumps(r) for r in rows) + "\n"
+    (tmp_path / "t.jsonl").write_text(text)
+    assert convert(tmp_path / "t.jsonl", tmp_path / "t.flr") == 3000
+    with fl.recfile.open(tmp_path / "t.flr") as f:
+        assert f.columns["a"].tolist() == list(range(3000))
+        assert f.columns["s"].strings()[2999] == "t2999" and f[5]["v"].tolist() == [0, 1]
+    lines = text.splitlines()
+    lines[2345] = "{not json"
+    (tmp_path / "bad.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(fl.FormatError, match=r"bad\.jsonl: line 2,346 is not a JSON object"):
+        convert(tmp_path / "bad.jsonl", tmp_path / "bad.flr")
+    assert not (tmp_path / "bad.flr").exists()
+
+
+def test_a_column_with_no_field_is_named_with_its_type_and_columns_suggested(tmp_path):
+    t = table().append_column("when", pa.array(np.arange(N).astype("datetime64[s]")))
+    pq.write_table(t, tmp_path / "d.parquet")
+    with pytest.raises(fl.FormatError) as e:
+        convert(tmp_path / "d.parquet", tmp_path / "d.flr")
+    msg = str(e.value)
+    assert "d.parquet" in msg and "'when'" in msg and "timestamp[" in msg
+    assert "--columns" in msg and not (tmp_path / "d.flr").exists()
+    assert convert(tmp_path / "d.parquet", tmp_path / "d.flr", columns=["x", "s"]) == N
+
+
+def test_a_file_that_is_not_parquet_is_a_format_error_naming_it(tmp_path):
+    (tmp_path / "no.parquet").write_bytes(b"PAR1" + b"\0" * 100)
+    with pytest.raises(fl.FormatError, match=r"no\.parquet: expected a Parquet file"):
+        convert(tmp_path / "no.parquet", tmp_path / "no.flr")
+    assert not (tmp_path / "no.flr").exists()
+
+
+def test_a_corrupt_row_group_is_named_and_leaves_no_output(tmp_path):
+    p = tmp_path / "c.parquet"
+    pq.write_table(table(), p, row_group_size=1000, compression="snappy")
+    meta = pq.ParquetFile(p).metadata
+    col = meta.row_group(1).column(3)  # the strings of rows 1000-2000
+    data = bytearray(p.read_bytes())
+    start = col.data_page_offset
+    data[start + 8 : start + col.total_compressed_size] = b"\xff" * (col.total_compressed_size - 8)
+    p.write_bytes(bytes(data))
+    with pytest.raises(fl.FormatError, match=r"c\.parquet: row group 1 \(rows 1,000 to 2,000"):
+        convert(p, tmp_path / "c.flr")
+    assert not (tmp_path / "c.flr").exists()
+
+
+def test_nulls_are_named_by_column_and_row_of_the_file(tmp_path):
+    x = pa.array([1.0] * 1500 + [None] + [2.0] * 10)
+    pq.write_table(pa.table({"x": x}), tmp_path / "n.parquet", row_group_size=1000)
+    with pytest.raises(fl.FormatError, match=r"column 'x' has 1 missing .* first at row 1,500"):
+        convert(tmp_path / "n.parquet", tmp_path / "n.flr")
+
+
+def test_an_hf_directory_with_strings_and_lists_converts_with_columns(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.Dataset.from_dict(
+        {
+            "text": [f"doc {k}" for k in range(N)],
+            "ids": [list(range(k % 7)) for k in range(N)],
+            "mask": [[1] * (k % 7) for k in range(N)],
+            "label": list(range(N)),
+            "tags": [["a"] * (k % 2) for k in range(N)],
+        }
+    ).shuffle(seed=0)
+    hf.save_to_disk(str(tmp_path / "hf"))
+    order = hf["label"]
+    cols = ["text", "ids", "mask", "label"]
+    assert convert(tmp_path / "hf", tmp_path / "hf.flr", columns=cols) == N
+    with fl.recfile.open(tmp_path / "hf.flr") as f:
+        assert f.record.fields["ids"].dims == f.record.fields["mask"].dims  # one dim
+        assert f.columns["label"].tolist() == order
+        assert f.columns["text"].strings() == [f"doc {k}" for k in order]
+        assert f[9]["ids"].tolist() == list(range(order[9] % 7))
+    with pytest.raises(fl.FormatError, match="'tags' holds lists of str"):
+        convert(tmp_path / "hf", tmp_path / "all.flr")
+    assert not (tmp_path / "all.flr").exists()
+
+
+def test_a_table_converts_only_to_flr_and_says_so(parquet, tmp_path):
+    with pytest.raises(ValueError, match=r"converts to a \.flr"):
+        convert(parquet, tmp_path / "t.npz")
