@@ -1,0 +1,237 @@
+"""Arrow IPC files (Feather version 2 included) as a typed random-access source,
+memory-mapped.
+
+The file is opened with ``pyarrow.memory_map`` and ``ipc.open_file``, and each record
+batch's columns are decoded once, at open, into views of the map: a fixed-width column
+without nulls is a numpy array over the file's own bytes (zero copy: nothing is read
+until a batch touches it), a string, binary or list column a ``Ragged`` whose values
+are such a view (its offsets, one int64 a row, are rebased into memory). Bools are the
+exception: Arrow packs them in bits, so they are unpacked once.
+
+================  ===============================================================
+cost              per batch
+================  ===============================================================
+one record batch  one ``take`` per field (the pages it touches read from the map)
+several           one ``searchsorted``, one ``take`` per field and record batch touched
+memory            the ragged columns' offsets; the rest is the page cache's
+================  ===============================================================
+
+An Arrow stream (``.arrows``, or an HF dataset's data files), a Feather version 1 file
+and a file at a URL are read into memory once (a stream has no footer to map batches
+by; a URL no map).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import BoundsError, FormatError, RecordError
+from ..formats._arrowcols import check_field, decode
+from ..formats._arrowtypes import pyarrow, schema_record
+from ..formats._fsinput import open_input
+from ..formats._remote import local_path
+from ..records import Ragged, Record
+from ._parquet import _layout_fixed
+
+
+def _batches(path: str, storage_options: Any) -> tuple[Any, list[Any]]:
+    """(schema, record batches) of an Arrow IPC file or stream, or a Feather file."""
+    pa = pyarrow()
+    import pyarrow.ipc as ipc
+
+    source = open_input(path, storage_options)
+    head = source.read(8)
+    source.seek(0)
+    try:
+        if head[:6] == b"ARROW1":
+            reader = ipc.open_file(source)
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            return reader.schema, batches
+        if head[:4] == b"FEA1":
+            import pyarrow.feather as feather
+
+            table = feather.read_table(source)
+            return table.schema, table.to_batches()
+        if head[:4] == b"\xff\xff\xff\xff":
+            table = ipc.open_stream(source).read_all()
+            return table.schema, table.to_batches()
+    except (pa.ArrowInvalid, pa.ArrowIOError) as e:
+        source.close()
+        raise FormatError(
+            f"expected an Arrow IPC file (ARROW1 at both ends, a footer of record "
+            f"batches), found bytes pyarrow cannot read as one (truncated?): {e}",
+            path,
+        ) from e
+    source.close()
+    raise FormatError(
+        f"expected an Arrow IPC file or stream (ARROW1, or Feather's FEA1), found "
+        f"{bytes(head[:8])!r} at byte 0",
+        path,
+    )
+
+
+class ArrowSource:
+    """An Arrow IPC / Feather file as a typed source: ``len``, ``src[i]``,
+    ``src.getitems(indices)`` (columns, batch axis first) and ``.record``.
+
+    Built by ``fl.sources.arrow``. It pickles as its path and record: a worker process
+    maps the file again itself.
+    """
+
+    def __init__(
+        self,
+        path: Any,
+        record: type[Record] | None = None,
+        *,
+        columns: list[str] | None = None,
+        storage_options: Any = None,
+    ) -> None:
+        if record is not None and columns is not None:
+            raise TypeError("fl.sources.arrow takes record= or columns=, not both")
+        if record is not None and not (isinstance(record, type) and issubclass(record, Record)):
+            raise TypeError(f"record is a fl.Record subclass, got {record!r}")
+        self.path = local_path(os.fspath(path))
+        self.storage_options = storage_options
+        schema, batches = _batches(self.path, storage_options)
+        if record is None:
+            record = schema_record(schema, "ArrowRow", self.path, columns)
+        for name, f in record.fields.items():
+            if name not in schema.names:
+                raise RecordError(
+                    f"{self.path}: {record.__name__} field `{name}` is not a column of the "
+                    f"file (it has {schema.names})"
+                )
+            check_field(f, schema.field(name).type, self.path)
+        self.record = record
+        self.fixed_layout = _layout_fixed(record, schema)
+        self.salt = 0
+        self._open(batches)
+
+    def _open(self, batches: list[Any]) -> None:
+        """Each record batch's columns decoded (views of the map), and where they start."""
+        sizes = [b.num_rows for b in batches]
+        self.starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(sizes, dtype=np.int64), out=self.starts[1:])
+        self.n = int(self.starts[-1])
+        self._parts: list[dict[str, Any]] = []
+        for k, b in enumerate(batches):
+            where = f"{self.path}: record batch {k}"
+            first = int(self.starts[k])
+            self._parts.append(
+                {
+                    name: decode(b.column(name), f, where, first)
+                    for name, f in self.record.fields.items()
+                }
+            )
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._open(_batches(self.path, self.storage_options)[1])
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def n_batches(self) -> int:
+        """The file's record batches."""
+        return len(self._parts)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        from ..records._ragged import example_of
+
+        batch = self.getitems(np.array([int(index)], dtype=np.int64))
+        return {k: example_of(self.record.fields[k], v, 0) for k, v in batch.items()}
+
+    def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """Rows ``indices`` as the record's columns: numpy arrays for fixed fields (into
+        ``out``'s first rows when given), a ``Ragged`` for list, ``str`` and ``bytes``."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
+            bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
+            raise BoundsError(f"{self.path}: row {bad} is outside [0, {self.n:,})")
+        fields = self.record.fields
+        if len(self._parts) == 1 or not len(idx):
+            part = self._parts[0] if self._parts else None
+            return {k: self._take(k, part, idx, out) for k in fields}
+        group = np.searchsorted(self.starts, idx, "right") - 1
+        local = idx - self.starts[group]
+        touched = np.unique(group)
+        if len(touched) == 1:
+            part = self._parts[int(touched[0])]
+            return {k: self._take(k, part, local, out) for k in fields}
+        rows = [np.flatnonzero(group == g) for g in touched.tolist()]
+        result: dict[str, Any] = {}
+        for k, f in fields.items():
+            pieces = [
+                self._take(k, self._parts[g], local[r], None)
+                for g, r in zip(touched.tolist(), rows)
+            ]
+            if f.ragged:
+                back = np.empty(len(idx), dtype=np.int64)
+                back[np.concatenate(rows)] = np.arange(len(idx), dtype=np.int64)
+                result[k] = Ragged.concat(pieces).take(back)
+                continue
+            col = (
+                out[k][: len(idx)]
+                if out is not None and k in out
+                else np.empty((len(idx), *pieces[0].shape[1:]), pieces[0].dtype)
+            )
+            for r, piece in zip(rows, pieces):
+                col[r] = piece
+            result[k] = col
+        return result
+
+    def _take(self, k: str, part: dict[str, Any] | None, rows: np.ndarray, out: Any) -> Any:
+        f = self.record.fields[k]
+        if part is None:  # a file of no record batches
+            if f.ragged:
+                array = f.kind == "array"
+                return Ragged.empty(f.shape if array else (None,), f.dtype if array else np.uint8)
+            return np.zeros((0, *f.shape), dtype=f.dtype)
+        col = part[k]
+        if isinstance(col, Ragged):
+            return col.take(rows)
+        if out is not None and k in out:
+            return np.take(col, rows, axis=0, out=out[k][: len(rows)])
+        return col.take(rows, axis=0)
+
+    def __repr__(self) -> str:
+        return (
+            f"ArrowSource({self.path!r}, {self.record.__name__}, {self.n:,} rows in "
+            f"{len(self._parts)} record batches)"
+        )
+
+
+def arrow(
+    path: Any,
+    record: type[Record] | None = None,
+    *,
+    columns: list[str] | None = None,
+    storage_options: Any = None,
+) -> ArrowSource:
+    """An Arrow IPC file (``.arrow``, Feather ``.feather``) read at random, memory-mapped:
+    a typed source for ``fl.Loader``, ``fl.Seq.source`` or ``fl.Dataset``.
+
+    Fixed-width columns without nulls are numpy views of the map (zero copy), string,
+    binary and list columns ``Ragged`` s over it. ``record`` chooses the fields (each a
+    column of that name); without one it is inferred as ``fl.sources.parquet`` infers
+    it (numbers and bools scalars, fixed-size lists fixed dims, lists a varying dim,
+    strings ``str``, binary ``bytes``; a column with no field a ``RecordError`` naming
+    it). A file that is not Arrow is a ``FormatError`` naming it, a null a
+    ``FormatError`` naming the column and row. A URL (``storage_options`` fsspec's) or
+    an Arrow stream is read into memory once.
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.feather as feather, feedline as fl
+    >>> p = os.path.join(tempfile.mkdtemp(), "t.feather")
+    >>> feather.write_feather(pa.table({"x": [0.5, 1.5, 2.5], "s": ["a", "bc", "d"]}), p)
+    >>> src = fl.sources.arrow(p)
+    >>> len(src), src.getitems([2, 0])["x"].tolist(), src[1]["s"]
+    (3, [2.5, 0.5], 'bc')
+    """
+    return ArrowSource(path, record, columns=columns, storage_options=storage_options)
