@@ -131,7 +131,7 @@ def bench_bpe(corpus: str, out: str, size: int, repeat: int, folder: str, train_
     with open(corpus, "rb") as src, open(train, "wb") as dst:
         dst.write(src.read(train_mb * 1_000_000).rsplit(b"\n", 1)[0] + b"\n")
     t = time.perf_counter()
-    bpe = fl.text.BPETokenizer.train(train, 8192)
+    bpe = fl.text.BPETokenizer.train(train, 8192, specials=fl.text.CHAT_SPECIALS[:2])
     print(
         f"\n8k BPE trained on {train_mb} MB in {time.perf_counter() - t:.1f} s; "
         "loss_scope assistant, 1,000 test documents"

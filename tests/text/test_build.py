@@ -15,7 +15,7 @@ import feedline as fl
 from feedline.cli import main
 from feedline.errors import FormatError
 from feedline.formats import nndataset as nnd
-from feedline.text import ByteTokenizer, _build, build, mark_assistant_span, read_text_docs
+from feedline.text import ByteTokenizer, _build, _inputs, build, mark_assistant_span, read_text_docs
 
 A, E = "<|assistant|>", "<|end_of_assistant|>"
 LINES = [
@@ -443,13 +443,13 @@ def test_a_failure_midway_leaves_the_old_file_and_no_temporary(corpus, tmp_path)
 
 
 def test_a_corpus_that_changes_while_read_is_a_format_error(corpus, tmp_path, monkeypatch):
-    real = _build.scan_text_docs
+    real = _inputs.scan_text_docs
 
     def stale(*args, **kwargs):
         scan = real(*args, **kwargs)
         return type(scan)(scan.docs + 1, scan.bytes, scan.sha256)
 
-    monkeypatch.setattr(_build, "scan_text_docs", stale)
+    monkeypatch.setattr(_inputs, "scan_text_docs", stale)
     with pytest.raises(FormatError, match="the corpus changed while it was read: 8 documents"):
         build(corpus, tmp_path / "o.nndataset", ByteTokenizer())
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt"]
@@ -635,7 +635,7 @@ def test_an_out_path_that_cannot_be_written_is_refused_before_any_work(
     def no_scan(*args, **kwargs):
         raise AssertionError("the corpus was read")
 
-    monkeypatch.setattr(_build, "scan_text_docs", no_scan)
+    monkeypatch.setattr(_inputs, "scan_text_docs", no_scan)
     out = tmp_path / target
     with pytest.raises(
         error, match=re.escape(f"out_path {str(out)!r}") + ".*" + re.escape(message)

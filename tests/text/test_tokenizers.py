@@ -176,7 +176,8 @@ def hf():
 def bpe(hf, tmp_path_factory):
     path = tmp_path_factory.mktemp("bpe") / "corpus.txt"
     path.write_text(TEXT)
-    return BPETokenizer.train(path, 300)
+    # specials are asked for by name (the default is none: issue 18)
+    return BPETokenizer.train(path, 300, specials=("<|assistant|>", "<|end_of_assistant|>"))
 
 
 def test_a_trained_bpe_puts_the_specials_first_and_round_trips_text(bpe):
@@ -235,7 +236,7 @@ def test_a_file_that_is_not_a_tokenizer_json_is_a_format_error(hf, tmp_path):
 
 def test_a_vocab_size_too_small_for_the_bytes_is_refused(hf, tmp_path):
     with pytest.raises(ValueError, match="hold the 256 byte symbols and 2 specials, got 100"):
-        BPETokenizer.train(tmp_path / "x.txt", 100)
+        BPETokenizer.train(tmp_path / "x.txt", 100, specials=BPETokenizer.CHAT_SPECIALS[:2])
 
 
 def test_without_tokenizers_the_error_names_the_extra(monkeypatch, tmp_path):

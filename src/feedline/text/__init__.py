@@ -8,7 +8,9 @@ into rows (first fit / best fit / concatenate-and-split) with segment ids.
 """
 
 from ._build import BuildSummary, build
+from ._chat import CHAT_SPECIALS, ChatTemplate
 from ._docs import iter_doc_chunks, mark_assistant_span, read_text_docs
+from ._inputs import Input
 from ._packed import Packed
 from ._tokenizers import (
     BPETokenizer,
@@ -21,9 +23,12 @@ from ._tokenizers import (
 from ._windows import Windows, window_record
 
 __all__ = [
+    "CHAT_SPECIALS",
     "BPETokenizer",
     "BuildSummary",
     "ByteTokenizer",
+    "ChatTemplate",
+    "Input",
     "Packed",
     "Tokenizer",
     "Windows",

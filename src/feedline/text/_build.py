@@ -1,10 +1,11 @@
-"""``build``: a text corpus (one document a line) to a ``.nndataset``, streamed.
+"""``build``: documents (text files, JSONL, Parquet, chats: ``_inputs``) to a
+``.nndataset``, streamed.
 
-Two passes over the text, none over the tokens:
+Two passes over the inputs, none over the tokens:
 
-1. a scan counts the documents and hashes the file (vectorised, one block in memory);
-   the test documents are chosen from the count (seeded, or the last N);
-2. the file is read and hashed again (a corpus edited meanwhile is refused before the
+1. a scan counts the documents and hashes each file (one block in memory); the test
+   documents are chosen from the count (seeded, or the last N);
+2. each file is read and hashed again (a corpus edited meanwhile is refused before the
    output is committed), and chunks of documents (``chunk_bytes`` of text) are
    tokenized, ``workers`` at a time on threads (the byte tokenizer's numpy work and
    the HuggingFace batch encoder both release the GIL), and their blocks are written
@@ -29,26 +30,29 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Literal, cast
 
 import numpy as np
 
 from .._base.files import atomic_write
-from ..errors import FormatError
+from ..errors import DomainError, FormatError
 from ..formats import nndataset
 from ..formats._nnwrite import encode_head, head_size
 from ._build_flr import is_flr, write_flr
-from ._docs import CHUNK_BYTES, _doc_blocks, mark_assistant_span, scan_text_docs
+from ._chat import ChatTemplate
+from ._docs import CHUNK_BYTES, CorpusScan
+from ._inputs import Input, as_inputs, changed, input_blocks, scan_input
 from ._tokenize import (
     _DEFAULT_WORKERS,
     BuildSummary,
+    DocEncoding,
     _check_args,
-    _encode,
     _in_order,
     _progress,
     _test_choice,
     check_out_path,
+    end_token,
 )
 from ._tokenizers import ASSISTANT, END_OF_ASSISTANT, Tokenizer
 
@@ -110,23 +114,23 @@ def _blocks(
 
 
 def _chunk(
-    tokenizer: Tokenizer,
-    docs: list[bytes],
+    enc: DocEncoding,
+    docs: list[Any],
     first: int,
     nbytes: int,
     test: np.ndarray,
-    markers: tuple[int, int] | None,
+    src: tuple[Input, int],
 ) -> _Chunk:
-    """Tokenize, mask and lay out one chunk of documents (``first`` numbers the first)."""
-    flow, counts = _encode(tokenizer, docs)
-    size = tokenizer.vocab_size
+    """Tokenize, mask and lay out one chunk of documents (``first`` numbers the first;
+    ``src`` is their input and the number of the first there)."""
+    flow, counts, mask = enc.encode(src[0], docs, src[1])
+    size = enc.tokenizer.vocab_size
     if len(flow) and int(flow.max()) >= size:
         at = int(np.argmax(flow >= size))
         doc = first + int(np.searchsorted(np.cumsum(counts), at, side="right"))
         raise ValueError(
             f"document {doc}: token id {int(flow[at])} is outside the tokenizer's vocab_size {size}"
         )
-    mask = None if markers is None else mark_assistant_span(flow, *markers, counts=counts)
     loss = len(flow) if mask is None else int(np.count_nonzero(mask))
     blocks, starts = _blocks(flow, counts, mask)
     is_test = np.zeros(len(docs), dtype=bool)
@@ -163,13 +167,20 @@ def _append_file(src: Any, dst: Any) -> None:
 
 
 def build(
-    corpus: str | os.PathLike[str],
+    corpus: Any,
     out_path: str | os.PathLike[str],
     tokenizer: Tokenizer,
     *,
     test_docs: int = 0,
     test_split: Literal["random", "last"] = "random",
-    loss_scope: Literal["all", "assistant"] = "all",
+    loss_scope: Literal["all", "assistant"] | None = None,
+    eos: int | str | None = None,
+    bos: int | str | None = None,
+    sep: str | None = None,
+    text_field: str = "text",
+    chat: bool = False,
+    messages_field: str = "messages",
+    chat_template: Callable[[list[dict[str, Any]]], Any] | None = None,
     workers: int | None = None,
     seed: int = 0,
     created: int | None = None,
@@ -177,11 +188,12 @@ def build(
     progress: bool | None = None,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> BuildSummary:
-    """Tokenize the text file ``corpus`` (a document a line, as ``read_text_docs``
-    reads it) into the ``.nndataset`` ``out_path``, atomically; an ``out_path`` ending
-    ``.flr`` gets a compact corpus instead (``_build_flr``: one row a document, tokens
-    in uint16 up to 65,536 ids, else uint32; the loss mask and test subset as
-    columns), which ``Windows`` reads as it reads the ``.nndataset``.
+    """Tokenize the documents of ``corpus`` (a path, an :class:`Input`, or a list of
+    them, of any kinds: text files, JSONL, Parquet, chats) into the ``.nndataset``
+    ``out_path``, atomically; an ``out_path`` ending ``.flr`` gets a compact corpus
+    instead (``_build_flr``: one row a document, tokens in uint16 up to 65,536 ids,
+    else uint32; the loss mask and test subset as columns), which ``Windows`` reads as
+    it reads the ``.nndataset``. Documents are numbered across the inputs, in order.
 
     ================  ==================================================================
     ``tokenizer``     a :class:`ByteTokenizer`, :class:`BPETokenizer` or any object with
@@ -190,25 +202,37 @@ def build(
     ``test_split``    "random": the first ``test_docs`` of feedline's shuffle of the
                       documents with ``seed`` (reproducible everywhere); "last": the last
     ``loss_scope``    "all", or "assistant": only tokens inside ``<|assistant|>`` ...
-                      ``<|end_of_assistant|>`` spans count (``mark_assistant_span``)
+                      ``<|end_of_assistant|>`` spans count (``mark_assistant_span``), and
+                      in a chat the trained roles' content and end (``ChatTemplate``).
+                      None: "assistant" when an input is a chat, else "all"
+    ``eos``, ``bos``  a token id or a special token's name, put after (before) every
+                      document; None: nothing, even for a tokenizer with an end-of-text
+                      special (as before these options). Never in the loss mask
+    ``sep``, ...      how a plain path is read (:class:`Input`'s ``sep``,
+                      ``text_field``, ``chat``, ``messages_field``; an ``Input`` has its
+                      own); ``chat_template`` renders chats (default ``ChatTemplate()``)
     ``workers``       threads tokenizing chunks while this one reads and writes (None:
                       1; 0: tokenize here, in turn); the output does not depend on it
     ``created``       the timestamp stored (None: now); fix it for reproducible files
     ``progress``      True: a progress bar with tokens/s on stderr (needs ``tqdm``)
     ================  ==================================================================
 
-    The file records the corpus path (as given), its SHA-256 and document count, and
-    the tokenizer's vocab record. A document that tokenizes to nothing keeps its
-    doc_id. Memory: ``chunk_bytes`` of text and its blocks per chunk in flight (2 per
-    worker) plus 8 bytes per document, whatever the corpus size. Returns a
-    :class:`BuildSummary`. A missing corpus is a ``FileNotFoundError``, and so is an
-    ``out_path`` in a missing directory (one that is a directory an
-    ``IsADirectoryError``), both before any work; bad arguments a
-    ``ValueError``/``TypeError``; a corpus that changes while it is read (its size,
-    documents or SHA-256) a ``FormatError``, and so is text that is not valid UTF-8
-    (naming the byte offset) unless the tokenizer keeps bytes as they are
-    (``ByteTokenizer``: ids 0-255). Cost: the tokenizer's, plus two reads (and
-    hashes) of the text and one write.
+    The file records the corpus path (as given; several: one a line), its SHA-256 (of
+    several: of their SHA-256s, one a line) and document count, and the tokenizer's
+    vocab record. A document that tokenizes to nothing keeps its doc_id. Memory:
+    ``chunk_bytes`` of text and its blocks per chunk in flight (2 per worker) plus 8
+    bytes per document, whatever the corpus size (a Parquet input: one row group's
+    column). Returns a :class:`BuildSummary`. A missing input is a
+    ``FileNotFoundError``, and so is an ``out_path`` in a missing directory (one that
+    is a directory an ``IsADirectoryError``), both before any work; bad arguments a
+    ``ValueError``/``TypeError`` (an ``eos``/``bos`` the tokenizer has not a
+    ``DomainError``); a corpus that changes while it is read (its size, documents or
+    SHA-256) a ``FormatError``, and so is text that is not valid UTF-8 (naming the byte
+    offset) unless the tokenizer keeps bytes as they are (``ByteTokenizer``: ids
+    0-255), a JSONL line that is not an object with the field (naming the line), a
+    bad message (the line and the message) and a Parquet file without the column or
+    with a null (the row). Nothing is written then. Cost: the tokenizer's, plus two
+    reads (and hashes) of the inputs and one write.
 
     >>> import os, tempfile
     >>> from feedline.text import ByteTokenizer
@@ -221,68 +245,113 @@ def build(
     (2, 12, 5)
     """
     t0 = time.perf_counter()
-    _check_args(corpus, out_path, tokenizer, test_docs, test_split, loss_scope, workers, seed)
-    markers = None
-    if loss_scope == "assistant":
-        markers = (tokenizer.special_id(ASSISTANT), tokenizer.special_id(END_OF_ASSISTANT))
-    bar = _progress(progress, os.path.getsize(corpus), "counting documents")
+    inputs = as_inputs(
+        corpus, sep=sep, text_field=text_field, chat=chat, messages_field=messages_field
+    )
+    any_chat = any(i.chat for i in inputs)
+    scope = loss_scope if loss_scope is not None else "assistant" if any_chat else "all"
+    _check_args(inputs, out_path, tokenizer, test_docs, test_split, scope, workers, seed)
+    enc = _encoding(tokenizer, inputs, scope, chat_template, bos, eos)
+    utf8 = not getattr(tokenizer, "keeps_bytes", False)
+    total = sum(os.path.getsize(i.path) for i in inputs)
+    bar = _progress(progress, total, "counting documents")
     try:
         # A tokenizer that needs text would turn invalid bytes into U+FFFD: refused
         # here with the offset instead; one that keeps bytes keeps them.
-        scan = scan_text_docs(
-            corpus,
-            chunk_bytes,
-            None if bar is None else bar.update,
-            utf8=not getattr(tokenizer, "keeps_bytes", False),
-        )
+        on_block = None if bar is None else bar.update
+        scans = [scan_input(i, chunk_bytes, on_block, utf8) for i in inputs]
     finally:
         if bar is not None:
             bar.close()
+    scan = _combined(scans)
+    source = "\n".join(os.fspath(i.path) for i in inputs)
     if test_docs > scan.docs:
-        raise ValueError(
-            f"test_docs = {test_docs} but {os.fspath(corpus)} has {scan.docs} documents"
-        )
+        raise ValueError(f"test_docs = {test_docs} but {source} has {scan.docs} documents")
     test = _test_choice(scan.docs, int(test_docs), test_split, int(seed))
     n_threads = _DEFAULT_WORKERS if workers is None else workers
-    if is_flr(out_path):
-        bar = _progress(progress, scan.bytes, "tokenizing")
-        try:
-            totals = write_flr(
-                corpus, out_path, tokenizer, scan, test, markers, n_threads, chunk_bytes, bar
-            )
-        finally:
-            if bar is not None:
-                bar.close()
-        return _summary(out_path, scan, totals, loss_scope, t0)
-    meta = nndataset.Build(
-        tokenizer.vocab_record(),
-        os.fspath(corpus),
-        scan.sha256,
-        scan.docs,
-        loss_scope=loss_scope,
-        created=int(time.time()) if created is None else created,
-        license=license,
-    )
-
-    digest = hashlib.sha256()  # of the text tokenized, checked against the scan's
 
     def tasks() -> Generator[tuple, None, None]:
         first = 0
-        for docs, nbytes in _doc_blocks(corpus, chunk_bytes, digest):
-            yield tokenizer, docs, first, nbytes, test, markers
-            first += len(docs)
+        for inp, s in zip(inputs, scans):
+            digest = hashlib.sha256()  # of the text tokenized, checked against the scan's
+            here = read = 0
+            for docs, nbytes in input_blocks(inp, chunk_bytes, digest):
+                yield enc, docs, first, nbytes, test, (inp, here)
+                first, here, read = first + len(docs), here + len(docs), read + nbytes
+            changed(inp, s, here, read, digest.hexdigest())
 
     bar = _progress(progress, scan.bytes, "tokenizing")
     try:
-        with (
-            contextlib.closing(tasks()) as todo,
-            contextlib.closing(_in_order(_chunk, todo, n_threads)) as chunks,
-        ):
-            totals = _write(out_path, meta, len(test), scan.bytes, chunks, bar, digest)
+        if is_flr(out_path):
+            totals = write_flr(tasks(), out_path, enc, scan, test, n_threads, bar, source)
+        else:
+            meta = nndataset.Build(
+                tokenizer.vocab_record(),
+                source,
+                scan.sha256,
+                scan.docs,
+                loss_scope=scope,
+                created=int(time.time()) if created is None else created,
+                license=license,
+            )
+            with (
+                contextlib.closing(tasks()) as todo,
+                contextlib.closing(_in_order(_chunk, todo, n_threads)) as chunks,
+            ):
+                totals = _write(out_path, meta, len(test), scan.bytes, chunks, bar)
     finally:
         if bar is not None:
             bar.close()
-    return _summary(out_path, scan, totals, loss_scope, t0)
+    return _summary(out_path, scan, totals, scope, t0)
+
+
+def _combined(scans: list[CorpusScan]) -> CorpusScan:
+    """One input's scan, or several's: documents and bytes summed, the SHA-256 of
+    their SHA-256s (hex, one a line)."""
+    if len(scans) == 1:
+        return scans[0]
+    sha = hashlib.sha256("\n".join(s.sha256 for s in scans).encode()).hexdigest()
+    return CorpusScan(sum(s.docs for s in scans), sum(s.bytes for s in scans), sha)
+
+
+def _encoding(
+    tokenizer: Tokenizer,
+    inputs: tuple[Input, ...],
+    scope: str,
+    chat_template: Any,
+    bos: Any,
+    eos: Any,
+) -> DocEncoding:
+    """How documents become tokens, its specials checked against the tokenizer."""
+    markers = None
+    if scope == "assistant" and not all(i.chat for i in inputs):
+        markers = (tokenizer.special_id(ASSISTANT), tokenizer.special_id(END_OF_ASSISTANT))
+    template = ChatTemplate() if chat_template is None else chat_template
+    if not callable(template):
+        raise TypeError(
+            "chat_template must be a ChatTemplate or a function of the messages, "
+            f"got {type(template).__name__}"
+        )
+    roles = template.roles if isinstance(template, ChatTemplate) else None
+    if isinstance(template, ChatTemplate) and any(i.chat for i in inputs):
+        for name in template.markers():
+            try:
+                tokenizer.special_id(name)
+            except ValueError as e:
+                raise DomainError(
+                    f"chat_template: {e} (the default chat template needs "
+                    "fl.text.CHAT_SPECIALS: ByteTokenizer(CHAT_SPECIALS), "
+                    "BPETokenizer.train(..., specials=CHAT_SPECIALS))"
+                ) from None
+    return DocEncoding(
+        tokenizer,
+        scope == "assistant",
+        markers,
+        template,
+        roles,
+        end_token(tokenizer, "bos", bos),
+        end_token(tokenizer, "eos", eos),
+    )
 
 
 def _summary(
@@ -312,16 +381,15 @@ def _write(
     n_bytes: int,
     chunks: Iterator[_Chunk],
     bar: Any,
-    digest: Any,
 ) -> tuple:
     """Write the chunks' blocks after room for the root record (train) or to a spill
-    file (test, appended at the end), then the root record; atomically. ``digest`` has
-    hashed the text the chunks came from once they are all read: a corpus whose bytes
-    differ from the scan's (``meta.source_sha256``) is refused before the commit."""
-    # build made ``meta``: the corpus path (os.fspath's), the scan's hex digest, an int time
+    file (test, appended at the end), then the root record; atomically. The chunks'
+    inputs were each checked against their scan once read (``_inputs.changed``); the
+    documents and bytes are counted again here before the commit."""
+    # build made ``meta``: the corpus path (os.fspath's) and an int time
     source = cast("str", meta.source_path)
-    sha, created = meta.source_sha256, meta.created
-    assert isinstance(sha, str) and created is not None
+    created = meta.created
+    assert created is not None
     counts: dict[bool, list[np.ndarray]] = {False: [], True: []}
     tokens = loss_tokens = read = 0
     t0 = time.perf_counter()
@@ -346,14 +414,6 @@ def _write(
                 f"the corpus changed while it was read: {meta.source_docs} "
                 f"documents in {n_bytes} bytes when counted, "
                 f"{len(train) + len(test)} in {read} when tokenized",
-                source,
-            )
-        if digest.hexdigest() != sha:
-            raise FormatError(
-                f"the corpus changed while it was read: SHA-256 "
-                f"{sha[:16]}... when counted, "
-                f"{digest.hexdigest()[:16]}... when tokenized (same size "
-                "and document count)",
                 source,
             )
         _append_file(spill, f)

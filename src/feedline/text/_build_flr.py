@@ -11,7 +11,7 @@ corpus's documents in corpus order, an empty one included, so a subset's documen
 Storage: 2 (or 4) bytes a token, 1 more with a loss mask, plus the ragged column's
 offsets (8 bytes a document) and the file's 64-byte-aligned sections.
 
-The text is read in the same chunks as for a ``.nndataset`` (``_tokenize``); the
+The documents are read in the same chunks as for a ``.nndataset`` (``_build``); the
 chunks' columns go to ``recfile.write_chunks``, which spools them beside the target
 and commits the file atomically once the last chunk is checked, so memory stays at a
 few chunks whatever the corpus size.
@@ -20,7 +20,6 @@ few chunks whatever the corpus size.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -31,9 +30,7 @@ import numpy as np
 from ..errors import FormatError
 from ..formats import recfile
 from ..records import Index, Ragged, Record, field
-from ._docs import _doc_blocks, mark_assistant_span
-from ._tokenize import _encode, _in_order
-from ._tokenizers import Tokenizer
+from ._tokenize import DocEncoding, _in_order
 
 __all__ = ["corpus_record", "is_flr", "token_dtype"]
 
@@ -86,33 +83,33 @@ def _ragged(values: np.ndarray, counts: np.ndarray) -> Ragged:
 
 
 def _flr_chunk(
-    tokenizer: Tokenizer,
-    docs: list[bytes],
+    enc: DocEncoding,
+    docs: list[Any],
     first: int,
     nbytes: int,
     test: np.ndarray,
-    markers: tuple[int, int] | None,
+    src: tuple[Any, int],
     where: tuple[str, str, np.dtype, bool],
 ) -> _FlrChunk:
-    """Tokenize and mask one chunk of documents (``first`` numbers the first) into
-    columns; an id the stored dtype cannot hold is a ``FormatError``."""
+    """Tokenize and mask one chunk of documents (``first`` numbers the first; ``src``
+    is their input and the number of the first there) into columns; an id the stored
+    dtype cannot hold is a ``FormatError``."""
     corpus, out, dtype, with_test = where
-    flow, counts = _encode(tokenizer, docs)
-    size = tokenizer.vocab_size
+    flow, counts, mask = enc.encode(src[0], docs, src[1])
+    size = enc.tokenizer.vocab_size
     limit = min(size, 1 << (8 * dtype.itemsize))
     if len(flow) and int(flow.max()) >= limit:
         at = int(np.argmax(flow >= limit))
         doc = first + int(np.searchsorted(np.cumsum(counts), at, side="right"))
         raise FormatError(
-            f"document {doc} (line {doc + 1} of the non-empty lines): token id "
-            f"{int(flow[at])} does not fit {out!r}'s tokens, {dtype.name} ids below "
-            f"{limit:,} (the tokenizer's vocab_size is {size:,}); nothing was written",
+            f"document {doc} (document {doc - first + src[1]} of {os.fspath(src[0].path)}): "
+            f"token id {int(flow[at])} does not fit {out!r}'s tokens, {dtype.name} ids "
+            f"below {limit:,} (the tokenizer's vocab_size is {size:,}); nothing was written",
             corpus,
         )
     cols: dict[str, Any] = {"tokens": _ragged(flow.astype(dtype), counts)}
     loss = len(flow)
-    if markers is not None:
-        mask = mark_assistant_span(flow, *markers, counts=counts)
+    if mask is not None:
         cols["loss_mask"] = _ragged(np.asarray(mask, dtype=np.bool_), counts)
         loss = int(np.count_nonzero(mask))
     is_test = np.zeros(len(docs), dtype=bool)
@@ -124,32 +121,25 @@ def _flr_chunk(
 
 
 def write_flr(
-    corpus: str | os.PathLike[str],
+    tasks: Iterator[tuple],
     out_path: str | os.PathLike[str],
-    tokenizer: Tokenizer,
+    enc: DocEncoding,
     scan: Any,
     test: np.ndarray,
-    markers: tuple[int, int] | None,
     workers: int,
-    chunk_bytes: int,
     bar: Any,
+    source: str,
 ) -> tuple[np.ndarray, np.ndarray, int, int, int]:
-    """Write the corpus's documents as a compact ``.flr``, atomically; returns the train
-    and test token counts, the tokens, the tokens trained and the file's size."""
-    source = os.fspath(corpus)
-    dtype = token_dtype(int(tokenizer.vocab_size))
-    record = corpus_record(int(tokenizer.vocab_size), markers is not None, len(test) > 0)
+    """Write the documents of ``tasks`` (``build``'s: each input checked against its
+    scan once read) as a compact ``.flr``, atomically; returns the train and test token
+    counts, the tokens, the tokens trained and the file's size."""
+    vocab_size = int(enc.tokenizer.vocab_size)
+    dtype = token_dtype(vocab_size)
+    record = corpus_record(vocab_size, enc.masked, len(test) > 0)
     where = (source, os.fspath(out_path), dtype, len(test) > 0)
-    digest = hashlib.sha256()  # of the text tokenized, checked against the scan's
     counts: list[np.ndarray] = []
     tests: list[np.ndarray] = []
     totals = [0, 0, 0]  # tokens, loss tokens, bytes of text read
-
-    def tasks() -> Generator[tuple, None, None]:
-        first = 0
-        for docs, nbytes in _doc_blocks(corpus, chunk_bytes, digest):
-            yield tokenizer, docs, first, nbytes, test, markers, where
-            first += len(docs)
 
     def columns(chunks: Iterator[_FlrChunk]) -> Generator[dict[str, Any], None, None]:
         for c in chunks:
@@ -169,16 +159,9 @@ def write_flr(
                 f"{scan.bytes} bytes when counted, {n} in {totals[2]} when tokenized",
                 source,
             )
-        if digest.hexdigest() != scan.sha256:
-            raise FormatError(
-                f"the corpus changed while it was read: SHA-256 {scan.sha256[:16]}... "
-                f"when counted, {digest.hexdigest()[:16]}... when tokenized (same size "
-                "and document count)",
-                source,
-            )
 
     with (
-        contextlib.closing(tasks()) as todo,
+        contextlib.closing((*t, where) for t in tasks) as todo,
         contextlib.closing(_in_order(_flr_chunk, todo, workers)) as chunks,
     ):
         recfile.write_chunks(out_path, record, columns(chunks))

@@ -16,8 +16,11 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .._base import kernels
+from ..errors import DomainError
 from ..formats import nndataset
 from ..order import Order, Seq
+from ._docs import mark_assistant_span
+from ._inputs import decode_docs
 from ._tokenizers import Tokenizer
 
 _T = TypeVar("_T")
@@ -172,14 +175,20 @@ def _check_args(
         raise ValueError(f"test_split must be 'random' or 'last', got {test_split!r}")
     if loss_scope not in nndataset.LOSS_SCOPES:
         raise ValueError(f"loss_scope must be 'all' or 'assistant', got {loss_scope!r}")
-    if not os.path.isfile(corpus):
-        raise FileNotFoundError(
-            f"{os.fspath(corpus)}: no such corpus file (expected a text "
-            "file with one document a line)"
-        )
+    for inp in corpus:  # the Inputs
+        if not os.path.isfile(inp.path):
+            expected = {
+                "text": "a text file with one document a line",
+                "jsonl": "a JSONL file, one JSON object a line",
+                "parquet": "a Parquet file",
+            }[inp.kind]
+            raise FileNotFoundError(
+                f"{os.fspath(inp.path)}: no such corpus file (expected {expected})"
+            )
     check_out_path(out_path, "out_path")
-    if os.path.exists(out_path) and os.path.samefile(corpus, out_path):
-        raise ValueError(f"out_path {os.fspath(out_path)!r} is the corpus itself")
+    for inp in corpus:
+        if os.path.exists(out_path) and os.path.samefile(inp.path, out_path):
+            raise ValueError(f"out_path {os.fspath(out_path)!r} is the corpus itself")
 
 
 def check_out_path(path: str | os.PathLike[str], what: str) -> None:
@@ -193,3 +202,97 @@ def check_out_path(path: str | os.PathLike[str], what: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise FileNotFoundError(f"{what} {path!r}: no such directory {parent!r} to write into")
+
+
+def end_token(tokenizer: Tokenizer, option: str, value: Any) -> int | None:
+    """The id ``eos``/``bos`` (``option``) names: None, an id below ``vocab_size``, or
+    the name of one of the tokenizer's specials; anything else a ``DomainError`` naming
+    the option."""
+    if value is None:
+        return None
+    size = int(tokenizer.vocab_size)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, str)):
+        raise TypeError(
+            f"{option} must be None, a token id or a special token's name, got {value!r}"
+        )
+    if isinstance(value, str):
+        try:
+            return int(tokenizer.special_id(value))
+        except ValueError as e:
+            raise DomainError(f"{option}={value!r}: {e}") from None
+    if not 0 <= int(value) < size:
+        raise DomainError(
+            f"{option}={int(value)} is outside the tokenizer's vocabulary (ids 0 to {size - 1})"
+        )
+    return int(value)
+
+
+def with_ends(
+    flow: np.ndarray,
+    counts: np.ndarray,
+    mask: np.ndarray | None,
+    bos: int | None,
+    eos: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``bos`` put before and ``eos`` after every document of the flow (vectorised: one
+    scatter); their mask is False (the loss is the masked tokens')."""
+    k = (bos is not None) + (eos is not None)
+    if not k or not len(counts):
+        return flow, counts, mask
+    new_counts = counts + k
+    new_starts = np.cumsum(new_counts) - new_counts
+    old_starts = np.cumsum(counts) - counts
+    dest = np.arange(len(flow), dtype=np.int64) + np.repeat(
+        new_starts - old_starts + (bos is not None), counts
+    )
+    out = np.empty(len(flow) + k * len(counts), dtype=flow.dtype)
+    out[dest] = flow
+    if bos is not None:
+        out[new_starts] = bos
+    if eos is not None:
+        out[new_starts + new_counts - 1] = eos
+    new_mask = None
+    if mask is not None:
+        new_mask = np.zeros(len(out), dtype=bool)
+        new_mask[dest] = mask
+    return out, new_counts, new_mask
+
+
+@dataclasses.dataclass(frozen=True)
+class DocEncoding:
+    """How a chunk of documents becomes tokens: the tokenizer, the assistant markers
+    of text documents (loss_scope "assistant"; None: no mask), the chat template and
+    its roles (None: any), and the ``bos``/``eos`` ids put around every document."""
+
+    tokenizer: Tokenizer
+    masked: bool
+    markers: tuple[int, int] | None
+    template: Any
+    roles: tuple[str, ...] | None
+    bos: int | None
+    eos: int | None
+
+    def encode(
+        self, inp: Any, docs: list[Any], first: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The chunk ``docs`` of the input ``inp`` (``first`` numbers its first
+        document there) as the flow of ids, the count per document and the mask."""
+        docs = decode_docs(inp, docs, first, self.template, self.roles)
+        mask: np.ndarray | None = None
+        if getattr(inp, "chat", False):
+            texts = [t for pieces in docs for t, _ in pieces]
+            trained = np.fromiter(
+                (f for pieces in docs for _, f in pieces), dtype=bool, count=len(texts)
+            )
+            per_doc = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+            flow, piece_counts = _encode(self.tokenizer, texts)
+            doc_of = np.repeat(np.arange(len(docs)), per_doc)
+            counts = np.bincount(doc_of, weights=piece_counts, minlength=len(docs))
+            counts = counts.astype(np.int64)
+            if self.masked:
+                mask = np.repeat(trained, piece_counts)
+        else:
+            flow, counts = _encode(self.tokenizer, docs)
+            if self.markers is not None:
+                mask = mark_assistant_span(flow, *self.markers, counts=counts)
+        return with_ends(flow, counts, mask, self.bos, self.eos)

@@ -35,6 +35,7 @@ import numpy as np
 from .._base.files import atomic_write
 from ..errors import FormatError
 from ..formats import nndataset
+from ._chat import ASSISTANT, CHAT_SPECIALS, END_OF_ASSISTANT
 
 __all__ = [
     "BPETokenizer",
@@ -45,7 +46,7 @@ __all__ = [
     "write_vocab",
 ]
 
-ASSISTANT, END_OF_ASSISTANT = "<|assistant|>", "<|end_of_assistant|>"
+
 DEFAULT_SPECIALS = (ASSISTANT, END_OF_ASSISTANT)
 _EXTRA = "pip install 'feedline[text]'"
 
@@ -249,23 +250,33 @@ class BPETokenizer(_Specials):
         }
         self._encode = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
 
+    #: the default chat template's specials: ``train(..., specials=CHAT_SPECIALS)``
+    CHAT_SPECIALS = CHAT_SPECIALS
+
     @classmethod
     def train(
         cls,
-        files: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        files: Any,
         vocab_size: int,
-        specials: Sequence[str] = DEFAULT_SPECIALS,
+        specials: Sequence[str] = (),
         *,
         min_frequency: int = 2,
         show_progress: bool = False,
     ) -> BPETokenizer:
         """Train a byte-level BPE of ``vocab_size`` ids on the documents of ``files``
-        (read as :func:`~feedline.text.read_text_docs` reads them, streamed).
+        (a path, an :class:`~feedline.text.Input` or a list of them, of any kind
+        ``build`` reads: text files, JSONL, Parquet; a chat's message contents),
+        streamed. Invalid UTF-8 in a text file becomes U+FFFD.
 
-        The specials take the first ids (0, 1, ...), then the 256 byte symbols, then
-        the merges. Cost: the library's trainer, over every document once.
+        ``specials`` are none unless asked for (before they were the assistant pair):
+        ``specials=BPETokenizer.CHAT_SPECIALS`` gives those of the default chat
+        template (and ``loss_scope="assistant"``'s markers); add an end-of-text token
+        (``"<|endoftext|>"``) to pass it as ``build``'s ``eos``. The specials take the
+        first ids (0, 1, ...), then the 256 byte symbols, then the merges. Cost: the
+        library's trainer, over every document once.
         """
-        from ._docs import iter_doc_chunks
+        from ._docs import CHUNK_BYTES
+        from ._inputs import as_inputs, decode_docs, input_blocks
 
         hf = _hf()
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
@@ -278,12 +289,23 @@ class BPETokenizer(_Specials):
             )
         if vocab_size > 2**32:  # the library's ids are u32
             raise ValueError(f"vocab_size must be at most 2**32, got {vocab_size}")
-        paths = [files] if isinstance(files, (str, os.PathLike)) else list(files)
+        inputs = as_inputs(files)
+
+        def contents(messages: list[dict[str, Any]]) -> list[tuple[str, bool]]:
+            return [(m["content"], False) for m in messages]
 
         def docs() -> Iterable[list[str]]:
-            for p in paths:
-                for chunk in iter_doc_chunks(p):
-                    yield [d.decode("utf-8", errors="replace") for d in chunk]
+            for inp in inputs:
+                first = 0  # numbers the lines an error names
+                for chunk, _ in input_blocks(inp, CHUNK_BYTES, None):
+                    texts = decode_docs(inp, chunk, first, contents, None)
+                    first += len(chunk)
+                    if inp.chat:
+                        texts = [t for pieces in texts for t, _ in pieces]
+                    yield [
+                        d.decode("utf-8", errors="replace") if isinstance(d, bytes) else d
+                        for d in texts
+                    ]
 
         tok = hf.Tokenizer(hf.models.BPE())
         tok.pre_tokenizer = hf.pre_tokenizers.ByteLevel(add_prefix_space=False)
