@@ -24,7 +24,6 @@ columns fit in memory, or shuffle within blocks of rows so each batch touches fe
 
 from __future__ import annotations
 
-import glob as globbing
 import os
 import threading
 from collections import OrderedDict
@@ -34,6 +33,9 @@ import numpy as np
 
 from ..errors import BoundsError, FormatError, RecordError
 from ..formats._arrowtypes import column_field, pyarrow, schema_record
+from ..formats._fsinput import expand
+from ..formats._remote import is_url
+from ..formats._tabular import parquet_file
 from ..records import Ragged, Record
 from ._arrow import check_field, decode
 
@@ -44,29 +46,14 @@ from ._arrow import check_field, decode
 CACHE_BYTES = 1 << 30
 
 
-def _paths(path: Any) -> list[str]:
-    """The files of ``path``: one path, a glob pattern, or a list of either (in order)."""
-    items = list(path) if isinstance(path, (list, tuple)) else [path]
-    out: list[str] = []
-    for p in items:
-        p = os.fspath(p)
-        if any(c in p for c in "*?[") and not os.path.exists(p):
-            found = sorted(globbing.glob(p))
-            if not found:
-                raise FileNotFoundError(f"no Parquet file matches {p!r}")
-            out.extend(found)
-        else:
-            out.append(p)
-    if not out:
-        raise ValueError("fl.sources.parquet needs at least one file")
-    return out
-
-
-def _open(path: str) -> Any:
-    """A ``pyarrow.parquet.ParquetFile``; a ``FormatError`` naming the file when it is not
-    Parquet or its footer is cut off."""
+def _open(path: str, storage_options: Any = None) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` (read by ranges through fsspec at a URL); a
+    ``FormatError`` naming the file when it is not Parquet or its footer is cut off."""
     pa = pyarrow()
     import pyarrow.parquet as pq
+
+    if is_url(path):
+        return parquet_file(path, storage_options)
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such Parquet file")
@@ -110,6 +97,7 @@ class ParquetSource:
         *,
         columns: list[str] | None = None,
         cache_groups: int | None = None,
+        storage_options: Any = None,
     ) -> None:
         if cache_groups is not None and (
             isinstance(cache_groups, bool) or not isinstance(cache_groups, (int, np.integer))
@@ -123,8 +111,9 @@ class ParquetSource:
             raise TypeError("fl.sources.parquet takes record= or columns=, not both")
         if record is not None and not (isinstance(record, type) and issubclass(record, Record)):
             raise TypeError(f"record is a fl.Record subclass, got {record!r}")
-        self.paths = _paths(path)
-        files = [_open(p) for p in self.paths]
+        self.storage_options = storage_options
+        self.paths = expand(path, "Parquet file", storage_options)
+        files = [_open(p, storage_options) for p in self.paths]
         first = files[0].schema_arrow
         if record is None:
             record = schema_record(first, "ParquetRow", self.paths[0], columns)
@@ -280,7 +269,7 @@ class ParquetSource:
         pa = pyarrow()
         k, rg = self.groups[g]
         if self._files is None:
-            self._files = [_open(p) for p in self.paths]
+            self._files = [_open(p, self.storage_options) for p in self.paths]
         path = self.paths[k]
         where = f"{path}: row group {rg}"
         names = list(self.record.fields)
@@ -390,12 +379,16 @@ def parquet(
     *,
     columns: list[str] | None = None,
     cache_groups: int | None = None,
+    storage_options: Any = None,
 ) -> ParquetSource:
     """Parquet files read at random, by row group: a typed source for ``fl.Loader``,
     ``fl.Seq.source`` or ``fl.Dataset``.
 
     ``path`` is a file, a glob pattern (``"data/*.parquet"``, sorted) or a list of
-    them, read one after another as one source. ``record`` chooses the fields (each a
+    them, read one after another as one source; each may be an fsspec URL
+    (``"s3://bucket/data/*.parquet"``, fsspec's ``storage_options``: credentials, the
+    endpoint), read by byte ranges (the footer, then the columns of the row groups a
+    batch touches). ``record`` chooses the fields (each a
     column of that name; only those columns are decoded); without one, it is inferred
     from the Arrow schema, of every column or of ``columns``: numbers and bools are
     scalars, fixed-size lists fixed dims, lists a varying dim (``T``, ``T1``, ...),
@@ -413,4 +406,6 @@ def parquet(
     >>> len(src), src.n_groups, src.getitems([2, 0])["x"].tolist(), src[1]["s"]
     (3, 2, [2.5, 0.5], 'bc')
     """
-    return ParquetSource(path, record, columns=columns, cache_groups=cache_groups)
+    return ParquetSource(
+        path, record, columns=columns, cache_groups=cache_groups, storage_options=storage_options
+    )

@@ -1,0 +1,120 @@
+"""Tables at URLs: Parquet sources and convert from Parquet, Arrow, CSV, JSONL and HF
+directories on a real S3 endpoint on loopback (moto's server)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.cli import main
+from feedline.formats.convert import convert
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from ..sources.test_parquet import N, check_rows, table  # noqa: E402
+from .s3_endpoint import S3Endpoint  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    endpoint = S3Endpoint()
+    import boto3
+    import pyarrow.csv as pcsv
+    import pyarrow.feather as feather
+    import s3fs
+
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint.url,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket="tables")
+    fs = s3fs.S3FileSystem(**endpoint.options())
+    folder = tmp_path_factory.mktemp("tables")
+    t = table()
+    pq.write_table(t.slice(0, 600), folder / "a.parquet", row_group_size=100)
+    pq.write_table(t.slice(600), folder / "b.parquet", row_group_size=100)
+    feather.write_feather(t, folder / "t.feather", chunksize=300)
+    pcsv.write_csv(t.select(["x", "y", "s"]), folder / "t.csv")
+    rows = t.select(["y", "s", "v"]).to_pylist()
+    (folder / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for name in ("a.parquet", "b.parquet", "t.feather", "t.csv", "t.jsonl"):
+        fs.put(str(folder / name), f"tables/{name}")
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset(t.select(["x", "s", "v"])).save_to_disk(str(folder / "hf"))
+    fs.put(str(folder / "hf"), "tables/hf", recursive=True)
+    endpoint.local = folder
+    yield endpoint
+    endpoint.close()
+
+
+@pytest.fixture
+def env(s3, monkeypatch):
+    """s3fs's endpoint and credentials from the environment (a plain URL's defaults)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return s3
+
+
+def test_a_glob_of_parquet_files_on_s3_is_a_source_of_exact_rows(s3):
+    src = fl.sources.parquet("s3://tables/*.parquet", storage_options=s3.options(), cache_groups=3)
+    assert src.paths == ["s3://tables/a.parquet", "s3://tables/b.parquet"]
+    assert len(src) == N and src.n_groups == 10
+    idx = np.random.default_rng(0).permutation(N)[:300]
+    check_rows(src.getitems(idx), idx)
+    again = pickle.loads(pickle.dumps(src))  # a worker opens the URLs itself
+    check_rows(again.getitems(idx[:50]), idx[:50])
+
+
+def test_a_missing_object_and_an_empty_glob_are_named(s3):
+    with pytest.raises(FileNotFoundError, match=r"s3://tables/none\.parquet"):
+        fl.sources.parquet("s3://tables/none.parquet", storage_options=s3.options())
+    with pytest.raises(FileNotFoundError, match=r"no Parquet file matches 's3://tables/\*\.pq'"):
+        fl.sources.parquet("s3://tables/*.pq", storage_options=s3.options())
+
+
+@pytest.mark.parametrize(
+    "name, fields",
+    [
+        ("*.parquet", ["x", "y", "ok", "s", "b", "v", "fx"]),
+        ("t.feather", ["x", "y", "ok", "s", "b", "v", "fx"]),
+        ("t.csv", ["x", "y", "s"]),
+        ("t.jsonl", ["y", "s", "v"]),
+        ("hf", ["x", "s", "v"]),
+    ],
+)
+def test_convert_from_s3_gives_the_local_files_rows(env, tmp_path, name, fields):
+    local = str(env.local / name)
+    assert convert(f"s3://tables/{name}", tmp_path / "remote.flr") == N
+    assert convert(local, tmp_path / "local.flr") == N
+    with (
+        fl.recfile.open(tmp_path / "remote.flr") as a,
+        fl.recfile.open(tmp_path / "local.flr") as b,
+    ):
+        assert list(a.record.fields) == fields
+        assert a.record.schema() == b.record.schema()
+        idx = np.arange(0, N, 7)
+        got, want = a.getitems(idx), b.getitems(idx)
+        for k in fields:
+            if isinstance(want[k], fl.Ragged):
+                assert got[k].values.tobytes() == want[k].values.tobytes()
+            else:
+                np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_the_command_line_converts_an_s3_url_with_columns(env, tmp_path, capsys):
+    out = tmp_path / "c.flr"
+    assert main(["convert", "s3://tables/a.parquet", str(out), "--columns", "y,s"]) == 0
+    assert f"s3://tables/a.parquet -> {out}: 600 rows" in capsys.readouterr().out
+    with fl.recfile.open(out) as f:
+        assert list(f.record.fields) == ["y", "s"] and f.columns["s"].strings()[5] == "r5é"
