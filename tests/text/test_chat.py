@@ -254,3 +254,18 @@ def test_chats_and_plain_text_build_one_corpus(tmp_path):
     # a text document's span is neuralnet.cpp's: both markers in
     assert tok.decode(got[1][0][got[1][1]]) == "<|assistant|>hi<|end_of_assistant|>"
     assert not got[2][1].any()
+
+
+def test_packed_rows_train_only_on_the_assistant_spans(tmp_path, suffix):
+    write_chats(tmp_path / "sft.jsonl", CHATS * 3)
+    tok = ByteTokenizer(CHAT_SPECIALS)
+    out = tmp_path / f"sft.{suffix}"
+    build(tmp_path / "sft.jsonl", out, tok, chat=True)
+    packed = fl.text.Packed(str(out), 24, strategy="first_fit")
+    rows = packed.getitems(np.arange(len(packed)))
+    trained = rows["targets"][rows["loss_mask"]]
+    # a document's targets are its tokens but the first, each with the corpus's mask
+    want = np.concatenate([ids[1:][m[1:]] for ids, m in docs_and_masks(out)])
+    assert sorted(trained.tolist()) == sorted(want.tolist())
+    answers = [m["content"] for c in CHATS * 3 for m in c if m["role"] == "assistant"]
+    assert len(trained) == sum(len(a.encode()) + 1 for a in answers)
