@@ -1,5 +1,5 @@
 """Worker pools kept for the loops over a dataset (a loader uses one through
-``_plan.WorkerPlan``).
+``_worker_plan.WorkerPlan``).
 
 ShapeScript: "The workers are started once per dataset parameter and kept for the loops
 over it." So the seed's idiom ``for epoch ...: for b in ds.shuffle(seed=epoch).batches(8)``

@@ -12,6 +12,7 @@ import hashlib
 import io
 import pickle
 import pickletools
+import types
 from typing import Any
 
 
@@ -30,19 +31,14 @@ def examine(obj: Any) -> tuple[str | None, str | None, bool]:
     data, reason = _by_reference(obj, buffers)
     by_value = False
     if data is None:
-        try:
-            import cloudpickle
-        except ImportError:
-            return None, f"{reason} (install feedline[workers] to send it by value)", False
         buffers.clear()
         try:
-            data = cloudpickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+            data = dumps_by_value(obj, buffers.append)
+        except ImportError:
+            return None, f"{reason} (install feedline[workers] to send it by value)", False
         except Exception as e:
-            return (
-                None,
-                f"{reason}, and cloudpickle cannot send it ({type(e).__name__}: {e})",
-                False,
-            )
+            why = f"{type(e).__name__}: {e}"
+            return None, f"{reason}, and cloudpickle cannot send it ({why})", False
         by_value = True
     h = hashlib.blake2b(data, digest_size=20)
     for buf in buffers:
@@ -50,6 +46,37 @@ def examine(obj: Any) -> tuple[str | None, str | None, bool]:
         h.update(len(raw).to_bytes(8, "little"))
         h.update(raw)
     return h.hexdigest(), None, by_value
+
+
+def dumps_by_value(obj: Any, buffer_callback: Any = None) -> bytes:
+    """``obj`` pickled with what ``__main__`` defines (functions, lambdas, classes) by
+    value, through cloudpickle (``ImportError`` without it); everything else by
+    reference. A function or class of another module that a worker could not import (a
+    closure of a test, a lambda in a library) is refused (``PicklingError``), as the
+    standard pickle refuses it: it stays in the calling process, where its side effects
+    (a list it appends to) are seen."""
+    import cloudpickle
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, o: Any) -> Any:
+            if isinstance(o, (types.FunctionType, type)) and not _main_or_importable(o):
+                raise pickle.PicklingError(
+                    f"{o.__module__}.{o.__qualname__} is neither importable nor of __main__"
+                )
+            return super().reducer_override(o)
+
+    out = io.BytesIO()
+    Pickler(out, protocol=5, buffer_callback=buffer_callback).dump(obj)
+    return out.getvalue()
+
+
+def _main_or_importable(o: Any) -> bool:
+    """False for a function or class defined inside a function, or a lambda, of a module
+    other than ``__main__``: a worker cannot import it."""
+    if getattr(o, "__module__", None) == "__main__":
+        return True
+    qualname = getattr(o, "__qualname__", "")
+    return "<locals>" not in qualname and "<lambda>" not in qualname
 
 
 def _by_reference(obj: Any, buffers: list) -> tuple[bytes | None, str | None]:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import WorkerError
+from ._shipping import dumps_by_value
 from ._slots import VALUES_START, Layout, grown
 
 # How long the loader waits for a result before it checks that the workers are alive.
@@ -123,23 +124,21 @@ class WorkerPool:
         self.free: deque[int] = deque()
         self.workers: list[_Worker] = []
         self._finalizer = weakref.finalize(self, _release, self.slots, self.workers)
-        dumps = pickle.dumps
-        if by_value:  # something of __main__ (``examine``): cloudpickle sends it
-            import cloudpickle
-
-            dumps = cloudpickle.dumps
-        payload = dumps(
-            {
-                "datasets": datasets,
-                "layout": layout,
-                "batch_size": batch_size,
-                "check_values": check_values,
-                "transform": transform,
-                "output": output,
-                "device": device,
-                "padding": padding,
-            },
-            protocol=pickle.HIGHEST_PROTOCOL,
+        init = {
+            "datasets": datasets,
+            "layout": layout,
+            "batch_size": batch_size,
+            "check_values": check_values,
+            "transform": transform,
+            "output": output,
+            "device": device,
+            "padding": padding,
+        }
+        # what __main__ defines goes by value (``_shipping.examine``)
+        payload = (
+            dumps_by_value(init)
+            if by_value
+            else pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL)
         )
         self.pending: dict[int, tuple[int, _Worker]] = {}
         self.done: dict[int, tuple[str, Any]] = {}

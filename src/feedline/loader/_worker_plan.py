@@ -1,0 +1,311 @@
+"""The worker plan: worker processes make a loader's batches ahead (``_workers``,
+``_slots``), from pools kept for the loops over a dataset (``_pools``); ragged fields
+are collated here, out of the workers' memory, as in process."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections import deque
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+import numpy as np
+
+from ..errors import WorkerError
+from ..records._ragged import Ragged
+from . import _collate, _into
+from ._batch import Batch
+from ._config import workers_are_set
+from ._local_plan import LocalPlan
+from ._pools import PoolSpec, acquire, discard, hand_back
+from ._shipping import examine
+from ._util import to_torch
+from ._workers import WorkerPool
+
+
+class WorkerPlan:
+    """Worker processes make the batches ahead; a pool is taken (or started) on first
+    use. Something of ``__main__`` (a script's map, record or source) goes to them by
+    value (cloudpickle, ``_shipping.examine``); datasets that cannot go at all (cloudpickle
+    missing, or an open socket in a map's closure) are read here (``LocalPlan``), with a
+    warning saying why when workers were asked for."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self.local = LocalPlan(loader)
+        self.spec: PoolSpec | None = None
+        self.decided = False
+        self.pool: WorkerPool | None = None
+        self.transform_in_workers = False
+        self.ragged = any(f.ragged for f in loader.record.fields.values())
+        self.inflight: deque = deque()
+        self.lock = threading.Lock()  # one thread submits and waits at a time
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        return self.next()
+
+    # -- the pool -----------------------------------------------------------------------
+    def _decide(self) -> PoolSpec | None:
+        loader = self.loader
+        opts = loader.options
+        asked = not opts.workers_default or workers_are_set()
+        digest, reason, by_value = examine(loader._datasets)
+        if reason is not None:
+            if asked:
+                warnings.warn(
+                    f"the loader's datasets are loaded in the calling process, not "
+                    f"in {opts.workers} workers: {reason}",
+                    RuntimeWarning,
+                    stacklevel=_caller_level(),
+                )
+            return None
+        assert digest is not None  # examine gives a digest or a reason
+        transform, transform_digest = opts.batch_transform, None
+        if transform is not None:
+            transform_digest, reason, transform_by_value = examine(transform)
+            by_value = by_value or transform_by_value
+            if reason is not None:
+                # The transform stays here; the workers still make the batches.
+                if asked:
+                    warnings.warn(
+                        f"batch_transform runs in the calling process: {reason}",
+                        RuntimeWarning,
+                        stacklevel=_caller_level(),
+                    )
+                transform = None
+        self.transform_in_workers = transform is not None
+        return PoolSpec(
+            loader._datasets,
+            dict(loader.record.fields),
+            opts.batch_size,
+            opts.workers,
+            opts.prefetch,
+            opts.check_values,
+            transform,
+            opts.output,
+            None if opts.device is None else str(opts.device),
+            digest,
+            transform_digest,
+            (opts.pad_to_multiple, opts.pad_bounds),
+            by_value,
+        )
+
+    def _spec(self) -> PoolSpec | None:
+        if not self.decided:
+            with self.lock:
+                if not self.decided:
+                    self.spec = self._decide()
+                    self.decided = True
+        return self.spec
+
+    def _take_pool(self) -> WorkerPool:
+        """Under ``lock``: the pool to submit to, held by this loader, its ``use_lock``
+        held (the caller releases it). Its own, unless another loader took it over between
+        passes, or this process is a fork of the one that started it; a broken one
+        raises ``WorkerError`` until a reset."""
+        pool = self.pool
+        if pool is not None:
+            pool.use_lock.acquire()
+            if pool.holder is not None and pool.holder() is self.loader:
+                if pool.broken is not None:
+                    pool.use_lock.release()
+                    raise WorkerError(
+                        f"{pool.broken} (reset() or load_state_dict() continues with new workers)"
+                    )
+                return pool
+            pool.use_lock.release()
+        if self.spec is None:
+            raise ValueError("the loader is closed")
+        self.pool = pool = acquire(self.spec, self.loader)
+        return pool
+
+    def started(self) -> WorkerPool | None:
+        """The pool this plan uses, taken (or started) now; None when batches are made in
+        this process (for tests and diagnostics)."""
+        if self._spec() is None:
+            return None
+        with self.lock:
+            self._take_pool().use_lock.release()
+        return self.pool
+
+    # -- batches --------------------------------------------------------------------------
+    def _batch_no(self, claim: Any) -> int:
+        return claim.start // self.loader.options.batch_size
+
+    def _take(self) -> tuple[Any, Any]:
+        """Under ``lock``: submit while slots are free, then the next batch in flight:
+        ``(claim, fields)``. An interrupt while it waits leaves the batch in flight (the
+        next call waits for it again); a worker's death or a timeout gives back every
+        batch in flight to the ledger (they are made again after a reset)."""
+        loader = self.loader
+        led = loader._ledger
+        pool = self._take_pool()
+        try:
+            while pool.can_submit():
+                claim = loader.claim()
+                if claim is None:
+                    break
+                try:
+                    pool.submit(
+                        self._batch_no(claim),
+                        claim.ords,
+                        claim.recs,
+                        loader.rows_for(claim.size),
+                        claim.pos0,  # the rows' positions for a transform's batch.meta
+                        loader.positions(claim),
+                        loader.context(),
+                    )
+                except BaseException:
+                    led.release(claim)
+                    raise
+                self.inflight.append(claim)
+            if not self.inflight:
+                raise StopIteration
+            claim = self.inflight[0]
+            try:
+                fields = pool.result(
+                    self._batch_no(claim), loader.options.timeout, self._collator(claim)
+                )
+            except WorkerError:
+                for c in self.inflight:
+                    led.release(c)
+                self.inflight.clear()
+                if pool.broken is not None:
+                    discard(pool)
+                raise
+            except Exception:  # the batch's own error (a map function's): passed over
+                self.inflight.popleft()
+                led.deliver(claim, None)
+                raise
+            except BaseException as e:
+                if getattr(e, "feedline_batch_done", False):  # the map raised the interrupt:
+                    self.inflight.popleft()  # the batch is made again, as in process
+                    led.release(claim)
+                raise  # else it landed in the wait: the batch stays in flight
+            self.inflight.popleft()
+            return claim, fields
+        finally:
+            pool.use_lock.release()
+
+    def _collator(self, claim: Any) -> Any:
+        """How a batch of ragged fields is collated out of its slot (as in process: the
+        same function of its examples and the options), or None for fixed fields only
+        and for the results of a batch transform made in the workers."""
+        if not self.ragged or self.transform_in_workers:
+            return None
+        loader = self.loader
+        opts, size, rows = loader.options, claim.size, loader.rows_for(claim.size)
+
+        def collate(fields: dict[str, Any]) -> Any:
+            batch = {n: a if isinstance(a, Ragged) else a[:rows] for n, a in fields.items()}
+            return _collate.collate(
+                loader.record.fields, batch, size, rows, opts.pad_to_multiple, opts.pad_bounds
+            )
+
+        return collate
+
+    def next(self, raw: bool = False) -> Any:
+        if self._spec() is None:
+            return self.local.next()
+        loader = self.loader
+        with self.lock:
+            claim, fields = self._take()
+        if self.transform_in_workers and not raw:
+            loader._ledger.deliver(claim, claim.size)
+            return fields  # the transform's result, made in a worker
+        rows = loader.rows_for(claim.size)
+        lengths = None
+        if self.ragged:  # collated out of the slot (``_collator``)
+            fields, lengths = fields
+
+        def finish(c: Any) -> Any:
+            out = {n: a[:rows] for n, a in fields.items()}
+            if loader.options.output == "torch":
+                out = to_torch(out, loader.options.device)
+            batch = Batch.with_meta(out, c.size, rows, c.pos0, c.ords, c.recs, lengths=lengths)
+            return batch if raw else loader.finish(batch)
+
+        return loader.deliver(claim, finish)
+
+    def next_into(
+        self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
+    ) -> int:
+        if self._spec() is None:
+            return self.local.next_into(out, meta, padded)
+        if self.transform_in_workers:
+            if self.inflight:
+                raise ValueError(
+                    "next_into fills arrays with the records' fields, and this "
+                    "loader's workers have made batches ahead through its "
+                    "batch_transform: iterate it, or use next_into from the "
+                    "start of a pass"
+                )
+            return self.local.next_into(out, meta, padded)
+        try:
+            batch = self.next(raw=True)
+        except StopIteration:
+            return 0
+        rows, size = len(batch), batch._size
+        for n in self.loader.record.fields:
+            a = batch[n]
+            out[n][:rows] = a.cpu().numpy() if hasattr(a, "cpu") else a
+        _into.fill_meta(meta, size, rows, batch._pos0, batch._ordinals, batch._records)
+        return rows if padded else size
+
+    def drain(self) -> None:
+        """Discard batches the workers are making ahead (before a reset or a resume);
+        after a worker died, let the next batch start new workers."""
+        if self.pool is None:
+            self.inflight.clear()
+            return
+        with self.lock:
+            pool = self.pool
+            if pool is not None:
+                with pool.use_lock:
+                    if (
+                        pool.holder is not None
+                        and pool.holder() is self.loader
+                        and pool.broken is None
+                    ):
+                        pool.drain()  # a worker that dies meanwhile leaves it broken
+                if pool.broken is not None:
+                    discard(pool)
+                    self.pool = None
+            self.inflight.clear()
+
+    def shutdown(self) -> None:
+        """Stop the pool this loader holds (the loader closes). If another thread is
+        waiting for a batch, the pool is stopped under it, at once: that thread's wait
+        ends with a ``WorkerError`` saying the loader was closed."""
+        if not self.lock.acquire(timeout=0.05):
+            pool = self.pool
+            self.spec, self.decided = None, True
+            if pool is not None and pool.holder is not None and pool.holder() is self.loader:
+                discard(pool)  # stops its workers: the waiting thread sees "closed"
+            self.lock.acquire()
+        try:
+            pool, self.pool = self.pool, None
+            self.spec, self.decided = None, True
+            self.inflight.clear()
+        finally:
+            self.lock.release()
+        if pool is not None and not pool.closed:
+            hand_back(pool, self.loader)
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside feedline's loader (a warning points
+    at the caller's line, whichever path of the loader asked)."""
+    here = os.path.dirname(__file__)
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
+        frame, level = frame.f_back, level + 1
+    return level
