@@ -64,10 +64,13 @@ def exists(path: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     return os.path.exists(path)
 
 
-def open_input(path: str, storage_options: Mapping[str, Any] | None = None) -> Any:
-    """``path`` opened for Arrow: a ``pyarrow.MemoryMappedFile`` for a local file (its
-    columns read zero copy), an fsspec file (read by ranges, seekable) for a URL. A
-    missing file is a ``FileNotFoundError`` naming it."""
+def open_input(
+    path: str, storage_options: Mapping[str, Any] | None = None, *, mapped: bool = True
+) -> Any:
+    """``path`` opened for Arrow: for a local file a ``pyarrow.MemoryMappedFile`` (its
+    columns read zero copy) or, not ``mapped``, a plain ``pyarrow.OSFile`` (a file read
+    once in order: its pages not held in the process's memory); an fsspec file (read by
+    ranges, seekable) for a URL. A missing file is a ``FileNotFoundError`` naming it."""
     import pyarrow as pa
 
     if is_url(path):
@@ -79,7 +82,7 @@ def open_input(path: str, storage_options: Mapping[str, Any] | None = None) -> A
         raise FileNotFoundError(f"{path}: no such file")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path} is a directory, not a file")
-    return pa.memory_map(path, "r")
+    return pa.memory_map(path, "r") if mapped else pa.OSFile(path, "r")
 
 
 def read_bytes(path: str, storage_options: Mapping[str, Any] | None = None) -> bytes:

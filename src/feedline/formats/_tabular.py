@@ -123,17 +123,20 @@ def _sliced(batches: Iterator[Any], step: int) -> Iterator[Any]:
 
 
 # -- Parquet -------------------------------------------------------------------------
-def parquet_file(path: str, storage_options: Mapping[str, Any] | None = None) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` (memory-mapped, or read by ranges at a URL); a
-    ``FormatError`` naming the file when it is not Parquet or its footer is cut off."""
+def parquet_file(
+    path: str, storage_options: Mapping[str, Any] | None = None, *, mapped: bool = True
+) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` (memory-mapped, or read as a plain file when not
+    ``mapped``, or by ranges at a URL); a ``FormatError`` naming the file when it is not
+    Parquet or its footer is cut off."""
     pa = pyarrow()
     import pyarrow.parquet as pq
 
-    source = open_input(path, storage_options)
+    source = open_input(path, storage_options, mapped=mapped)
     try:
         return pq.ParquetFile(source)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
-        size = source.size() if isinstance(source, pa.MemoryMappedFile) else source.size
+        size = source.size() if isinstance(source, pa.NativeFile) else source.size
         source.close()
         raise FormatError(
             f"expected a Parquet file (PAR1 at both ends, a footer of metadata), found "
@@ -166,7 +169,8 @@ def parquet(
 ) -> ArrowInput:
     pa = pyarrow()
     paths = expand(path, "Parquet file", storage_options)
-    files = [parquet_file(p, storage_options) for p in paths]
+    # read once in order: a plain file, so the pages read are not held as the process's
+    files = [parquet_file(p, storage_options, mapped=False) for p in paths]
     schema = files[0].schema_arrow
     where = paths[0] if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more)"
     record = record_of(schema, paths[0], columns)
