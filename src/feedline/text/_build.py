@@ -351,6 +351,7 @@ def _encoding(
         roles,
         end_token(tokenizer, "bos", bos),
         end_token(tokenizer, "eos", eos),
+        dict(getattr(tokenizer, "specials", None) or {}),
     )
 
 

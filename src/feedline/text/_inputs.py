@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
 from ..errors import FormatError
-from ._chat import checked_messages, render
+from ._chat import ChatTemplate, checked_messages, render
 from ._docs import CorpusScan, _check_utf8, _doc_blocks, _open, scan_text_docs
 from ._parquet_docs import parquet_blocks, scan_parquet
 
@@ -235,6 +235,7 @@ def decode_docs(
         return docs
     out: list[Any] = []
     field = inp.messages_field if inp.chat else inp.text_field
+    trusted = isinstance(template, ChatTemplate)
     for i, raw in enumerate(docs):
         try:
             value = json.loads(raw)
@@ -261,8 +262,8 @@ def decode_docs(
         messages, why = checked_messages(value, field, roles)
         if messages is None:
             raise _line_error(inp, first + i, why)
-        try:
-            pieces = render(template, messages)
+        try:  # the default template's pieces need no checking
+            pieces = template(messages) if trusted else render(template, messages)
         except (KeyError, ValueError, TypeError) as e:
             raise _line_error(inp, first + i, f"the chat template failed: {e!r}") from e
         if b"\\u" in raw:
