@@ -70,7 +70,7 @@ def corpus_of(tmp_path, kind, docs, masks=None):
 @pytest.fixture(params=["compiled", "numpy"])
 def path_kind(request, monkeypatch):
     if request.param == "numpy":
-        monkeypatch.setattr(_kernels, "get", lambda: None)
+        monkeypatch.setattr(_kernels, "get", lambda *a, **k: None)
     elif _kernels.get() is None:
         pytest.skip("numba is not installed")
     return request.param
@@ -90,7 +90,7 @@ def test_every_token_of_every_document_is_a_target_exactly_once(
     tmp_path, path_kind, kind, strategy, seq_len, block
 ):
     p = Packed(corpus_of(tmp_path, kind, placed_docs(LENGTHS)), seq_len, strategy=strategy,
-               block=block, seed=4)  # fmt: skip
+               block=block, seed=4, doc_ids=True)  # fmt: skip
     b = all_rows(p)
     real = b["segment_ids"] > 0
     targets = b["targets"][real]
@@ -190,7 +190,7 @@ def test_placement_is_first_fit_or_best_fit_in_python_and_compiled(blocks, cap, 
 def test_rows_hold_documents_of_one_block_of_the_order(tmp_path):
     lengths = [3, 9, 2, 14, 5, 7, 7, 1, 8, 4, 11, 6, 2, 3]
     path = write_flr(tmp_path / "c.flr", placed_docs(lengths))
-    p = Packed(path, 10, strategy="best_fit", block=4, seed=None)
+    p = Packed(path, 10, strategy="best_fit", block=4, seed=None, doc_ids=True)
     b = all_rows(p)
     for ids in b["doc_ids"]:
         assert len({(d - 1) // 4 for d in ids[ids > 0].tolist()}) == 1
@@ -215,7 +215,7 @@ def test_the_packing_is_a_pure_function_of_seed_epoch_and_options(tmp_path):
     path = write_flr(tmp_path / "c.flr", placed_docs(LENGTHS * 4))
 
     def rows(**kw):
-        with Packed(path, 8, block=6, **kw) as p:
+        with Packed(path, 8, block=6, doc_ids=True, **kw) as p:
             return {k: v.tolist() for k, v in all_rows(p).items()}
 
     assert rows(seed=3) == rows(seed=3)
@@ -328,7 +328,7 @@ def test_torch_output_holds_tensors(tmp_path):
     p = Packed(a_corpus(tmp_path), 16)
     batch = next(iter(fl.Loader(p, 4, seed=1, output="torch")))
     assert isinstance(batch["segment_ids"], torch.Tensor)
-    assert batch["position_ids"].dtype == torch.int64 and batch["loss_mask"].dtype == torch.bool
+    assert batch["position_ids"].dtype == torch.int32 and batch["loss_mask"].dtype == torch.bool
     p.close()
 
 
@@ -342,7 +342,7 @@ def test_compiled_and_numpy_rows_are_identical(tmp_path, strategy):
     for path in (write_corpus(tmp_path / "c.nndataset", docs, masks),
                  write_flr(tmp_path / "c.flr", [[t % 65536 for t in d] for d in docs], masks,
                            MaskedDoc16)):  # fmt: skip
-        with Packed(path, 12, strategy=strategy, block=7) as p:
+        with Packed(path, 12, strategy=strategy, block=7, doc_ids=True) as p:
             idx = rng.integers(0, len(p), 20)
             compiled = p.getitems(idx)
             numpy_rows = {k: np.empty_like(v) for k, v in compiled.items()}
@@ -407,3 +407,13 @@ def test_a_token_id_of_2_63_or_more_in_an_nndataset_is_refused_naming_its_docume
         pytest.raises(fl.FormatError, match="document 1"),
     ):
         rows[0]
+
+
+def test_doc_ids_are_an_option_that_changes_no_other_field(tmp_path):
+    path = a_corpus(tmp_path)
+    with Packed(path, 16) as plain, Packed(path, 16, doc_ids=True) as with_docs:
+        assert "doc_ids" not in plain.record.fields
+        assert plain.record.fields["segment_ids"].dtype == np.int32
+        a, b = all_rows(plain), all_rows(with_docs)
+        assert all(a[k].tolist() == b[k].tolist() for k in a)
+        assert ((b["doc_ids"] > 0) == (b["segment_ids"] > 0)).all()

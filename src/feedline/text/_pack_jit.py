@@ -37,11 +37,13 @@ def fill_packed(
     seg_ids,
     pos_ids,
     doc_ids,
+    want_doc,
 ):
     """Row ``w`` of the batch is packed row ``rows[w]``: its segments one after the
     other, each pairs ``[off, off + n)`` of its document (inputs tokens ``[off, off +
     n)``, targets ``[off + 1, off + n + 1)``; the mask is the targets' mask), then
-    padding (``pad_id``, mask False, segment, position and doc id 0).
+    padding (``pad_id``, mask False, segment, position and doc id 0). ``doc_ids`` is
+    written only ``want_doc``.
 
     ``wide``: the tokens are u64 bytes in ``u8`` (a ``.nndataset``), document ``d``'s
     first at byte ``tstart[d]``; else a typed array ``tok`` (uint8/16/32), its first at
@@ -57,32 +59,35 @@ def fill_packed(
         j = 0
         for s in range(row_ptr[r], row_ptr[r + 1]):
             d, o, n = seg_doc[s], seg_off[s], seg_pairs[s]
+            uj, un = u(j), u(n)
             if wide:
-                src = u(tstart[d] + 8 * o)
-                dst = u(8 * j)
+                src, nxt, dst = u(tstart[d] + 8 * o), u(tstart[d] + 8 * o + 8), u(8 * j)
                 i8, t8 = inp8[w], tgt8[w]
                 for k in range(u(8 * n)):
                     i8[dst + k] = u8[src + k]
                 for k in range(u(8 * n)):
-                    t8[dst + k] = u8[src + 8 + k]
+                    t8[dst + k] = u8[nxt + k]
             else:
-                src = u(tstart[d] + o)
-                for k in range(u(n)):
-                    ir[u(j) + k] = tok[src + k]
-                for k in range(u(n)):
-                    tr[u(j) + k] = tok[src + 1 + k]
+                src, nxt = u(tstart[d] + o), u(tstart[d] + o + 1)
+                for k in range(un):
+                    ir[uj + k] = tok[src + k]
+                for k in range(un):
+                    tr[uj + k] = tok[nxt + k]
             if has_mask:
                 m = u(mstart[d] + o + 1)
-                for k in range(u(n)):
-                    lm[u(j) + k] = mbytes[m + k] != 0
+                for k in range(un):
+                    lm[uj + k] = mbytes[m + k] != 0
             else:
-                for k in range(u(j), u(j + n)):
-                    lm[k] = True
-            seg = s - row_ptr[r] + 1
-            for k in range(u(n)):
-                sg[u(j) + k] = seg
-                ps[u(j) + k] = numba.int64(k)
-                ds[u(j) + k] = d + 1
+                for k in range(un):
+                    lm[uj + k] = True
+            seg, doc = s - row_ptr[r] + 1, d + 1
+            for k in range(un):
+                sg[uj + k] = seg
+            for k in range(un):
+                ps[uj + k] = k
+            if want_doc:
+                for k in range(un):
+                    ds[uj + k] = doc
             j += n
         for k in range(u(j), u(seq_len)):
             ir[k] = pad_id
@@ -90,4 +95,5 @@ def fill_packed(
             lm[k] = False
             sg[k] = 0
             ps[k] = 0
-            ds[k] = 0
+            if want_doc:
+                ds[k] = 0

@@ -9,16 +9,16 @@ so the last token of a document is a target and never an input whose target is t
 next document's first token. Fields, each ``[seq_len]``:
 
 ============  ====================================================================
-input_ids     the segments' inputs, then ``pad_id``
-targets       the segments' targets (each input's next token), then ``pad_id``
+input_ids     int64: the segments' inputs, then ``pad_id``
+targets       int64: the segments' targets (each input's next token), then ``pad_id``
 loss_mask     True on a segment's targets (and the corpus's own mask there, if it
               has one: the assistant spans), False on padding
-segment_ids   1, 2, ... per segment in the row (for block-diagonal attention), 0 on
-              padding
-position_ids  0, 1, ... restarting at each segment (a piece of a split document too:
-              the row is all the model sees of it), 0 on padding
-doc_ids       the segment's document (its index in the subset + 1, as ``Windows``), 0
-              on padding
+segment_ids   int32: 1, 2, ... per segment in the row (for block-diagonal attention),
+              0 on padding
+position_ids  int32: 0, 1, ... restarting at each segment (a piece of a split document
+              too: the row is all the model sees of it), 0 on padding
+doc_ids       with ``doc_ids=True``: the segment's document (its index in the subset +
+              1, as ``Windows``), 0 on padding
 ============  ====================================================================
 
 A batch is one compiled kernel (numba, the ``fast`` extra) straight from the memory
@@ -40,10 +40,11 @@ from . import _pack_plan
 from ._compact import FlrCorpus, is_flr_path
 
 # Documents per block for first fit / best fit. Measured by benchmarks/packing.py
-# (lognormal lengths, mean 1,000 tokens, seq_len 2,048): best fit's padding is 2.6% at
-# 64 documents, 1.0% at 256, 0.55% at 1,024 and 0.35% at 4,096 (and the blocks' last
-# rows are most of it); 1,024 documents (about 500 rows) is where a larger block stops
-# paying for the mixing it costs (a row's documents come from one block of the order).
+# (20M tokens, lognormal lengths of mean 1,000 tokens, seq_len 2,048): best fit pads
+# 2.3% at 64 documents a block, 0.64% at 256, 0.17% at 1,024, 0.041% at 4,096 and
+# 0.020% at 16,384 (the blocks' last rows are most of it; Grain's best fit with 512
+# open rows: 1.13%). At 1,024 documents (about 500 rows) padding is already a sixth of
+# Grain's, and a row's documents stay within a thousand consecutive ones of the order.
 DEFAULT_BLOCK = 1024
 
 
@@ -55,17 +56,19 @@ def _option_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
-def packed_record(seq_len: int) -> type[Record]:
+def packed_record(seq_len: int, doc_ids: bool = False) -> type[Record]:
     """The record of packed rows of ``seq_len`` pairs (the same for every corpus, so the
-    rows of several corpora mix in one order)."""
+    rows of several corpora mix in one order). Segment ids and positions are int32 (a
+    row's 33 bytes a token, not 41: measured, the kernel is bound by its writes)."""
     specs: dict[str, Any] = {
         "input_ids": ((seq_len,), np.int64),
         "targets": ((seq_len,), np.int64),
         "loss_mask": ((seq_len,), np.bool_),
-        "segment_ids": ((seq_len,), np.int64),
-        "position_ids": ((seq_len,), np.int64),
-        "doc_ids": ((seq_len,), np.int64),
+        "segment_ids": ((seq_len,), np.int32),
+        "position_ids": ((seq_len,), np.int32),
     }
+    if doc_ids:
+        specs["doc_ids"] = ((seq_len,), np.int64)
     return make_record(
         f"Packed{seq_len}", specs, doc=f"Packed language-model rows of {seq_len} tokens."
     )
@@ -75,7 +78,7 @@ class Packed:
     """A corpus's documents packed into rows of ``seq_len`` pairs: a typed source.
 
     ``Packed(path_or_open_corpus, seq_len, strategy="best_fit", block=1024, seed=0,
-    epoch=0, subset="train", pad_id=0)`` reads a ``.nndataset`` or a compact ``.flr``
+    epoch=0, subset="train", pad_id=0, doc_ids=False)`` reads a ``.nndataset`` or a compact ``.flr``
     (a path ending ``.flr`` or an open ``RecFile``). ``len`` counts rows; ``p[i]`` is
     one row, ``p.getitems(indices)`` a batch. Give it to ``fl.Loader`` (or a ``Seq``,
     ``fl.Seq.mix``) to shuffle the rows, shard, mix and resume like any source.
@@ -128,6 +131,7 @@ class Packed:
         epoch: int = 0,
         subset: str = "train",
         pad_id: int = 0,
+        doc_ids: bool = False,
         _plan: _pack_plan.Plan | None = None,
     ) -> None:
         self.seq_len = _option_int("seq_len", seq_len, 1)
@@ -144,6 +148,7 @@ class Packed:
         if self.pad_id >= 2**63:  # the kernels write it into int64 rows
             raise DomainError(f"Packed: pad_id must be in [0, 2**63), got {self.pad_id}")
         self.subset = subset
+        self.doc_ids = bool(doc_ids)
         self._flr: FlrCorpus | None = None
         self._ds: Any
         self._layout: Any
@@ -162,7 +167,10 @@ class Packed:
                 self._ds.close()
                 raise
         self.path = self._ds.path
-        self.record = packed_record(self.seq_len)
+        if self._flr is not None:  # the kernel's corpus arguments, made once
+            f = self._flr
+            self._flr_args = (False, f.tok, f.tok[:0].view(np.uint8), f.start, f.mask8, f.start)
+        self.record = packed_record(self.seq_len, self.doc_ids)
         counts = self._layout.counts
         if _plan is None:
             order = _pack_plan.document_order(len(counts), self.seed, self.epoch)
@@ -191,7 +199,7 @@ class Packed:
         """Rows ``indices`` as columns ``[len(indices), seq_len]`` (into ``out``'s first
         rows when given)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = len(self)
+        n = self.plan.rows
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
             raise BoundsError(
                 f"packed row indices must be in [0, {n}), got {int(idx.min())}..{int(idx.max())}"
@@ -223,16 +231,15 @@ class Packed:
             offsets = self._layout.offsets
             with u8.spans(offsets[docs], offsets[docs + 1]) as local:
                 self._fill(idx, batch, local)
-        self._check_ids(batch)
+        self._check_ids(idx, batch)
         return batch
 
     def _fill(self, idx: np.ndarray, batch: dict[str, np.ndarray], u8: Any) -> None:
         """Rows ``idx`` into ``batch``: the kernel, or the numpy path without numba."""
+        lay = self._layout
         if self._flr is not None:
-            lay: Any = self._flr
-            args = (False, lay.tok, lay.tok[:0].view(np.uint8), lay.start, lay.mask8, lay.start)
+            args = self._flr_args
         else:
-            lay = self._layout
             args = (True, np.empty(0, np.uint16), u8, lay.tok_start, u8, lay.mask_start)
         has_mask, p = bool(lay.has_mask), self.plan
         if kernels.get() is not None and all(v.flags.c_contiguous for v in batch.values()):
@@ -242,12 +249,14 @@ class Packed:
             fill_packed(
                 idx, p.row_ptr, p.doc, p.off, p.pairs, *args, has_mask, self.pad_id,
                 inp, tgt, inp.view(np.uint8), tgt.view(np.uint8), batch["loss_mask"],
-                batch["segment_ids"], batch["position_ids"], batch["doc_ids"],
+                batch["segment_ids"], batch["position_ids"],
+                batch["doc_ids"] if self.doc_ids else np.empty((len(idx), 0), np.int64),
+                self.doc_ids,
             )  # fmt: skip
         else:
             fill_numpy(p, idx, *args, has_mask, self.pad_id, batch)
 
-    def _check_ids(self, batch: dict[str, np.ndarray]) -> None:
+    def _check_ids(self, idx: np.ndarray, batch: dict[str, np.ndarray]) -> None:
         """A ``.nndataset`` holds u64 ids; one of 2**63 or more would read as negative
         (padding is >= 0)."""
         for name in ("input_ids", "targets"):
@@ -255,13 +264,17 @@ class Packed:
             if int(col.min()) >= 0:
                 continue
             row, j = np.unravel_index(int(np.argmin(col)), col.shape)
-            d = int(batch["doc_ids"][row, j]) - 1
+            p = self.plan
+            segs = np.arange(p.row_ptr[idx[row]], p.row_ptr[idx[row] + 1])
+            s = segs[int(np.searchsorted(np.cumsum(p.pairs[segs]), j, "right"))]
+            d = int(p.doc[s])
+            at = int(p.off[s]) + int(batch["position_ids"][row, j]) + (name == "targets")
             raise FormatError(
                 f"{self.subset} document {d} (doc_id {d + 1}) holds the token id "
-                f"{int(col[row, j]) + 2**64}: packed rows are int64 and hold ids below "
-                f"2**63 only",
+                f"{int(col[row, j]) + 2**64} at token {at}: packed rows are int64 and "
+                f"hold ids below 2**63 only",
                 self.path,
-                int(self._layout.tok_start[d]),
+                int(self._layout.tok_start[d]) + 8 * at,
             )
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
@@ -278,6 +291,7 @@ class Packed:
             "epoch": self.epoch,
             "subset": self.subset,
             "pad_id": self.pad_id,
+            "doc_ids": self.doc_ids,
         }
 
     def share(self) -> Packed:
@@ -356,4 +370,5 @@ def fill_numpy(
     batch["loss_mask"][ws, cols] = mbytes[mstart[d] + pair + 1] != 0 if has_mask else True
     batch["segment_ids"][ws, cols] = np.repeat(seg - np.repeat(first, nseg) + 1, n)
     batch["position_ids"][ws, cols] = k
-    batch["doc_ids"][ws, cols] = d + 1
+    if "doc_ids" in batch:
+        batch["doc_ids"][ws, cols] = d + 1
