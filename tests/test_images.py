@@ -347,3 +347,51 @@ def test_an_hf_image_dataset_converts_with_its_encoded_bytes(tmp_path):
         assert ds[2]["image"] == data[2]["image"]  # the PNG as it was stored
         batch = next(iter(fl.Loader(fl.images.decoded(ds, 32), 4, workers=0)))
         assert batch.image.shape == (4, 3, 32, 32) and batch.label.tolist() == [0, 1, 0, 1]
+
+
+class Photo(fl.Record):
+    image = fl.field((), "bytes")
+    label = fl.field((), "int64")
+
+
+def test_a_parquet_file_of_images_is_a_live_source_of_decoded_batches(tmp_path):
+    """Image bytes in a Parquet file (a binary column, or HF's Image storage, the
+    struct<bytes, path> of every HF hub image dataset's Parquet) feed fl.images.decoded
+    straight from the file, read by row group: the batches are those of the same images
+    in memory."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    data = items(12)
+    images = pa.array([d["image"] for d in data], pa.binary())
+    labels = pa.array([d["label"] for d in data], pa.int64())
+    hf_images = pa.StructArray.from_arrays(
+        [images, pa.array([f"{i}.jpg" for i in range(12)])], names=["bytes", "path"]
+    )
+    pq.write_table(
+        pa.table({"image": images, "label": labels}), tmp_path / "bin.parquet", row_group_size=5
+    )
+    pq.write_table(
+        pa.table({"image": hf_images, "label": labels}), tmp_path / "hf.parquet", row_group_size=5
+    )
+    in_memory = fl.Dataset(Photo, [{"image": d["image"], "label": d["label"]} for d in data])
+    want = stream(fl.images.decoded(in_memory, 48, seed=4), workers=0)
+    for name in ("bin.parquet", "hf.parquet"):
+        src = fl.sources.parquet(tmp_path / name)
+        assert src.record.fields["image"].kind == "bytes"
+        assert src[3]["image"] == data[3]["image"]  # the JPEG as stored
+        assert stream(fl.images.decoded(src, 48, seed=4), workers=0) == want
+        assert stream(fl.images.decoded(src, 48, seed=4), workers=2) == want
+
+
+def test_an_hf_image_stored_by_its_path_only_is_named_by_its_row(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    data = items(3)
+    images = pa.array([data[0]["image"], None, data[2]["image"]], pa.binary())
+    hf_images = pa.StructArray.from_arrays(
+        [images, pa.array(["0.jpg", "1.jpg", "2.jpg"])], names=["bytes", "path"]
+    )
+    pq.write_table(pa.table({"image": hf_images}), tmp_path / "paths.parquet")
+    src = fl.sources.parquet(tmp_path / "paths.parquet")
+    with pytest.raises(fl.FormatError, match=r"column 'image' row 1 holds no bytes"):
+        src[1]

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import FormatError, RecordError
 from ..records import Field, Ragged
-from ._arrowtypes import column_field, pyarrow
+from ._arrowtypes import column_field, is_encoded_file, pyarrow
 
 
 def check_field(f: Field, t: Any, where: str) -> None:
@@ -82,6 +82,8 @@ def decode(arr: Any, f: Field, where: str, first: int = 0) -> Any:
     pa = pyarrow()
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if is_encoded_file(arr.type):
+        arr = encoded_bytes(arr, f.name, where, first)
     n = len(arr)
     if arr.null_count:
         row = first + int(np.flatnonzero(_numbers(arr.is_null()))[0])
@@ -124,3 +126,23 @@ def decode(arr: Any, f: Field, where: str, first: int = 0) -> Any:
             f"of any length)"
         )
     return values.reshape(n, *f.shape)
+
+
+def encoded_bytes(arr: Any, name: str, where: str, first: int = 0) -> Any:
+    """An HF ``Image`` (or ``Audio``) array, ``struct<bytes, path>``, as its bytes: the
+    encoded file as stored (``fl.images.decoded`` decodes it). A row that holds only a
+    path is a ``FormatError`` naming it."""
+    import pyarrow.compute as pc
+
+    if arr.null_count:  # a missing struct: nothing stored at all
+        data = arr
+    else:
+        data = pc.struct_field(arr, "bytes")
+    if data.null_count:
+        row = first + int(np.flatnonzero(_numbers(data.is_null()))[0])
+        raise FormatError(
+            f"{where}: column {name!r} row {row:,} holds no bytes (an image stored by "
+            f"its path only): load it with decode=False after embedding the files, "
+            f"Dataset.cast_column({name!r}, Image(decode=False)) on a dataset that has them"
+        )
+    return data

@@ -7,6 +7,8 @@ Arrow type                                  field
 integer, floating point, bool               a scalar of that dtype
 string, large string                        ``str`` (one per example)
 binary, large binary                        ``bytes`` (one per example)
+struct<bytes: binary, path: string>         ``bytes``: the encoded file (an HF ``Image``
+                                            or ``Audio`` column, as HF's Parquet holds it)
 fixed-size list (of fixed-size lists...)    a fixed axis per level
 list, large list (of fixed-size lists)      a varying first axis (``None``)
 anything else (struct, map, dates...)       none: ``column_field`` says which and why
@@ -51,7 +53,19 @@ def _leaf(t: Any) -> str | None:
         return "bytes"
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
         return np.dtype(t.to_pandas_dtype()).str
+    if is_encoded_file(t):
+        return "bytes"
     return None
+
+
+def is_encoded_file(t: Any) -> bool:
+    """Whether ``t`` is HF's ``Image`` / ``Audio`` storage, ``struct<bytes, path>``: the
+    file's bytes as stored, and the path it came from."""
+    pa = pyarrow()
+    if not pa.types.is_struct(t) or t.get_field_index("bytes") < 0:
+        return False
+    data = t.field(t.get_field_index("bytes")).type
+    return bool(pa.types.is_binary(data) or pa.types.is_large_binary(data))
 
 
 def _why_not(t: Any) -> str:

@@ -18,8 +18,8 @@ import numpy as np
 
 from ..errors import FormatError
 from ..records import Record, record_from_schema
-from ._arrowcols import decode
-from ._arrowtypes import _is_list, _leaf, _why_not
+from ._arrowcols import decode, encoded_bytes
+from ._arrowtypes import _is_list, _leaf, _why_not, is_encoded_file
 
 
 def _axes(
@@ -118,27 +118,11 @@ def _image_bytes(arr: Any, f: Any, where: str, first: int) -> Any:
 
 
 def _encoded_bytes(col: Any, name: str, path: str) -> Any:
-    """An HF ``Image`` (or ``Audio``) column, ``struct<bytes, path>``, as its bytes: the
-    encoded file as stored (``fl.images.decoded`` decodes it); other columns as they are."""
-    import pyarrow as pa
-
-    t = col.type
-    if not (pa.types.is_struct(t) and t.get_field_index("bytes") >= 0):
+    """An HF ``Image`` (or ``Audio``) column, ``struct<bytes, path>``, as its bytes
+    (``_arrowcols.encoded_bytes``); other columns as they are."""
+    if not is_encoded_file(col.type):
         return col
-    import pyarrow.compute as pc
-
-    data = pc.struct_field(col, "bytes")
-    if not (pa.types.is_binary(data.type) or pa.types.is_large_binary(data.type)):
-        return col
-    if data.null_count:
-        row = np.flatnonzero(np.asarray(data.is_null()))[0]
-        raise FormatError(
-            f"HF column {name!r} row {int(row)} holds no bytes (an image stored by "
-            f"its path only): load it with decode=False after embedding the files, "
-            f"Dataset.cast_column({name!r}, Image(decode=False)) on a dataset that has them",
-            path,
-        )
-    return data
+    return encoded_bytes(col.combine_chunks() if hasattr(col, "chunks") else col, name, path)
 
 
 class _Rows:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import FormatError, RecordError
 from ..records import Record, record_from_schema
+from ..sources import Dataset
 from . import _augment
 from ._decode import decode
 
@@ -165,7 +166,17 @@ def decoded(
 ) -> Any:
     """``ds`` (a ``fl.Dataset`` of encoded images) mapped by ``Augment``: a random-resized
     crop and flip when ``train``, the center crop otherwise; decoded in ``threads``
-    threads. ``options`` are ``Augment``'s (``scale``, ``ratio``, ``layout``, ...)."""
+    threads. ``options`` are ``Augment``'s (``scale``, ``ratio``, ``layout``, ...). A
+    typed source (``fl.sources.parquet(...)`` with a binary column, ``recfile.open``)
+    is taken as the ``fl.Dataset`` of its record."""
+    if not isinstance(ds, Dataset):
+        record = getattr(ds, "record", None)
+        if record is None:
+            raise TypeError(
+                f"fl.images.decoded reads a fl.Dataset or a typed source (one with a "
+                f".record), not a {type(ds).__name__}"
+            )
+        ds = Dataset(record, ds)
     options.setdefault("crop", "random" if train else "center")
     augment = Augment(size=size, **options)
     return ds.map(augment, seed=seed, record=augment.record(ds.record), threads=threads)
