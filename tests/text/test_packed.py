@@ -313,12 +313,20 @@ def test_packed_rows_of_two_corpora_mix_on_a_schedule(tmp_path):
     b.close()
 
 
+def _next_token(row):
+    """A map, so that worker processes make the batches (and reopen the corpus)."""
+    return {**row, "targets": row["targets"] + 1}
+
+
 def test_two_workers_give_the_same_batches(tmp_path):
     path = a_corpus(tmp_path)
     p = Packed(path, 16, block=64)
     want = [b["targets"].tolist() for b in fl.Loader(p, 4, seed=1)]
     with fl.Loader(p, 4, seed=1, workers=2) as loader:
-        got = [b["targets"].tolist() for b in loader]
+        assert [b["targets"].tolist() for b in loader] == want
+    mapped = fl.Dataset(p.record, p).map(_next_token)
+    with fl.Loader(mapped, 4, seed=1, workers=2) as loader:
+        got = [(b["targets"] - 1).tolist() for b in loader]
     assert got == want
     p.close()
 
@@ -417,3 +425,25 @@ def test_doc_ids_are_an_option_that_changes_no_other_field(tmp_path):
         a, b = all_rows(plain), all_rows(with_docs)
         assert all(a[k].tolist() == b[k].tolist() for k in a)
         assert ((b["doc_ids"] > 0) == (b["segment_ids"] > 0)).all()
+
+
+def test_the_test_subset_is_packed_on_its_own(tmp_path):
+    p = write_corpus(tmp_path / "t.nndataset", [[1, 2, 3]], test_docs=[[90, 91, 92], [93, 94]])
+    with Packed(p, 4, subset="test", seed=None) as rows:
+        assert len(rows) == 1
+        assert rows[0]["targets"].tolist() == [91, 92, 94, 0]
+        assert rows[0]["segment_ids"].tolist() == [1, 1, 2, 0]
+
+
+def test_a_corpus_at_a_url_packs_the_rows_of_the_local_file(tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    rng = np.random.default_rng(2)
+    docs = [rng.integers(0, 2**40, int(n)).tolist() for n in rng.integers(0, 60, 40)]
+    masks = [rng.integers(0, 2, len(d)).tolist() for d in docs]
+    local = write_corpus(tmp_path / "c.nndataset", docs, masks)
+    url = f"memory://feedline-tests/{tmp_path.name}/c.nndataset"
+    fsspec.filesystem("memory").pipe(url, local.read_bytes())
+    with Packed(local, 16, block=9) as here, Packed(url, 16, block=9) as there:
+        idx = np.array([3, 0, len(here) - 1, 3])
+        a, b = here.getitems(idx), there.getitems(idx)
+        assert all(a[k].tolist() == b[k].tolist() for k in a)
