@@ -346,3 +346,12 @@ def test_a_bpe_trained_on_several_inputs_builds_them_with_its_end_of_text(tmp_pa
     build(inputs, tmp_path / "o.flr", bpe, eos=EOT)
     texts = texts_of(tmp_path / "o.flr", bpe)
     assert texts[0] == "one two three" + EOT and texts[-1] == "four five" + EOT
+
+
+def test_eos_and_bos_go_around_empty_documents_too(tmp_path):
+    write_jsonl(tmp_path / "c.jsonl", [{"text": ""}, {"text": "ab"}, {"text": ""}])
+    tok = ByteTokenizer(specials=("<s>", EOT))
+    build(tmp_path / "c.jsonl", tmp_path / "o.flr", tok, bos="<s>", eos=EOT)
+    assert docs_of(tmp_path / "o.flr") == [[256, 257], [256, 97, 98, 257], [256, 257]]
+    build(tmp_path / "c.jsonl", tmp_path / "e.flr", tok, eos=EOT)
+    assert docs_of(tmp_path / "e.flr") == [[257], [97, 98, 257], [257]]
