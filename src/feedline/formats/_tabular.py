@@ -35,6 +35,8 @@ from ._remote import is_url
 
 # Decoded bytes a chunk holds (rows per chunk from the rows' size where it is known).
 CHUNK_BYTES = 32 << 20
+# Batches of fewer rows are joined before they are decoded and written.
+SMALL = 16_384
 _ROW_GUESS = 256
 
 Progress = Callable[[int, int], None]  # (rows done, rows in all: 0 where not known)
@@ -86,10 +88,8 @@ class ArrowInput:
         """The record's columns, a batch of rows at a time."""
         first = 0
         fields = self.record.fields
-        for batch in self._batches(self.step):
+        for batch in _coalesced(self._batches(self.step), self.step):
             n = batch.num_rows
-            if not n:
-                continue
             yield {
                 k: self._decoders.get(k, decode)(batch.column(k), f, self.where, first)
                 for k, f in fields.items()
@@ -97,6 +97,28 @@ class ArrowInput:
             first += n
             if progress:
                 progress(first, self.rows or 0)
+
+
+def _coalesced(batches: Iterator[Any], step: int) -> Iterator[Any]:
+    """Batches of at least ``SMALL`` rows as they come; smaller ones (an HF file's 1,000
+    rows, a JSONL block's) joined up to ``step`` rows (one copy, of a chunk), so the
+    writer's work per chunk is not paid per thousand rows."""
+    pa = pyarrow()
+    pending: list[Any] = []
+    rows = 0
+    for b in batches:
+        if not b.num_rows:
+            continue
+        if b.num_rows >= SMALL and not pending:
+            yield b
+            continue
+        pending.append(b)
+        rows += b.num_rows
+        if rows >= step or b.num_rows >= SMALL:
+            yield pa.Table.from_batches(pending).combine_chunks()
+            pending, rows = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending).combine_chunks()
 
 
 def record_of(
