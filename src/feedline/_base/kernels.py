@@ -24,15 +24,21 @@ def enabled() -> bool:
     return get() is not None
 
 
-def get():
+def get(background: bool = False):
     """The kernel namespace, or None when numba is missing or disabled.
 
     Inside ``deferred()``, a thread that finds the kernels not yet loaded gets None
-    (the numpy path, same results) instead of waiting for numba to load.
+    (the numpy path, same results) instead of waiting for numba to load; with
+    ``background``, numba starts loading meanwhile (``load_in_background``). A path
+    asks for that where its numpy fallback is several times slower than its kernel (a
+    mix's merge); a shuffle's does not: loading numba costs a second of CPU and holds
+    the GIL, which a fresh process's first pass would pay (see ``order._perm``).
     """
     if "k" in _state:
         return _state["k"]
     if getattr(_local, "defer", False):
+        if background:
+            load_in_background()
         return None
     with _lock:
         if "k" not in _state:

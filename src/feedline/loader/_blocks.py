@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._base import kernels
 from ..order import Order
 from ._ahead import Ahead
 from ._ledger import Claim, Ledger
@@ -69,7 +68,6 @@ class OrderBlocks:
             ords, recs = ahead.result()
             cursor = ahead.cursor
         else:
-            kernels.load_in_background()
             cursor = order.cursor(start)
             ords, recs = Ahead.make(cursor, length)
         self.block = (start, ords, recs, order.length, start + len(ords), led.gen)

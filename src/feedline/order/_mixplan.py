@@ -75,7 +75,7 @@ class MixPlan:
         k, n = self.k, self.n
         if t <= 0.0:
             return np.zeros(k, dtype=np.int64)
-        kern = kernels.get()
+        kern = kernels.get(background=True)
         if kern is not None:
             out = np.empty(k, dtype=np.int64)
             kern.counts(float(t), n, *self._kargs, out)
@@ -165,7 +165,7 @@ class MixPlan:
         count = min(count, self.total - state.pos)
         if count <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        kern = kernels.get()
+        kern = kernels.get(background=True)
         if kern is not None and count < _HEAP_WALK_MAX:
             part = np.empty(count, dtype=np.int64)
             j = np.empty(count, dtype=np.int64)

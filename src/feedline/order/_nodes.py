@@ -308,7 +308,7 @@ class Mix(Node):
         recs = np.empty(len(pos), dtype=np.uint64)
         if len(pos) == 0:
             return ords, recs
-        kern = kernels.get()
+        kern = kernels.get(background=True)
         if kern is not None and isinstance(epoch, int) and self._all_flat:
             sh = self._shapes
             kern.locate_flat(
@@ -329,7 +329,7 @@ class Mix(Node):
         if flat.any():
             fi = np.flatnonzero(flat)
             fp = part[fi]
-            kern = kernels.get()
+            kern = kernels.get(background=True)
             if kern is not None:
                 rec = np.empty(len(fi), dtype=np.uint64)
                 sh = self._shapes

