@@ -343,32 +343,34 @@ def fill_numpy(
     pad_id: int,
     batch: dict[str, np.ndarray],
 ) -> None:
-    """The numpy path of ``_pack_jit.fill_packed``: the whole batch in a few gathers."""
+    """The numpy path of ``_pack_jit.fill_packed``: the whole batch in a few gathers.
+
+    A row's segments fill its first cells, so the real cells of the batch, row after
+    row, are a boolean mask's True cells in order: each field is one masked write."""
     seg, nseg = row_segments(p, idx)
-    first = p.row_ptr[idx]
-    w = np.repeat(np.arange(len(idx)), nseg)
     n = p.pairs[seg]
-    col0 = np.cumsum(n) - n
-    col0 = col0 - np.repeat(col0[np.cumsum(nseg) - nseg], nseg)  # from each row's start
-    total = int(n.sum())
-    k = np.arange(total) - np.repeat(np.cumsum(n) - n, n)  # pair within its segment
-    ws, cols = np.repeat(w, n), np.repeat(col0, n) + k
+    used = np.zeros(len(idx), dtype=np.int64)
+    np.add.at(used, np.repeat(np.arange(len(idx)), nseg), n)
+    real = np.arange(batch["input_ids"].shape[1]) < used[:, None]
+    starts = np.cumsum(n) - n
+    k = np.arange(int(n.sum())) - np.repeat(starts, n)  # the pair within its segment
     d = np.repeat(p.doc[seg], n)
     pair = np.repeat(p.off[seg], n) + k  # the pair's input token in its document
     if wide:
         at = tstart[d] + 8 * pair
-        byte = at[:, None] + np.arange(16)
-        both = np.ascontiguousarray(u8[byte]).view("<i8")
+        both = np.ascontiguousarray(u8[at[:, None] + np.arange(16)]).view("<i8")
         inp, tgt = both[:, 0], both[:, 1]
     else:
         at = tstart[d] + pair
-        inp, tgt = tok[at].astype(np.int64), tok[at + 1].astype(np.int64)
-    for name in batch:
-        batch[name][:] = pad_id if name in ("input_ids", "targets") else 0
-    batch["input_ids"][ws, cols] = inp
-    batch["targets"][ws, cols] = tgt
-    batch["loss_mask"][ws, cols] = mbytes[mstart[d] + pair + 1] != 0 if has_mask else True
-    batch["segment_ids"][ws, cols] = np.repeat(seg - np.repeat(first, nseg) + 1, n)
-    batch["position_ids"][ws, cols] = k
-    if "doc_ids" in batch:
-        batch["doc_ids"][ws, cols] = d + 1
+        inp, tgt = tok[at], tok[at + 1]
+    cols = {
+        "input_ids": inp,
+        "targets": tgt,
+        "loss_mask": mbytes[mstart[d] + pair + 1] != 0 if has_mask else True,
+        "segment_ids": np.repeat(seg - np.repeat(p.row_ptr[idx], nseg) + 1, n),
+        "position_ids": k,
+        "doc_ids": d + 1,
+    }
+    for name, out in batch.items():
+        out[~real] = pad_id if name in ("input_ids", "targets") else 0
+        out[real] = cols[name]
