@@ -355,3 +355,15 @@ def test_eos_and_bos_go_around_empty_documents_too(tmp_path):
     assert docs_of(tmp_path / "o.flr") == [[256, 257], [256, 97, 98, 257], [256, 257]]
     build(tmp_path / "c.jsonl", tmp_path / "e.flr", tok, eos=EOT)
     assert docs_of(tmp_path / "e.flr") == [[257], [97, 98, 257], [257]]
+
+
+def test_a_parquet_string_that_is_not_utf8_is_a_format_error_naming_the_row(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    values = pa.array([b"ok", b"fine", b"bad \xff"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": values}), tmp_path / "c.parquet", row_group_size=2)
+    with pytest.raises(
+        FormatError, match=r"c\.parquet: row 2 \(row group 1\): column 'text' is no"
+    ):
+        build(tmp_path / "c.parquet", tmp_path / "o.flr", ByteTokenizer())
+    assert not (tmp_path / "o.flr").exists()

@@ -96,9 +96,30 @@ def parquet_blocks(
             done = row + a + len(part)
             share = size * done // total - reported if total else 0
             reported += share
-            yield part.to_pylist(), share
+            try:
+                docs = part.to_pylist()
+            except UnicodeDecodeError:  # Arrow does not check a file's strings
+                raise _not_utf8(path, column, g, row + a, part) from None
+            yield docs, share
         row += n
     if digest is not None:
         _hash_file(path, chunk_bytes, digest, None)
     if reported < size:
         yield [], size - reported
+
+
+def _not_utf8(
+    path: str | os.PathLike[str], column: str, group: int, first: int, part: Any
+) -> FormatError:
+    """The error for the first value of ``part`` (rows from ``first``) that is not UTF-8."""
+    raw = part.view(pyarrow().binary()).to_pylist()
+    for i, value in enumerate(raw):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return FormatError(
+                f"row {first + i} (row group {group}): column {column!r} is not UTF-8 "
+                f"text (the byte 0x{value[e.start]:02x} at {e.start} of the value)",
+                path,
+            )
+    return FormatError(f"rows {first}...: column {column!r} is not UTF-8 text", path)
