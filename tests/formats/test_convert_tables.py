@@ -229,3 +229,90 @@ def test_an_hf_directory_with_strings_and_lists_converts_with_columns(tmp_path):
 def test_a_table_converts_only_to_flr_and_says_so(parquet, tmp_path):
     with pytest.raises(ValueError, match=r"converts to a \.flr"):
         convert(parquet, tmp_path / "t.npz")
+
+
+def test_a_truncated_parquet_file_is_named_and_leaves_no_output(parquet, tmp_path):
+    data = parquet.read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(fl.FormatError, match=r"cut\.parquet: expected a Parquet file"):
+        convert(tmp_path / "cut.parquet", tmp_path / "cut.flr")
+    assert not (tmp_path / "cut.flr").exists()
+
+
+def test_a_csv_value_that_does_not_convert_names_the_file_and_column(tmp_path, monkeypatch):
+    from feedline.formats import _textual
+
+    monkeypatch.setattr(_textual, "BLOCK_BYTES", 1024)  # types inferred from the first KiB
+    lines = ["a,b"] + [f"{k},{k}" for k in range(2000)] + ["x,1"]
+    (tmp_path / "t.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(fl.FormatError, match=r"t\.csv: a value does not convert .* column"):
+        convert(tmp_path / "t.csv", tmp_path / "t.flr")
+    assert not (tmp_path / "t.flr").exists()
+
+
+def test_a_jsonl_object_column_is_named_and_columns_leave_it_out(tmp_path):
+    rows = [{"a": k, "meta": {"k": k}} for k in range(10)]
+    (tmp_path / "o.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(fl.FormatError, match=r"o\.jsonl: column 'meta' is struct.*--columns"):
+        convert(tmp_path / "o.jsonl", tmp_path / "o.flr")
+    assert convert(tmp_path / "o.jsonl", tmp_path / "o.flr", columns=["a"]) == 10
+
+
+def test_flr_fields_become_parquet_columns_of_their_types(tmp_path):
+    class Rec(fl.Record, dims={"T": None, "U": None}):
+        img = fl.field((2, 3), "uint8")
+        seq = fl.field(("T", 2), "float32")
+        small = fl.field((), "uint16")
+
+    img = np.arange(4 * 6, dtype=np.uint8).reshape(4, 2, 3)
+    seqs = [np.full((k, 2), k, np.float32) for k in range(4)]
+    items = [{"img": img[k], "seq": seqs[k], "small": k} for k in range(4)]
+    fl.recfile.write(tmp_path / "r.flr", Rec, items)
+    assert convert(tmp_path / "r.flr", tmp_path / "r.parquet") == 4
+    t = pq.read_table(tmp_path / "r.parquet")
+    assert str(t.schema.field("img").type) == (
+        "fixed_size_list<element: fixed_size_list<element: uint8>[3]>[2]"
+    )
+    assert str(t.schema.field("seq").type) == ("list<element: fixed_size_list<element: float>[2]>")
+    assert t.schema.field("small").type == pa.uint16()
+    assert t.column("img").to_pylist()[3] == img[3].tolist()
+    assert t.column("seq").to_pylist() == [s.tolist() for s in seqs]
+    meta = json.loads(t.schema.metadata[b"feedline.record"])
+    assert meta["dims"] == {"T": None, "U": None}
+
+
+def test_a_field_varying_in_two_dims_cannot_be_a_parquet_column(tmp_path):
+    class Two(fl.Record, dims={"T": None, "U": None}):
+        grid = fl.field(("T", "U"), "int32")
+
+    fl.recfile.write(tmp_path / "g.flr", Two, [{"grid": np.zeros((2, 3), np.int32)}])
+    with pytest.raises(ValueError, match=r"field `grid` .*first dim only"):
+        convert(tmp_path / "g.flr", tmp_path / "g.parquet")
+    assert not (tmp_path / "g.parquet").exists()
+
+
+def test_the_progress_line_counts_rows_of_a_table_of_unknown_length(tmp_path, monkeypatch):
+    import builtins
+    import io
+    import sys
+
+    from feedline.cli import files
+
+    err = io.StringIO()
+    err.isatty = lambda: True  # type: ignore[method-assign]
+    monkeypatch.setattr(sys, "stderr", err)
+    real = builtins.__import__
+
+    def no_tqdm(name, *args, **kwargs):
+        if name == "tqdm":
+            raise ImportError("no tqdm")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    bar = files._Bar("t.csv -> t.flr")
+    bar(1000, 0)
+    bar.last = -1.0  # past the tenth of a second between lines
+    bar(5000, 10_000)
+    text = err.getvalue()
+    assert "t.csv -> t.flr: 1,000 rows (" in text and "%" not in text.split("\r")[1]
+    assert "5,000/10,000 rows ( 50.0%" in text
