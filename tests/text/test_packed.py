@@ -447,3 +447,29 @@ def test_a_corpus_at_a_url_packs_the_rows_of_the_local_file(tmp_path):
         idx = np.array([3, 0, len(here) - 1, 3])
         a, b = here.getitems(idx), there.getitems(idx)
         assert all(a[k].tolist() == b[k].tolist() for k in a)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=30),
+    st.integers(1, 12),
+    st.integers(1, 8),
+    st.sampled_from(STRATEGIES),
+    st.one_of(st.none(), st.integers(0, 5)),
+)
+def test_any_corpus_packs_every_target_once_alike_compiled_and_in_numpy(
+    tmp_path_factory, lengths, seq_len, block, strategy, seed
+):
+    path = write_flr(tmp_path_factory.mktemp("p") / "c.flr", placed_docs(lengths))
+    with Packed(path, seq_len, strategy=strategy, block=block, seed=seed, doc_ids=True) as p:
+        got = all_rows(p)
+        f = p._flr
+        numpy_rows = {k: np.empty_like(v) for k, v in got.items()}
+        if len(p):
+            _packed.fill_numpy(p.plan, np.arange(len(p)), False, f.tok, f.tok[:0].view(np.uint8),
+                               f.start, f.mask8, f.start, False, 0, numpy_rows)  # fmt: skip
+    assert all(got[k].tolist() == numpy_rows[k].tolist() for k in got)
+    t = got["targets"][got["segment_ids"] > 0]
+    assert sorted(t.tolist()) == [d * BASE + k for d, n in enumerate(lengths) for k in range(1, n)]
+    if strategy == "concat":  # padding only in the last row
+        assert (got["segment_ids"][:-1] > 0).all()
