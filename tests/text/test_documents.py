@@ -367,3 +367,32 @@ def test_a_parquet_string_that_is_not_utf8_is_a_format_error_naming_the_row(tmp_
     ):
         build(tmp_path / "c.parquet", tmp_path / "o.flr", ByteTokenizer())
     assert not (tmp_path / "o.flr").exists()
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, message",
+    [
+        ("a.txt", {"chat": True}, r"chat=True applies to a \.jsonl and no input is one"),
+        ("a.jsonl", {"sep": "\n\n"}, r"sep='\\n\\n' applies to a text file and no input is one"),
+    ],
+)
+def test_an_option_no_input_takes_is_refused(tmp_path, name, kwargs, message):
+    (tmp_path / name).write_text('{"text": "a"}\n')
+    with pytest.raises(ValueError, match=message):
+        build(tmp_path / name, tmp_path / "o.flr", ByteTokenizer(), **kwargs)
+
+
+def test_a_file_that_is_not_parquet_is_a_format_error(tmp_path):
+    pytest.importorskip("pyarrow")
+    (tmp_path / "c.parquet").write_text("not parquet")
+    with pytest.raises(FormatError, match=r"c\.parquet: expected a Parquet file, pyarrow says"):
+        build(tmp_path / "c.parquet", tmp_path / "o.flr", ByteTokenizer())
+
+
+def test_without_pyarrow_a_parquet_input_names_the_extra(tmp_path, monkeypatch):
+    import sys
+
+    (tmp_path / "c.parquet").write_text("x")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match=r"pip install 'feedline\[parquet\]'"):
+        build(tmp_path / "c.parquet", tmp_path / "o.flr", ByteTokenizer())

@@ -113,6 +113,14 @@ def as_inputs(inputs: Any, **defaults: Any) -> tuple[Input, ...]:
             out.append(Input(x, **kw))
         else:
             raise TypeError(f"inputs[{i}]: expected a path or an fl.text.Input, got {x!r}")
+    # an option for plain paths that no plain path takes is a mistake, not a no-op
+    plain = [_kind_of(x) for x in items if not isinstance(x, Input)]
+    for name, kind, suffix in (("sep", "text", "a text file"), ("chat", "jsonl", "a .jsonl")):
+        if defaults.get(name) not in (None, False) and plain and kind not in plain:
+            raise ValueError(
+                f"{name}={defaults[name]!r} applies to {suffix} and no input is one "
+                f"(the plain paths are {', '.join(sorted(set(plain)))})"
+            )
     return tuple(out)
 
 
