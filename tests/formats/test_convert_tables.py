@@ -316,3 +316,19 @@ def test_the_progress_line_counts_rows_of_a_table_of_unknown_length(tmp_path, mo
     text = err.getvalue()
     assert "t.csv -> t.flr: 1,000 rows (" in text and "%" not in text.split("\r")[1]
     assert "5,000/10,000 rows ( 50.0%" in text
+
+
+def test_a_flr_through_parquet_comes_back_with_its_record(tmp_path):
+    class Doc(fl.Record, dims={"T": None, "V": 50}):
+        """A document."""
+
+        tokens = fl.field("T", "int32", domain=fl.Index("V"))
+        title = fl.field((), "str", doc="its title")
+
+    items = [{"tokens": list(range(k % 9)), "title": f"t{k}"} for k in range(100)]
+    fl.recfile.write(tmp_path / "d.flr", Doc, items)
+    convert(tmp_path / "d.flr", tmp_path / "d.parquet")
+    convert(tmp_path / "d.parquet", tmp_path / "again.flr")
+    with fl.recfile.open(tmp_path / "d.flr") as a, fl.recfile.open(tmp_path / "again.flr") as b:
+        assert b.record.schema() == a.record.schema()
+        assert b[42]["tokens"].tolist() == list(range(42 % 9)) and b[42]["title"] == "t42"

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import FormatError, RecordError
 from ..records import Field, Record
-from ._arrowcols import decode
+from ._arrowcols import check_field, decode
 from ._arrowtypes import pyarrow, schema_record
 from ._fsinput import exists, expand, join, open_input, read_bytes
 from ._remote import is_url
@@ -138,6 +138,24 @@ def record_of(
         raise FormatError(f"{text}{'' if 'it has' in text else hint}", where) from e
 
 
+def stored_record(schema: Any, where: str) -> type[Record] | None:
+    """The record a ``.flr`` converted to Parquet keeps in its metadata (its dim names,
+    domains and docs), when it still fits the file's columns; else None (inferred)."""
+    from ..records import record_from_schema
+    from ._to_parquet import RECORD_KEY
+
+    stored = (schema.metadata or {}).get(RECORD_KEY)
+    if stored is None:
+        return None
+    try:
+        record = record_from_schema(json.loads(stored), where)
+        for name, f in record.fields.items():
+            check_field(f, schema.field(name).type, where)
+    except (ValueError, TypeError, KeyError):  # RecordError is a TypeError
+        return None
+    return record
+
+
 def _sliced(batches: Iterator[Any], step: int) -> Iterator[Any]:
     for b in batches:
         for a in range(0, b.num_rows, step):
@@ -195,7 +213,8 @@ def parquet(
     files = [parquet_file(p, storage_options, mapped=False) for p in paths]
     schema = files[0].schema_arrow
     where = paths[0] if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more)"
-    record = record_of(schema, paths[0], columns)
+    record = stored_record(schema, paths[0]) if columns is None else None
+    record = record or record_of(schema, paths[0], columns)
     for p, pf in zip(paths[1:], files[1:]):
         same_types(record, pf.schema_arrow, schema, p, paths[0])
     names = list(record.fields)
@@ -241,9 +260,12 @@ def arrow(path: str, columns: list[str] | None, storage_options: Any) -> ArrowIn
         if head[:6] == b"ARROW1":
             reader = ipc.open_file(source)
             schema = reader.schema
-            rows: int | None = sum(
-                reader.get_record_batch(i).num_rows for i in range(reader.num_record_batches)
-            )
+            # counted from the map; at a URL that would read every batch twice
+            rows: int | None = None
+            if not is_url(path):
+                rows = sum(
+                    reader.get_record_batch(i).num_rows for i in range(reader.num_record_batches)
+                )
 
             def every() -> Iterator[Any]:
                 for i in range(reader.num_record_batches):
