@@ -29,6 +29,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import DomainError
+
 __all__ = ["CHAT_SPECIALS", "ChatTemplate", "checked_messages", "render"]
 
 ASSISTANT, END_OF_ASSISTANT = "<|assistant|>", "<|end_of_assistant|>"
@@ -51,7 +53,7 @@ def _strs(name: str, value: Any) -> tuple[str, ...]:
         raise TypeError(f"ChatTemplate.{name} must be a sequence of str, got {value!r}")
     out = tuple(value)
     if not all(isinstance(v, str) and v for v in out) or len(set(out)) != len(out):
-        raise ValueError(f"ChatTemplate.{name} must hold distinct non-empty str, got {out!r}")
+        raise DomainError(f"ChatTemplate.{name} must hold distinct non-empty str, got {out!r}")
     return out
 
 
@@ -70,13 +72,15 @@ class ChatTemplate:
         object.__setattr__(self, "trained", _strs("trained", self.trained))
         unknown = [r for r in self.trained if r not in self.roles]
         if unknown:
-            raise ValueError(
+            raise DomainError(
                 f"ChatTemplate.trained names roles {unknown} that are not in roles {self.roles}"
             )
         for name in ("begin", "end"):
             v = getattr(self, name)
             if not isinstance(v, str) or "{role}" not in v:
-                raise ValueError(f"ChatTemplate.{name} must be a str holding '{{role}}', got {v!r}")
+                raise DomainError(
+                    f"ChatTemplate.{name} must be a str holding '{{role}}', got {v!r}"
+                )
 
     def markers(self) -> list[str]:
         """Every role's begin and end text: each must be one special of the tokenizer."""
@@ -124,7 +128,7 @@ def render(template: Callable[[list[dict[str, Any]]], Any], messages: list[dict]
     saying what came back otherwise)."""
     pieces = template(messages)
     if not isinstance(pieces, (list, tuple)):
-        raise ValueError(
+        raise DomainError(
             f"the chat template returned {type(pieces).__name__}, expected a list of "
             "(text, trained) pairs"
         )
@@ -135,5 +139,7 @@ def render(template: Callable[[list[dict[str, Any]]], Any], messages: list[dict]
             and isinstance(p[0], str)
             and isinstance(p[1], bool)
         ):
-            raise ValueError(f"the chat template's piece {i} is {p!r}, expected a (str, bool) pair")
+            raise DomainError(
+                f"the chat template's piece {i} is {p!r}, expected a (str, bool) pair"
+            )
     return list(pieces)

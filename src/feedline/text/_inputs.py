@@ -34,7 +34,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
-from ..errors import FormatError
+from ..errors import DomainError, FormatError
 from ._chat import ChatTemplate, checked_messages, render
 from ._docs import CorpusScan, _check_utf8, _doc_blocks, _open, scan_text_docs
 from ._parquet_docs import parquet_blocks, scan_parquet
@@ -69,23 +69,23 @@ class Input:
             raise TypeError(f"Input.path must be a path, got {type(self.path).__name__}")
         kind = _kind_of(self.path) if self.kind is None else self.kind
         if kind not in ("text", "jsonl", "parquet"):
-            raise ValueError(f"Input.kind must be 'text', 'jsonl' or 'parquet', got {kind!r}")
+            raise DomainError(f"Input.kind must be 'text', 'jsonl' or 'parquet', got {kind!r}")
         object.__setattr__(self, "kind", kind)
         for name in ("text_field", "messages_field"):
             v = getattr(self, name)
             if not isinstance(v, str) or not v:
-                raise ValueError(f"Input.{name} must be a non-empty str, got {v!r}")
+                raise DomainError(f"Input.{name} must be a non-empty str, got {v!r}")
         if self.sep is not None:
             if not isinstance(self.sep, str) or not self.sep:
-                raise ValueError(f"sep must be None or a non-empty str, got {self.sep!r}")
+                raise DomainError(f"sep must be None or a non-empty str, got {self.sep!r}")
             if kind != "text":
-                raise ValueError(
+                raise DomainError(
                     f"sep={self.sep!r} splits text files; {os.fspath(self.path)} is {kind}"
                 )
         if not isinstance(self.chat, bool):
             raise TypeError(f"chat must be a bool, got {self.chat!r}")
         if self.chat and kind != "jsonl":
-            raise ValueError(
+            raise DomainError(
                 f"chat=True reads JSONL conversations; {os.fspath(self.path)} is {kind} "
                 "(name it .jsonl or pass Input(..., kind='jsonl'))"
             )
@@ -117,7 +117,7 @@ def as_inputs(inputs: Any, **defaults: Any) -> tuple[Input, ...]:
     plain = [_kind_of(x) for x in items if not isinstance(x, Input)]
     for name, kind, suffix in (("sep", "text", "a text file"), ("chat", "jsonl", "a .jsonl")):
         if defaults.get(name) not in (None, False) and plain and kind not in plain:
-            raise ValueError(
+            raise DomainError(
                 f"{name}={defaults[name]!r} applies to {suffix} and no input is one "
                 f"(the plain paths are {', '.join(sorted(set(plain)))})"
             )
@@ -166,7 +166,7 @@ def _split_blocks(
     a prefix of the file and carrying its last piece on cuts where the whole file would
     be cut. ``on_raw(block, offset)`` sees each block read (an empty one at the end)."""
     if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1:
-        raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
+        raise DomainError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
     cut = sep.encode("utf-8")
     offset = 0
     with _open(path) as f:
