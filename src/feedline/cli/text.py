@@ -1,5 +1,7 @@
-"""``feedline text build CORPUS... -o OUT``: corpora to a ``.nndataset``, or to a
-compact ``.flr`` (tokens as uint16/uint32, one row a document) when OUT ends ``.flr``.
+"""``feedline text build CORPUS... -o OUT``: corpora to a .nndataset or a compact .flr.
+
+OUT ending ``.flr`` gets the compact corpus (tokens as uint16/uint32, one row a
+document), any other name a ``.nndataset``.
 
 Each CORPUS is a text file (a document a line, or between ``--sep``s), a ``.jsonl``
 (``--text-field``, or ``--chat`` conversations) or a ``.parquet`` (``--text-field``
