@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import feedline as fl
 from feedline._base import kernels as _kernels
 from feedline.errors import BoundsError, DomainError, FeedlineError
-from feedline.text import Packed, _pack_place, _packed
+from feedline.text import Packed, _pack_place, _pack_plan, _packed
 
 from .test_windows import write_corpus
 
@@ -473,3 +473,25 @@ def test_any_corpus_packs_every_target_once_alike_compiled_and_in_numpy(
     assert sorted(t.tolist()) == [d * BASE + k for d, n in enumerate(lengths) for k in range(1, n)]
     if strategy == "concat":  # padding only in the last row
         assert (got["segment_ids"][:-1] > 0).all()
+
+
+def test_a_packing_is_pinned_in_the_clear():
+    """A compatibility promise, like the orders: the same corpus, options and seed pack
+    the same rows on every platform (the documents' order is feedline's shuffle)."""
+    counts = np.array(LENGTHS)
+    order = _pack_plan.document_order(len(counts), 7, 0)
+    assert order.tolist() == [15, 6, 12, 7, 14, 5, 13, 4, 0, 11, 2, 8, 3, 9, 1, 10]
+    plan = _pack_plan.plan(counts, order, 8, "first_fit", 5)
+    rows = [
+        [(int(plan.doc[s]), int(plan.off[s]), int(plan.pairs[s])) for s in range(a, b)]
+        for a, b in zip(plan.row_ptr[:-1].tolist(), plan.row_ptr[1:].tolist())
+    ]
+    assert rows[:6] == [
+        [(7, 0, 8)],
+        [(14, 0, 8)],
+        [(14, 8, 8)],
+        [(14, 16, 8)],
+        [(7, 8, 3), (6, 0, 2), (15, 0, 1)],  # the first block's last row
+        [(5, 0, 8)],
+    ]
+    assert len(rows) == 18
