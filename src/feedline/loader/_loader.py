@@ -24,11 +24,10 @@ shuffles, ``shard`` deals the pass's positions to ranks after shuffling, ``split
 data.nu's contiguous slice before it.
 
 Cost
-    The order is read in blocks of about 64k positions, the next block made on a
-    look-ahead thread (compiled kernels, without the GIL) while batches are gathered
-    from the current one; each batch is one gather per field per source (``np.take``
-    for in-memory arrays), done outside the lock, so threads sharing a loader gather in
-    parallel and each batch goes to exactly one.
+    The order is read in blocks of about 64k positions, the next made on a look-ahead
+    thread while batches are gathered from the current one: one gather per field per
+    source, outside the lock, so threads sharing a loader gather in parallel and each
+    batch goes to exactly one; a memory-mapped file's by ``threads`` (``_gather_ahead``).
 """
 
 from __future__ import annotations
@@ -74,6 +73,7 @@ class Loader:
         pad: bool = False,
         workers: int | None = None,
         prefetch: int = 2,
+        threads: int | None = None,
         device: Any = None,
         output: Literal["numpy", "torch"] | None = None,
         check_values: bool = False,
@@ -95,6 +95,7 @@ class Loader:
             pad=pad,
             workers=workers,
             prefetch=prefetch,
+            threads=threads,
             device=device,
             output=output,
             check_values=check_values,

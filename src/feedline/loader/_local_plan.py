@@ -13,6 +13,7 @@ import numpy as np
 from . import _into
 from ._batch import Batch
 from ._device import DeviceColumns
+from ._gather_ahead import for_plain
 
 
 class LocalPlan:
@@ -63,6 +64,7 @@ class PlainPlan(LocalPlan):
     def __init__(self, loader: Any, dataset: Any) -> None:
         super().__init__(loader)
         self.dataset = dataset
+        self.ahead = for_plain(loader)  # a chunk of batches at a time, by threads
 
     def _cols(self) -> dict[str, np.ndarray] | None:
         ds = self.dataset
@@ -82,13 +84,15 @@ class PlainPlan(LocalPlan):
             except BaseException:
                 led.untake(index)  # the order raised: nothing is claimed
                 raise
+            ahead = self.ahead
+            block = loader._blocks.block if ahead is not None else None
         try:
             cols = self._cols()
             recs = claim.recs
-            if cols:
-                fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
-            else:
+            if not cols:
                 fields = loader.gather(claim, claim.size)
+            elif ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
+                fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
         except Exception:
             led.deliver(claim, None)
             raise

@@ -20,6 +20,10 @@ option                 meaning (the same for every kind of source)
 ``workers``            worker processes for batches that need Python (``None``: the
                        process-wide ``fl.loader_workers()``); plain gathers stay here
 ``prefetch``           batches made ahead per worker, at most 64
+``threads``            threads gathering plain batches (rows of memory-mapped files, read
+                       only) in this process: ``None`` chooses (2 with two CPUs or more,
+                       ``_gather_ahead``), 1 is the calling thread alone; the batches are
+                       the same for any number
 ``device``             a torch device: batches (and in-memory datasets) go there
 ``output``             ``"numpy"`` or ``"torch"`` (implied by ``device``)
 ``check_values``       check every example's domains as it loads
@@ -50,6 +54,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ._config import default_workers
+from ._gather_ahead import default_threads
 from ._ranks import detect_rank
 from ._util import check_int
 
@@ -113,6 +118,8 @@ class LoaderOptions:
     workers: int = 0
     workers_default: bool = False
     prefetch: int = 2
+    threads: int = 1
+    threads_default: bool = False
     device: Any = None
     output: Literal["numpy", "torch"] = "numpy"
     check_values: bool = False
@@ -137,6 +144,7 @@ class LoaderOptions:
         pad: bool = False,
         workers: int | None = None,
         prefetch: int = 2,
+        threads: int | None = None,
         device: Any = None,
         output: Literal["numpy", "torch"] | None = None,
         check_values: bool = False,
@@ -184,6 +192,8 @@ class LoaderOptions:
         workers_default = workers is None
         workers = default_workers() if workers is None else check_int("workers", workers, 0)
         prefetch = check_int("prefetch", prefetch, 1, MAX_PREFETCH)
+        threads_default = threads is None
+        threads = default_threads() if threads is None else check_int("threads", threads, 1)
         if output is None:
             output = "numpy" if device is None else "torch"
         if output not in ("numpy", "torch"):
@@ -236,6 +246,8 @@ class LoaderOptions:
             workers=workers,
             workers_default=workers_default,
             prefetch=prefetch,
+            threads=threads,
+            threads_default=threads_default,
             device=device,
             output=output,
             check_values=bool(check_values),

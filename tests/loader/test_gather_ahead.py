@@ -1,0 +1,187 @@
+"""Plain gathers by several threads, a chunk of batches at a time: the same batches as
+one thread, batch by batch, whatever the number of threads, across resumes, with the
+compiled kernels loaded or not."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline._base import kernels as _kernels
+from feedline.loader import _gather_ahead
+
+
+class Row(fl.Record, dims={"D": 6}):
+    """A small row: many chunks and several order blocks in a small file."""
+
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+
+N = 150_001  # three order blocks of 64k positions, the last one short
+
+
+@pytest.fixture(scope="module")
+def flr(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ahead") / "rows.flr"
+    x = np.random.default_rng(0).standard_normal((N, 6), dtype=np.float32)
+    fl.recfile.write(path, Row, {"x": x, "y": np.arange(N, dtype=np.int64)})
+    return path
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few batches, so that a pass has dozens of them."""
+    monkeypatch.setattr(_gather_ahead, "_CHUNK_BYTES", 20_000)
+
+
+def stream(loader, batches=None) -> list[tuple[np.ndarray, ...]]:
+    out = []
+    for i, b in enumerate(loader):
+        out.append((b.x.copy(), b.y.copy(), b.meta.positions.copy(), b.meta.record_indices))
+        if batches is not None and i + 1 == batches:
+            break
+    return out
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for p, q in zip(a, b):
+        for u, v in zip(p, q):
+            np.testing.assert_array_equal(u, v)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_streams_are_identical_for_any_number_of_threads(flr, small_chunks, threads):
+    def passes(t):
+        with fl.recfile.open(flr) as f, fl.Loader(f, 100, seed=5, threads=t) as loader:
+            got = stream(loader) + stream(loader)  # two passes (reshuffled)
+            loader.reset(seed=9)
+            return got + stream(loader)
+
+    one = passes(1)
+    assert len(one) == 3 * (-(-N // 100))
+    assert_same(passes(threads), one)
+
+
+def test_the_batches_are_views_of_chunks_gathered_ahead(flr, small_chunks):
+    with fl.recfile.open(flr) as f, fl.Loader(f, 100, seed=5, threads=2) as loader:
+        assert loader.options.threads == 2
+        ahead = loader._plan.ahead
+        first = next(iter(loader))
+        assert first.x.base is not None  # a view of its chunk
+        assert len(ahead.starts) > 3 and ahead.starts[1] == 100  # one batch first
+        rest = stream(loader)
+    assert sorted(np.concatenate([first.y, *[b[1] for b in rest]]).tolist()) == list(range(N))
+
+
+@pytest.mark.parametrize("saved, resumed", [(2, 1), (1, 3), (3, 2)])
+def test_a_state_saved_with_some_threads_resumes_exactly_with_others(
+    flr, small_chunks, saved, resumed
+):
+    with fl.recfile.open(flr) as f:
+        with fl.Loader(f, 64, seed=2, threads=1) as loader:
+            whole = stream(loader)
+        with fl.Loader(f, 64, seed=2, threads=saved) as loader:
+            head = stream(loader, batches=777)
+            state = loader.state_dict()
+        with fl.Loader(f, 64, seed=2, threads=resumed) as loader:
+            loader.load_state_dict(state)
+            tail = stream(loader)
+    assert_same(head + tail, whole)
+
+
+def test_threads_sharing_a_loader_with_gather_threads_get_every_row_once(flr, small_chunks):
+    with fl.recfile.open(flr) as f, fl.Loader(f, 50, seed=4, threads=2) as loader:
+        reference = {int(b.meta.positions[0]): b.y.copy() for b in fl.Loader(f, 50, seed=4)}
+        got: dict[int, np.ndarray] = {}
+        lock = threading.Lock()
+
+        def read():
+            for b in loader:
+                with lock:
+                    assert int(b.meta.positions[0]) not in got
+                    got[int(b.meta.positions[0])] = b.y.copy()
+
+        readers = [threading.Thread(target=read) for _ in range(3)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+    assert got.keys() == reference.keys()
+    for k, y in reference.items():
+        np.testing.assert_array_equal(got[k], y)
+
+
+def test_writable_columns_are_gathered_batch_by_batch_so_writes_show(small_chunks):
+    x = np.zeros((10_000, 4), dtype=np.float32)
+    loader = fl.Loader(fl.Dataset.from_arrays(x=x), 100, threads=2)
+    it = iter(loader)
+    assert not next(it).x.any()
+    x[:] = 1.0  # the caller's arrays, changed between batches
+    assert all(b.x.all() for b in it)
+
+
+def test_a_share_of_the_batches_is_gathered_batch_by_batch(flr, small_chunks):
+    with fl.recfile.open(flr) as f:
+        whole = stream(fl.Loader(f, 100, seed=3, threads=1))
+        loader = fl.Loader(f, 100, seed=3, threads=2)
+        loader.share_batches(1, 3)
+        assert_same(stream(loader), whole[1::3])
+
+
+def test_threads_is_checked():
+    ds = fl.Dataset.from_arrays(x=np.zeros((4, 1)))
+    with pytest.raises(ValueError, match="threads"):
+        fl.Loader(ds, 2, threads=0)
+    with pytest.raises(TypeError, match="threads"):
+        fl.Loader(ds, 2, threads=1.5)
+    assert fl.Loader(ds, 2).options.threads == _gather_ahead.default_threads()
+
+
+def _digest(batches) -> str:
+    h = hashlib.sha256()
+    for b in batches:
+        for a in b:
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def test_a_fresh_process_gives_the_loaded_kernels_batches_without_loading_them(flr, compiled_path):
+    # A fresh interpreter's first pass takes the numpy path (the tabled rounds) and never
+    # imports numba; this process has the kernels loaded: the batches are the same.
+    code = textwrap.dedent(f"""
+        import hashlib, sys
+        import numpy as np
+        import feedline as fl
+        h = hashlib.sha256()
+        with fl.recfile.open({str(flr)!r}) as f:
+            for b in fl.Loader(f, 100, seed=11, threads=2):
+                for a in (b.x, b.y, b.meta.positions, b.meta.record_indices):
+                    h.update(np.ascontiguousarray(a).tobytes())
+        print(h.hexdigest(), "numba" in sys.modules)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    digest, numba_loaded = done.stdout.split()
+    assert numba_loaded == "False"
+    assert _kernels.get() is not None
+    with fl.recfile.open(flr) as f:
+        here = stream(fl.Loader(f, 100, seed=11, threads=1))
+    assert digest == _digest(here)
+
+
+def test_the_numpy_and_compiled_paths_give_identical_batches(flr, compiled_path, monkeypatch):
+    with fl.recfile.open(flr) as f:
+        compiled = stream(fl.Loader(f, 128, seed=8, threads=2))
+        monkeypatch.setitem(_kernels._state, "k", None)
+        plain = stream(fl.Loader(f, 128, seed=8, threads=2))
+    assert_same(plain, compiled)
