@@ -11,7 +11,9 @@ Systems (``--only`` takes these names, comma-separated):
 - ``numpy``: the bare baseline, always run: ``np.take(..., out=..., mode="clip")`` from
   the memory-mapped ``.npy`` files into preallocated arrays, with a permutation computed
   before the loop;
-- ``feedline``: ``fl.Loader(fl.recfile.open(path), batch, seed=1, workers=0 or 2)``;
+- ``feedline``: ``fl.Loader(fl.recfile.open(path), batch, seed=1, workers=0 or 2)`` at
+  its defaults (gather threads chosen by the loader); ``feedline-1thread``: the same with
+  ``threads=1`` (the calling thread gathers each batch itself);
 - ``torch-item``: ``torch.utils.data.DataLoader`` over a map-style dataset that returns
   one example from the memory maps, default collate, ``shuffle=True``, 0 and 2 workers;
 - ``torch-batch``: the same DataLoader with ``batch_size=None`` and
@@ -38,11 +40,17 @@ table shows each one's median run. Figures:
   over numpy's in the same round (runs a few seconds apart, where this machine's drift
   over minutes cancels); otherwise the rate over numpy's median;
 
-- samples/s: the rows after the first batch over the time after it;
+- samples/s, first pass: the rows after the first batch over the time after it, in the
+  fresh process's first epoch, as a user's job or benchmark runs it (nothing of the
+  library's is loaded or warmed before the clock);
+- steady state: a second epoch in the same process (the data opened again; whatever the
+  library loads on first use, loaded; the file's pages mapped), for the systems whose
+  first epoch took under ``STEADY_S`` (10 s); "first pass / steady" is their ratio;
+- machine limit: ``shared/tools/gather_limit.c``, compiled and run in the same run on the
+  workload's rows, row size and batch size: random rows copied into a batch buffer by one
+  thread and by two, in C (best of 5) - what no loader on this machine can beat;
 - time to the first batch: from opening the stored data (libraries already imported) to
-  holding the first batch; for numpy it includes computing the permutation; feedline's
-  compiled kernels are loaded from numba's disk cache before the clock starts, as an
-  import would (the time it took is in the notes: without it, the first epoch pays it);
+  holding the first batch; for numpy it includes computing the permutation;
 - peak memory growth: the largest value, while the loop runs, of the child's RssAnon +
   RssShmem plus its worker processes' Private_Dirty (sampled from this process, the child
   every 20 ms), less the child's RssAnon + RssShmem before it opened the data: what the
@@ -80,6 +88,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import _compare_limits as limits  # noqa: E402
 import _compare_systems as cs  # noqa: E402
 
 import feedline as fl  # noqa: E402
@@ -89,11 +98,13 @@ WORKLOADS = {
         "n": 4_000_000,
         "batch": 512,
         "title": "4,000,000 examples of 64 float32 + an int64 label, batches of 512",
+        "row_bytes": 264,
     },
     "B": {
         "n": 500_000,
         "batch": 256,
         "title": "500,000 32x32x3 uint8 images + an int64 label, batches of 256",
+        "row_bytes": 3080,
     },
 }
 
@@ -102,6 +113,7 @@ RUNS = [
     ("numpy", 0),
     ("feedline", 0),
     ("feedline", 2),
+    ("feedline-1thread", 0),
     ("torch-batch", 0),
     ("torch-batch", 2),
     ("torch-item", 0),
@@ -122,6 +134,7 @@ NEEDS_PREP = {"hf", "streaming", "litdata"}
 PREP_OF = {"litdata-item": "litdata"}  # systems that read another system's format
 STORES = {
     "feedline": ["data.flr"],
+    "feedline-1thread": ["data.flr"],
     "hf": ["hf"],
     "streaming": ["mds"],
     "litdata": ["lit"],
@@ -130,6 +143,7 @@ STORES = {
 LABELS = {
     "numpy": "numpy memmap gather (np.take, preallocated)",
     "feedline": "feedline Loader over .flr",
+    "feedline-1thread": "feedline Loader over .flr, threads=1",
     "torch-item": "torch DataLoader, per-item Dataset",
     "torch-batch": "torch DataLoader, BatchSampler",
     "hf": "HF datasets (arrow, numpy format, ds[idx])",
@@ -145,6 +159,7 @@ ALIASES = {
     "lit": ["litdata", "litdata-item"],
     "mosaic": ["streaming"],
     "datasets": ["hf"],
+    "fl": ["feedline", "feedline-1thread"],
 }
 
 FAST_S = 5.0  # a full epoch faster than this is measured --repeat times
@@ -284,6 +299,7 @@ class Outcome:
     base_rss_kb: int | None = None
     log: list[str] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
+    steady: list[float] = field(default_factory=list)  # the runs' second epochs
     paired: list[float] = field(default_factory=list)  # over numpy's rate, round by round
 
 
@@ -421,16 +437,18 @@ def table(outcomes: list[Outcome]) -> list[str]:
         None,
     )
     lines = [
-        "| system | workers | samples/s | vs numpy gather | first batch | "
-        "peak memory growth | main RSS growth (incl. file pages) | "
-        "measured over |",
-        "|---|---|---|---|---|---|---|---|",
+        "| system | workers | samples/s, first pass | vs numpy gather | steady state "
+        "(2nd epoch) | first pass / steady | first batch | peak memory growth | "
+        "main RSS growth (incl. file pages) | measured over |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in outcomes:
         name = LABELS[o.system]
         if o.skip or o.error:
             why = f"skipped: {o.skip}" if o.skip else f"failed: {o.error}"
-            lines.append(f"| {name} | {o.workers} | — | — | — | — | — | {why.replace('|', '/')} |")
+            lines.append(
+                f"| {name} | {o.workers} | — | — | — | — | — | — | — | {why.replace('|', '/')} |"
+            )
             continue
         r = o.result or {}
         rate = r.get("rate")
@@ -456,12 +474,32 @@ def table(outcomes: list[Outcome]) -> list[str]:
                 over += f"; ratio within a round {p[0]:.2f} - {p[-1]:.2f}x"
         else:
             over = "one epoch"
+        steady = _median([t for t in o.steady if t])
+        warm = f"{rate / steady:.2f}x" if rate and steady else "—"
         lines.append(
-            f"| {name} | {o.workers} | {_rate(rate)} | {ratio} | "
+            f"| {name} | {o.workers} | {_rate(rate)} | {ratio} | {_rate(steady)} | {warm} | "
             f"{_secs(r['first_s'])} | {_mb(growth)} | "
             f"{_mb(rss)} | {over} |"
         )
     return lines
+
+
+def _median(xs: list[float]) -> float | None:
+    return sorted(xs)[len(xs) // 2] if xs else None
+
+
+def limit_rows(limit: dict | None, why: str, base: float | None) -> list[str]:
+    """The machine's one- and two-thread gather limits as rows of the table."""
+    if limit is None:
+        return [f"| machine limit (gather_limit.c) | — | — | — | — | — | — | — | — | {why} |"]
+    rows = []
+    for threads, rate in ((1, limit["one"]), (limit["threads"], limit["two"])):
+        ratio = f"{rate / base:.2f}x" if base else "—"
+        rows.append(
+            f"| machine limit: C gather, {threads} thread{'s' if threads > 1 else ''} "
+            f"| — | {_rate(rate)} | {ratio} | — | — | — | — | — | best of 5 ({why}) |"
+        )
+    return rows
 
 
 def notes_for(name: str, outcomes: list[Outcome]) -> list[str]:
@@ -618,6 +656,7 @@ def run_workload(
         )
         chosen = good[len(good) // 2] if good else got[-1]  # the median run
         chosen.rates = [t.result["rate"] for t in good]
+        chosen.steady = [t.result.get("steady_rate") for t in good if t.result.get("steady_rate")]
         base = tries.get(("numpy", 0), [])
         if len(got) == len(base) > 1:
             rounds = list(zip(got, base))
@@ -689,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     root = tempfile.mkdtemp(prefix="feedline-compare-", dir=args.dir)
     tmp = os.path.join(root, "tmp")  # the children's TMPDIR (lock files, spools)
     os.makedirs(tmp)
+    exe, built = limits.build(root)
     try:
         for name in workloads:
             wl = WORKLOADS[name]
@@ -697,7 +737,14 @@ def main(argv: list[str] | None = None) -> int:
             os.makedirs(wdir)
             outcomes, sizes = run_workload(name, n, b, wdir, runs, cap, repeat, tmp)
             title = wl["title"] if scale == 1 else f"{n:,} rows (quick), batches of {b}"
-            lines = [f"## {name}: {title}", "", *table(outcomes), ""]
+            limit = limits.measure(exe, n, wl["row_bytes"], b) if exe else None
+            if limit:
+                print(f"   machine limit: {limit['line']}", flush=True)
+            base = next(
+                (o.result["rate"] for o in outcomes if o.system == "numpy" and o.result), None
+            )
+            rows = [*table(outcomes), *limit_rows(limit, built, base)]
+            lines = [f"## {name}: {title}", "", *rows, ""]
             notes = [f"on disk: {', '.join(sizes)}", *notes_for(name, outcomes)]
             lines += ["Notes:", "", *[f"- {s}" for s in notes], ""]
             print("\n" + "\n".join(lines), flush=True)
