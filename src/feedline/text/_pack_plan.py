@@ -123,7 +123,7 @@ def _concat(order: np.ndarray, pairs: np.ndarray, seq_len: int) -> Plan:
 
 
 def _placer(strategy: str):
-    if kernels.get() is not None:
+    if kernels.get(background=True) is not None:  # Python placement: 20x slower
         from . import _pack_jit
 
         return _pack_jit.place_first_fit if strategy == "first_fit" else _pack_jit.place_best_fit

@@ -247,7 +247,10 @@ class Packed:
         else:
             args = (True, np.empty(0, np.uint16), u8, lay.tok_start, u8, lay.mask_start)
         has_mask, p = bool(lay.has_mask), self.plan
-        if kernels.get() is not None and all(v.flags.c_contiguous for v in batch.values()):
+        # background: in a loader's deferred first batch, numba starts loading (the
+        # numpy path is 8x slower than the kernel)
+        k = kernels.get(background=True)
+        if k is not None and all(v.flags.c_contiguous for v in batch.values()):
             from ._pack_jit import fill_packed
 
             inp, tgt = batch["input_ids"], batch["targets"]
