@@ -58,12 +58,18 @@ def s3(tmp_path_factory):
 
 @pytest.fixture
 def env(s3, monkeypatch):
-    """s3fs's endpoint and credentials from the environment (a plain URL's defaults)."""
+    """s3fs's endpoint and credentials from the environment (a plain URL's defaults);
+    fsspec's cached file systems forgotten, as they keep the endpoint they were made
+    with (another module's server)."""
+    import s3fs
+
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3.url)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    return s3
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 def test_a_glob_of_parquet_files_on_s3_is_a_source_of_exact_rows(s3):
