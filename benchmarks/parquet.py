@@ -11,6 +11,10 @@ own Arrow cache is done before timing and not counted; its figure is over the fi
 ``--hf-batches`` batches, as it is slow). Figures are the best of ``--repeat``.
 
     python benchmarks/parquet.py [--rows 1000000] [--repeat 2] [--hf-batches 300]
+
+The same file's conversion to ``.flr`` (``convert`` beside the hand-written pyarrow ->
+numpy -> ``recfile.write`` path, and peak RSS for a 5x file) is
+``benchmarks/parquet_convert.py``.
 """
 
 from __future__ import annotations

@@ -83,12 +83,6 @@ def run(which: str, src: str, dst: str) -> tuple[float, int, int]:
     return result
 
 
-def figures(which: str, src: str, dst: str, repeat: int) -> tuple[float, list[float], int, int]:
-    trials = [run(which, src, dst) for _ in range(repeat)]
-    times = [t for t, _, _ in trials]
-    return min(times), times, trials[0][1], max(r for _, _, r in trials)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -114,12 +108,7 @@ def main() -> None:
                 f"{rss / 2**20:5.0f} MiB  (trials {spread} s)"
             )
 
-        hand_s, hand_t, rows, hand_rss = figures("hand", src, dst, args.repeat)
-        show("hand: pyarrow -> numpy -> recfile.write", hand_s, hand_t, hand_rss, hand_s)
-        ours_s, ours_t, got, ours_rss = figures("convert", src, dst, args.repeat)
-        assert got == rows
-        show("feedline convert data.parquet out.flr", ours_s, ours_t, ours_rss, hand_s)
-        print(f"  convert / hand: {hand_s / ours_s:.2f}x (target >= 0.8x)")
+        hf = None
         if not args.no_hf:
             import datasets
             from datasets.utils.logging import disable_progress_bar
@@ -127,9 +116,26 @@ def main() -> None:
             disable_progress_bar()
             hf = os.path.join(tmp, "hf")
             datasets.Dataset.from_parquet(src, cache_dir=os.path.join(tmp, "c")).save_to_disk(hf)
-            hf_s, hf_t, got, hf_rss = figures("convert", hf, dst, args.repeat)
-            assert got == rows
-            show("feedline convert hf_dir out.flr", hf_s, hf_t, hf_rss, hand_s)
+        # trials interleaved (hand, convert, HF; again), so that the load of the shared
+        # machine falls on each alike
+        runs = [("hand", src), ("convert", src)] + ([("convert", hf)] if hf else [])
+        trials: dict[int, list[tuple[float, int, int]]] = {k: [] for k in range(len(runs))}
+        for _ in range(args.repeat):
+            for k, (which, path) in enumerate(runs):
+                trials[k].append(run(which, path, dst))
+        names = [
+            "hand: pyarrow -> numpy -> recfile.write",
+            "feedline convert data.parquet out.flr",
+            "feedline convert hf_dir out.flr",
+        ]
+        hand_s = min(t for t, _, _ in trials[0])
+        rows = trials[0][0][1]
+        for k in trials:
+            times = [t for t, _, _ in trials[k]]
+            assert all(r == rows for _, r, _ in trials[k])
+            show(names[k], min(times), times, max(m for _, _, m in trials[k]), hand_s)
+        ours_s = min(t for t, _, _ in trials[1])
+        print(f"  convert / hand: {hand_s / ours_s:.2f}x (target >= 0.8x)")
         if args.big > 1:
             big = os.path.join(tmp, "big.parquet")
             os.unlink(src)
@@ -144,7 +150,7 @@ def main() -> None:
                 f"groups): peak RSS of one trial each"
             )
             for which, name in (("hand", "hand path"), ("convert", "feedline convert")):
-                s, _, _, rss = figures(which, big, dst, 1)
+                s, _, rss = run(which, big, dst)
                 print(f"  {name:<40} {s:6.2f} s  peak RSS {rss / 2**20:5.0f} MiB")
 
 
