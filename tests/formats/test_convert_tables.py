@@ -332,3 +332,15 @@ def test_a_flr_through_parquet_comes_back_with_its_record(tmp_path):
     with fl.recfile.open(tmp_path / "d.flr") as a, fl.recfile.open(tmp_path / "again.flr") as b:
         assert b.record.schema() == a.record.schema()
         assert b[42]["tokens"].tolist() == list(range(42 % 9)) and b[42]["title"] == "t42"
+
+
+def test_inspect_shows_a_parquet_or_arrow_files_rows_and_record(parquet, tmp_path, capsys):
+    import pyarrow.feather as feather
+
+    assert main(["inspect", str(parquet)]) == 0
+    out = capsys.readouterr().out
+    assert f"{parquet}: parquet" in out and "rows 2,500 in 9 row groups" in out
+    assert "s" in out and "str" in out
+    feather.write_feather(table(), tmp_path / "t.feather", chunksize=1000)
+    assert main(["inspect", str(tmp_path / "t.feather")]) == 0
+    assert "rows 2,500 in 3 record batches" in capsys.readouterr().out

@@ -124,3 +124,11 @@ def test_the_command_line_converts_an_s3_url_with_columns(env, tmp_path, capsys)
     assert f"s3://tables/a.parquet -> {out}: 600 rows" in capsys.readouterr().out
     with fl.recfile.open(out) as f:
         assert list(f.record.fields) == ["y", "s"] and f.columns["s"].strings()[5] == "r5é"
+
+
+def test_an_arrow_file_on_s3_is_a_source_read_once(s3):
+    src = fl.sources.arrow("s3://tables/t.feather", storage_options=s3.options())
+    assert len(src) == N and src.n_batches == 4
+    idx = np.random.default_rng(2).permutation(N)[:200]
+    check_rows(src.getitems(idx), idx)
+    check_rows(pickle.loads(pickle.dumps(src)).getitems(idx[:20]), idx[:20])

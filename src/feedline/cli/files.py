@@ -81,6 +81,15 @@ def _inspect(path: str) -> int:
                 if key == "vocab":
                     value = f"{len(value)} fields ({', '.join(list(value)[:6])})"
                 print(f"  {key}: {value}")
+    elif kind in ("parquet", "arrow"):
+        from .. import sources
+
+        src: Any = sources.parquet(path) if kind == "parquet" else sources.arrow(path)
+        groups = src.n_groups if kind == "parquet" else src.n_batches
+        what = "row groups" if kind == "parquet" else "record batches"
+        print(f"  rows {len(src):,} in {groups:,} {what}; the record it reads as:")
+        for line in src.record.describe().splitlines():
+            print(f"  {line}")
     else:
         print("  (not a file feedline reads)")
         return 2
