@@ -34,10 +34,10 @@ from ._config import _in_torch_worker, usable_cpus
 # Bytes a chunk holds (rounded to whole batches). Measured on the 2-core reference
 # machine, 4,000,000 rows of 264 bytes in batches of 512 (benchmarks/compare.py):
 # see the default of ``threads`` below for the figures.
-_CHUNK_BYTES = 2 << 20
+_CHUNK_BYTES = 4 << 20
 # Chunks gathered ahead of the caller's: enough that a helper is never idle while the
 # caller takes batches, few enough that memory stays a few chunks.
-_AHEAD = 2
+_AHEAD = 3
 # Most helper threads any loader uses (the pool's size).
 _MAX_HELPERS = 15
 
@@ -75,14 +75,14 @@ def _executor() -> ThreadPoolExecutor:
 
 
 class _Chunk:
-    """Rows ``lo .. hi`` of an order block, gathered (``fields``) once ``done`` is set;
-    ``fields`` stays None when the gather failed (the caller gathers its batch itself,
-    and meets the error where it is reported)."""
+    """Rows ``lo ..`` of an order block (their records ``recs``), gathered (``fields``)
+    once ``done`` is set; ``fields`` stays None when the gather failed (the caller
+    gathers its batch itself, and meets the error where it is reported)."""
 
-    __slots__ = ("cols", "done", "fields", "hi", "lo")
+    __slots__ = ("cols", "done", "fields", "lo", "recs")
 
-    def __init__(self, lo: int, hi: int, cols: dict[str, np.ndarray]) -> None:
-        self.lo, self.hi, self.cols = lo, hi, cols
+    def __init__(self, lo: int, recs: np.ndarray, cols: dict[str, np.ndarray]) -> None:
+        self.lo, self.recs, self.cols = lo, recs, cols
         self.fields: dict[str, np.ndarray] | None = None
         self.done = threading.Event()
 
@@ -93,15 +93,17 @@ def for_plain(loader: Any) -> GatherAhead | None:
     opts = loader.options
     if opts.threads < 2 or not isinstance(loader._blocks, OrderBlocks):
         return None
-    return GatherAhead(opts.threads, opts.batch_size, loader._ledger, opts.threads_default)
+    return GatherAhead(
+        opts.threads, opts.batch_size, loader._ledger, loader._blocks, opts.threads_default
+    )
 
 
-def _chunk_starts(batch_size: int, row_bytes: int) -> list[int]:
-    """Chunk starts in a block: one batch, one, two, four... up to the chunk size, so a
-    block's first batch (a pass's first; a fresh memory map's page faults) waits for one
-    batch's rows, not a chunk's, while the helpers ramp up."""
+def _chunk_starts(batch_size: int, row_bytes: int, ramp: bool) -> list[int]:
+    """Chunk starts in a block: chunks of about ``_CHUNK_BYTES``; with ``ramp`` (a pass's
+    first block) one batch, one, two, four... up to that, so the pass's first batch (a
+    fresh memory map's page faults) waits for one batch's rows, not a chunk's."""
     most = max(1, _CHUNK_BYTES // max(1, row_bytes * batch_size))
-    starts, size, at = [0], 1, 0
+    starts, size, at = [0], 1 if ramp else most, 0
     while at < _BLOCK + batch_size:
         at += size * batch_size
         starts.append(at)
@@ -110,24 +112,34 @@ def _chunk_starts(batch_size: int, row_bytes: int) -> list[int]:
     return starts
 
 
+Key = tuple[int, int, int]  # (ledger generation, block's first position, chunk)
+
+
 class GatherAhead:
     """The chunks of one plain loader: the calling threads' batches are views of them."""
 
-    def __init__(self, threads: int, batch_size: int, ledger: Any, chosen: bool = False) -> None:
-        self.threads, self.batch_size, self.ledger = threads, batch_size, ledger
+    def __init__(
+        self, threads: int, batch_size: int, ledger: Any, blocks: Any, chosen: bool = False
+    ) -> None:
+        self.threads, self.batch_size, self.ledger, self.blocks = (
+            threads,
+            batch_size,
+            ledger,
+            blocks,
+        )
         self.chosen = chosen  # the default: helpers only while a core is spare
         self.spare: tuple[Any, bool] = (None, True)  # (block, helpers wanted there)
-        self.starts: list[int] = []
+        self.starts: tuple[list[int], list[int]] = ([], [])  # (a pass's first block, others)
         self.seen: tuple[Any, bool] = (None, False)  # (columns, gathered ahead)
         self._reset()
 
     def _reset(self) -> None:
         self.pid = os.getpid()
         self.lock = threading.Lock()
-        self.chunks: dict[tuple[int, int, int], _Chunk] = {}
-        # (generation, block, columns, first chunk, last chunk) helpers may gather
-        self.window: tuple | None = None
-        self.current: tuple[int, int, int] | None = None  # the chunk the window follows
+        self.chunks: dict[Key, _Chunk] = {}
+        # the chunks helpers may gather, in order: (key, first row, records, columns)
+        self.window: list[tuple[Key, int, np.ndarray, dict]] = []
+        self.current: Key | None = None  # the chunk the window follows
         self.helping = 0
 
     def fields(self, claim: Any, block: tuple | None, cols: dict[str, np.ndarray]) -> Any:
@@ -138,11 +150,14 @@ class GatherAhead:
         if cols is not self.seen[0]:  # new columns (the first, or a refresh)
             self.seen = (cols, all(not a.flags.writeable for a in cols.values()))
             row = sum(a.itemsize * int(np.prod(a.shape[1:])) for a in cols.values())
-            self.starts = _chunk_starts(self.batch_size, row)
+            self.starts = (
+                _chunk_starts(self.batch_size, row, True),
+                _chunk_starts(self.batch_size, row, False),
+            )
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             return None
         start = block[0]
-        c = bisect.bisect_right(self.starts, claim.start - start) - 1
+        c = bisect.bisect_right(self.starts[start > 0], claim.start - start) - 1
         key = (claim.gen, start, c)
         chunk = self.chunks.get(key)
         mine = False
@@ -153,11 +168,11 @@ class GatherAhead:
                 chunk = self.chunks.get(key)
                 mine = chunk is None or chunk.cols is not cols
                 if mine:
-                    chunk = self._new(key, block, cols)
+                    chunk = self._new(key, *self._rows(key, block[2]), cols)
                 self._advance(key, block, cols)
         assert chunk is not None
         if mine:
-            self._gather(key, chunk, block)
+            self._gather(key, chunk)
         elif not chunk.done.is_set():
             # A helper gathers it: gather the next unclaimed chunk meanwhile, not wait.
             with self.lock:
@@ -174,30 +189,55 @@ class GatherAhead:
         return {n: a[lo:hi] for n, a in got.items()}
 
     # -- under the lock ------------------------------------------------------------------
-    def _new(self, key: tuple[int, int, int], block: tuple, cols: dict) -> _Chunk:
-        c = key[2]
-        chunk = _Chunk(self.starts[c], min(self.starts[c + 1], block[4] - block[0]), cols)
-        self.chunks[key] = chunk
+    def _rows(self, key: Key, recs: np.ndarray) -> tuple[int, np.ndarray]:
+        """Chunk ``key``'s first row in its block and its records (of the block's)."""
+        starts = self.starts[key[1] > 0]
+        lo = starts[key[2]]
+        return lo, recs[lo : starts[key[2] + 1]]
+
+    def _new(self, key: Key, lo: int, recs: np.ndarray, cols: dict) -> _Chunk:
+        chunk = self.chunks[key] = _Chunk(lo, recs, cols)
         return chunk
 
-    def _advance(self, key: tuple[int, int, int], block: tuple, cols: dict) -> None:
-        """The caller is at chunk ``key``: drop the chunks behind it, open the window
-        of the next ones to the helpers, and start a helper if one is free."""
+    def _advance(self, key: Key, block: tuple, cols: dict) -> None:
+        """The caller is at chunk ``key``: drop the chunks behind it, open the window of
+        the next ones (into the next order block, once the look-ahead has made it) to
+        the helpers, and start a helper if one is free."""
         gen, start, c = key
         self.current = key
-        for k in [k for k in self.chunks if k[:2] != (gen, start) or k[2] < c - 1]:
-            del self.chunks[k]
-        last = min(c + _AHEAD, bisect.bisect_right(self.starts, block[4] - block[0] - 1) - 1)
         if self.chosen and self.spare[0] is not block:
             self.spare = (block, self._spare_cpus())
-        if not self.spare[1]:
-            last = c  # the calling thread gathers every chunk
-        self.window = (gen, block, cols, c + 1, last)
-        if self.helping < self.threads - 1 and last > c:
+        window: list[tuple[Key, int, np.ndarray, dict]] = []
+        if self.spare[1]:
+            length = block[4] - start
+            chunks = bisect.bisect_right(self.starts[start > 0], length - 1)
+            window = [(k, *self._rows(k, block[2]), cols) for k in _keys(gen, start, c + 1, chunks)]
+            if len(window) < _AHEAD:
+                window += self._next_block(gen, block, cols)
+        del window[_AHEAD:]
+        keep = {key, (gen, start, c - 1), *(w[0] for w in window)}
+        for k in [k for k in self.chunks if k not in keep]:
+            del self.chunks[k]
+        self.window = window
+        if self.helping < self.threads - 1 and window:
             self.helping += 1
             future = _executor().submit(self._help)
             _running.add(future)
             future.add_done_callback(_running.discard)
+
+    def _next_block(self, gen: int, block: tuple, cols: dict) -> list:
+        """The first chunks of the order block after ``block``, if the look-ahead has
+        made it (its records read from the same block of the order the loader reads)."""
+        ahead = self.blocks.ahead
+        if ahead is None or self.blocks.block is not block or not ahead.future.done():
+            return []  # read in this order: an ``ahead`` of another block is refused
+        if ahead.future.exception() is not None:
+            return []
+        recs = ahead.result()[1]
+        chunks = bisect.bisect_right(self.starts[1], len(recs) - 1)
+        return [
+            (k, *self._rows(k, recs), cols) for k in _keys(gen, ahead.start, 0, min(chunks, _AHEAD))
+        ]
 
     def _spare_cpus(self) -> bool:
         """Whether the helpers find cores to run on (checked once an order block): the
@@ -212,24 +252,19 @@ class GatherAhead:
         own = self.threads if self.spare[1] else 1
         return load - own < usable_cpus() - self.threads + 0.5
 
-    def _unclaimed(self) -> tuple[tuple[int, int, int], _Chunk, tuple] | None:
+    def _unclaimed(self) -> tuple[Key, _Chunk] | None:
         """The first chunk of the window no thread has taken, now taken; or None."""
-        w = self.window
-        if w is None:
-            return None
-        gen, block, cols, first, last = w
-        for c in range(first, last + 1):
-            key = (gen, block[0], c)
+        for key, lo, recs, cols in self.window:
             if key not in self.chunks:
-                return key, self._new(key, block, cols), block
+                return key, self._new(key, lo, recs, cols)
         return None
 
     # -- gathering -------------------------------------------------------------------------
-    def _gather(self, key: tuple[int, int, int], chunk: _Chunk, block: tuple) -> None:
+    def _gather(self, key: Key, chunk: _Chunk) -> None:
         try:
             # the order's records are below 2**63 and in range: as int64 they index
             # without a conversion, and "clip" spares numpy its checks' buffered copy
-            recs = block[2][chunk.lo : chunk.hi].view(np.int64)
+            recs = chunk.recs.view(np.int64)
             chunk.fields = {
                 n: np.take(col, recs, axis=0, mode="clip") for n, col in chunk.cols.items()
             }
@@ -257,3 +292,7 @@ class GatherAhead:
                 with self.lock:
                     self.helping -= 1
                 raise
+
+
+def _keys(gen: int, start: int, first: int, stop: int) -> list[Key]:
+    return [(gen, start, c) for c in range(first, min(stop, first + _AHEAD))]
