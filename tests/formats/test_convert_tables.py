@@ -344,3 +344,14 @@ def test_inspect_shows_a_parquet_or_arrow_files_rows_and_record(parquet, tmp_pat
     feather.write_feather(table(), tmp_path / "t.feather", chunksize=1000)
     assert main(["inspect", str(tmp_path / "t.feather")]) == 0
     assert "rows 2,500 in 3 record batches" in capsys.readouterr().out
+
+
+def test_a_dataset_dict_directory_is_named_with_its_splits(tmp_path, capsys):
+    datasets = pytest.importorskip("datasets")
+    one = datasets.Dataset.from_dict({"x": [1, 2]})
+    datasets.DatasetDict({"train": one, "test": one}).save_to_disk(str(tmp_path / "dd"))
+    assert main(["convert", str(tmp_path / "dd"), str(tmp_path / "dd.flr")]) != 0
+    err = capsys.readouterr().err
+    assert "a DatasetDict of splits" in err and str(tmp_path / "dd" / "train") in err
+    assert not (tmp_path / "dd.flr").exists()
+    assert convert(tmp_path / "dd" / "train", tmp_path / "train.flr") == 2

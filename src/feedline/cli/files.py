@@ -244,6 +244,6 @@ def _is_image_folder(src: str, dst: str) -> bool:
     return (
         os.path.isdir(src)
         and dst.lower().endswith(".flr")
-        and _convert.sniff(src) != "hf"
+        and _convert.sniff(src) not in ("hf", "hfdict")
         and any(os.path.isdir(os.path.join(src, d)) for d in os.listdir(src))
     )

@@ -14,6 +14,7 @@ atomically: a conversion that fails leaves no output.
 
 from __future__ import annotations
 
+import json
 import os
 import zipfile
 from collections.abc import Callable, Iterator
@@ -37,9 +38,11 @@ Progress = Callable[[int, int], None]  # (rows done, rows in all: 0 where not kn
 def sniff(path: str | os.PathLike[str]) -> str:
     """The format of a file by its first bytes: ndf, flr, nndataset, nnvocab, npy, npz,
     parquet, arrow (an IPC file or stream, Feather), hf (a HuggingFace dataset
-    directory) or unknown."""
+    directory), hfdict (a ``DatasetDict``'s, of splits) or unknown."""
     path = os.fspath(path)
     if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "dataset_dict.json")):
+            return "hfdict"  # splits, each an hf directory
         return "hf" if os.path.exists(os.path.join(path, "dataset_info.json")) else "unknown"
     with os.fdopen(open_regular(path), "rb") as f:  # a FIFO: a FormatError, never a wait
         head = f.read(8)
@@ -70,6 +73,15 @@ def table_kind(src: Any, storage_options: Any = None) -> str | None:
     if is_url(src) or (has_magic(src) and not os.path.exists(src)):
         return _tabular.kind_by_name(src, storage_options)
     kind = sniff(src) if os.path.exists(src) else "unknown"
+    if kind == "hfdict":
+        with open(os.path.join(src, "dataset_dict.json")) as f:
+            splits = json.load(f).get("splits", [])
+        first = os.path.join(src, splits[0] if splits else "train")
+        raise FormatError(
+            f"expected one HuggingFace dataset, found a DatasetDict of splits {splits}: "
+            f"convert each split's directory ({first})",
+            src,
+        )
     if kind in _tabular.KINDS:
         return kind
     if kind == "unknown" and not os.path.isdir(src):
