@@ -355,3 +355,10 @@ def test_a_dataset_dict_directory_is_named_with_its_splits(tmp_path, capsys):
     assert "a DatasetDict of splits" in err and str(tmp_path / "dd" / "train") in err
     assert not (tmp_path / "dd.flr").exists()
     assert convert(tmp_path / "dd" / "train", tmp_path / "train.flr") == 2
+
+
+def test_a_column_asked_for_that_is_not_there_is_named_with_the_columns(parquet, tmp_path):
+    with pytest.raises(fl.FormatError, match=r"t\.parquet: no column 'zz' \(it has \['x', 'y'"):
+        convert(parquet, tmp_path / "z.flr", columns=["x", "zz"])
+    with pytest.raises(TypeError, match="a list of column names"):
+        convert(parquet, tmp_path / "z.flr", columns="x,y")

@@ -129,13 +129,10 @@ def record_of(
     try:
         return schema_record(schema, name, where, columns)
     except RecordError as e:
-        hint = (
-            f" (it has {list(schema.names)})"
-            if columns and any(c not in schema.names for c in columns)
-            else "; convert only the columns that have one: --columns a,b (columns=[...])"
-        )
         text = str(e).removeprefix(f"{where}: ")
-        raise FormatError(f"{text}{'' if 'it has' in text else hint}", where) from e
+        if columns is None:  # a column that has no field (not a column asked for that is not)
+            text += "; convert only the columns that have one: --columns a,b (columns=[...])"
+        raise FormatError(text, where) from e
 
 
 def stored_record(schema: Any, where: str) -> type[Record] | None:
