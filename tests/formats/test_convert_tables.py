@@ -362,3 +362,27 @@ def test_a_column_asked_for_that_is_not_there_is_named_with_the_columns(parquet,
         convert(parquet, tmp_path / "z.flr", columns=["x", "zz"])
     with pytest.raises(TypeError, match="a list of column names"):
         convert(parquet, tmp_path / "z.flr", columns="x,y")
+
+
+def test_hf_arrays_convert_and_ragged_lists_inside_a_row_are_named(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {
+            "m": datasets.Array2D((2, 3), "float32"),
+            "seq": datasets.Sequence(datasets.Value("int64"), length=4),
+            "nested": datasets.Sequence(datasets.Sequence(datasets.Value("int32"))),
+        }
+    )
+    data = {
+        "m": [np.full((2, 3), k, np.float32) for k in range(5)],
+        "seq": [[k] * 4 for k in range(5)],
+        "nested": [[[1] * k, [2]] for k in range(5)],
+    }
+    datasets.Dataset.from_dict(data, features=features).save_to_disk(str(tmp_path / "hf"))
+    with pytest.raises(fl.FormatError, match=r"HF column 'nested' row 0 holds lists of diff"):
+        convert(tmp_path / "hf", tmp_path / "o.flr")
+    assert not (tmp_path / "o.flr").exists()
+    assert convert(tmp_path / "hf", tmp_path / "o.flr", columns=["m", "seq"]) == 5
+    with fl.recfile.open(tmp_path / "o.flr") as f:
+        assert f.record.fields["m"].shape == (2, 3) and f.record.fields["seq"].shape == (4,)
+        np.testing.assert_array_equal(f.columns["m"][3], np.full((2, 3), 3, np.float32))

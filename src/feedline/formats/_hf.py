@@ -134,7 +134,18 @@ class _Rows:
 
     def __call__(self, arr: Any, f: Any, where: str, first: int) -> list[np.ndarray]:
         empty = tuple(0 if a is None else a for a in self.axes)  # [] has one axis only
-        return [
-            np.asarray(row, dtype=self.leaf) if len(row) else np.zeros(empty, self.leaf)
-            for row in arr.to_pylist()
-        ]
+        out = []
+        for r, row in enumerate(arr.to_pylist()):
+            try:
+                out.append(
+                    np.asarray(row, dtype=self.leaf) if len(row) else np.zeros(empty, self.leaf)
+                )
+            except ValueError as e:  # numpy's "inhomogeneous shape"
+                raise FormatError(
+                    f"HF column {f.name!r} row {first + r:,} holds lists of different "
+                    f"lengths side by side ({[len(x) for x in row][:8]}): an example of a "
+                    f"field is a rectangular array; pad them, or leave the column out "
+                    f"(--columns)",
+                    where,
+                ) from e
+        return out
