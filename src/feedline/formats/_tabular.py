@@ -330,7 +330,7 @@ def hf(path: str, columns: list[str] | None, storage_options: Any) -> ArrowInput
             tables.append(ipc.open_stream(open_input(where, storage_options)).read_all())
         except (pa.ArrowInvalid, pa.ArrowIOError) as e:
             raise FormatError(f"an HF data file does not read as Arrow: {e}", where) from e
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    table = _storage(pa.concat_tables(tables) if len(tables) > 1 else tables[0])
     if columns is not None:
         missing = [c for c in columns if c not in table.column_names]
         if missing:
@@ -343,6 +343,18 @@ def hf(path: str, columns: list[str] | None, storage_options: Any) -> ArrowInput
         yield from table.to_batches(max_chunksize=step)
 
     return ArrowInput(path, record, table.num_rows, batches, row_bytes, decoders)
+
+
+def _storage(table: Any) -> Any:
+    """A table with each extension-typed column (HF's ``Array2D`` when ``datasets`` is
+    imported and has registered it) as its storage (lists of lists), zero copy."""
+    pa = pyarrow()
+    for i, t in enumerate(table.schema.types):
+        if isinstance(t, pa.ExtensionType):
+            col = table.column(i)
+            plain = pa.chunked_array([c.storage for c in col.chunks], type=t.storage_type)
+            table = table.set_column(i, table.schema.field(i).name, plain)
+    return table
 
 
 def open_table(
