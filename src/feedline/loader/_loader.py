@@ -33,22 +33,23 @@ Cost
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from time import perf_counter_ns
 from typing import Any, Literal
 
 import numpy as np
 
-from .._base import hashing
+from .._base import clock
 from ..order import Order, Seq
 from ..sources import Dataset
-from . import _collate, _into, _state
+from . import _collate, _into, _making, _state
 from ._batch import Batch
 from ._blocks import OrderBlocks
 from ._buckets import Buckets, buckets_for
-from ._gather import gather
 from ._ledger import Claim, Ledger
 from ._options import LoaderOptions, check_int
 from ._plan import PlainPlan, WorkerPlan, choose_plan
-from ._util import as_dataset, datasets_of, to_torch, typed
+from ._stats import LoaderStats, Stats
+from ._util import as_dataset, datasets_of, typed
 
 
 class Loader:
@@ -84,6 +85,7 @@ class Loader:
         bucket: str | None = None,
         bucket_batches: int = 64,
         nested: bool = False,
+        progress: bool = False,
     ) -> None:
         opts = LoaderOptions.make(
             batch_size,
@@ -106,6 +108,7 @@ class Loader:
             bucket=bucket,
             bucket_batches=bucket_batches,
             nested=nested,
+            progress=progress,
         )
         self.options = opts
         self._b = opts.batch_size
@@ -142,6 +145,7 @@ class Loader:
         )
         self._values_checked = False
         self._print = self._make_fingerprint()
+        self._stats = Stats(opts.progress)
         self._plan = choose_plan(self)
 
     # -- options as attributes ------------------------------------------------------------
@@ -158,6 +162,7 @@ class Loader:
     check_values = property(lambda self: self.options.check_values)
     batch_transform = property(lambda self: self.options.batch_transform)
     timeout = property(lambda self: self.options.timeout)
+    progress = property(lambda self: self.options.progress)
 
     # -- construction helpers -----------------------------------------------------------
     def _split_seq(self) -> Seq:
@@ -253,16 +258,20 @@ class Loader:
     def claim(self) -> Claim | None:
         """The next batch's claim (its positions, sources and records), or None at the
         end of the pass (recorded as ended under the same lock)."""
-        led = self._ledger
+        led, t = self._ledger, perf_counter_ns()
         with led.lock:
             index = led.take_number()
             if index is None:
                 return None
             try:
-                return self._claim_positions(index)
+                claim = self._claim_positions(index)
             except BaseException:
                 led.untake(index)  # the order raised: nothing is claimed
                 raise
+        clock.add("order", perf_counter_ns() - t)
+        if self._stats.progress:
+            self._stats.open_bar(len(self), self.epoch)
+        return claim
 
     def _claim_positions(self, index: int) -> Claim:
         """Under the ledger's lock: the claim of batch ``index`` (``_blocks``)."""
@@ -276,80 +285,32 @@ class Loader:
         return _collate.rows_for(size, self._b, self.options.padded)
 
     def positions(self, claim: Claim) -> np.ndarray | None:
-        """The positions, in the whole pass before dealing or splitting, of the claim's
-        rows: with the pass, they seed mapped datasets' generators, so every rank draws
-        its own and a resume with another number of ranks draws the same. None when no
-        dataset is mapped."""
-        if not self._mapped:
-            return None
-        p = claim.pos if claim.pos is not None else np.arange(claim.start, claim.stop)
-        opts = self.options
-        if opts.shard is not None:  # dealt round-robin after skipping the ledger's base
-            index, count = opts.shard
-            return self._ledger.base + p * count + index
-        if opts.split is not None:  # data.nu's contiguous slice
-            index, count = opts.split
-            return p + index * Order(self._seq).length // count
-        return p
+        """The positions of the claim's rows in the whole pass (``_making.positions``)."""
+        return _making.positions(self, claim)
 
     def context(self) -> int:
         """The pass's context: it seeds mapped datasets' per-example generators."""
-        if not self._mapped:
-            return 0
-        order = self._pass_order()
-        return order.seed if not order.epoch else hashing.epoch_word(order.seed, order.epoch)
+        return _making.context(self)
 
     def gather(
         self, claim: Claim, rows: int, out: dict[str, np.ndarray] | None = None
     ) -> dict[str, np.ndarray]:
         """Read (and map) the claim's examples: the fields stacked, padded to ``rows``."""
-        if self.options.check_values and not self._values_checked:
-            for ds in self._datasets:
-                if ds.in_memory:  # checked whole, once; others batch by batch, as they load
-                    ds.check_values()
-            self._values_checked = True
-        return gather(
-            self._datasets,
-            self.record.fields,
-            claim.ords,
-            claim.recs,
-            rows,
-            self.positions(claim),
-            self.context(),
-            self.options.check_values,
-            out,
-        )
+        return _making.gather(self, claim, rows, out)
 
     def make(self, claim: Claim) -> Any:
         """The batch of ``claim`` made in this thread: read, map, collate, deliver."""
-        rows = self.rows_for(claim.size)
-        opts = self.options
-        fields, lengths = _collate.collate(
-            self.record.fields,
-            self.gather(claim, rows),
-            claim.size,
-            rows,
-            opts.pad_to_multiple,
-            opts.pad_bounds,
-            opts.nested,
-        )
-        if opts.output == "torch":
-            fields = to_torch(fields, opts.device)
-        return self.finish(
-            Batch.with_meta(
-                dict(fields),
-                claim.size,
-                rows,
-                claim.pos0,
-                claim.ords,
-                claim.recs,
-                lengths=lengths,
-            )
-        )
+        return _making.make(self, claim)
 
     def finish(self, batch: Batch) -> Any:
-        transform = self.options.batch_transform
-        return batch if transform is None else transform(batch)
+        return _making.finish(self, batch)
+
+    def stats(self, *, reset: bool = False) -> LoaderStats:
+        """Where this loader's time went since it was made (or since ``stats(reset=True)``):
+        rows/s, the first batch, the caller's wait, seconds per stage (order, read, map,
+        collate, transform, copy, waiting for workers) and the workers' own (``_stats``)."""
+        pool = getattr(self._plan, "pool", None)
+        return self._stats.snapshot(len(pool.workers) if pool is not None else 0, reset)
 
     def deliver(self, claim: Claim, make: Callable[[Claim], Any]) -> Any:
         """``make(claim)``, recorded in the ledger: delivered when it returns, passed
@@ -424,6 +385,7 @@ class Loader:
             seed = check_int("seed", seed, -(1 << 63), (1 << 64) - 1)
         epoch = check_int("epoch", epoch, 0)
         self._plan.drain()
+        self._stats.close_bar()
         led = self._ledger
         with led.lock:
             if led.closed:
@@ -478,6 +440,7 @@ class Loader:
         use raises ValueError. (A loader whose pass ended and that is dropped without
         ``close`` leaves its workers to the next loader over the same datasets.)"""
         self._plan.shutdown()
+        self._stats.close_bar()
         led = self._ledger
         with led.lock:
             if self._own_dataset and self._plain is not None and not led.closed:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
+from .._base import clock
 from . import _into
 from ._batch import Batch
 from ._device import DeviceColumns
@@ -30,19 +32,36 @@ class LocalPlan:
 
     def next(self) -> Any:
         loader = self.loader
-        claim = loader.claim()
-        if claim is None:
-            raise StopIteration
-        return loader.deliver(claim, loader.make)
+        stats = loader._stats
+        t0 = stats.start()
+        acc = clock.tally()
+        try:
+            claim = loader.claim()
+            if claim is None:
+                raise StopIteration
+            batch = loader.deliver(claim, loader.make)
+        finally:
+            clock.untally()
+        stats.batch(t0, acc, claim.size)
+        return batch
 
     def next_into(
         self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
     ) -> int:
         loader = self.loader
-        claim = loader.claim()
-        if claim is None:
-            return 0
-        loader.deliver(claim, lambda c: self._fill(c, out))
+        stats = loader._stats
+        t0 = stats.start()
+        acc = clock.tally()
+        try:
+            claim = loader.claim()
+            if claim is None:
+                return 0
+            t = perf_counter_ns()
+            loader.deliver(claim, lambda c: self._fill(c, out))
+            clock.add("read", perf_counter_ns() - t)
+        finally:
+            clock.untally()
+        stats.batch(t0, acc, claim.size)
         return _into.finish(loader, claim, out, meta, padded)
 
     def _fill(self, claim: Any, out: Mapping[str, np.ndarray]) -> None:
@@ -75,6 +94,7 @@ class PlainPlan(LocalPlan):
         # (each call left out is a tenth of a microsecond, at tens of thousands a second).
         loader = self.loader
         led = loader._ledger
+        t0 = loader._stats.start()
         with led.lock:
             index = led.take_number()
             if index is None:
@@ -86,6 +106,7 @@ class PlainPlan(LocalPlan):
                 raise
             ahead = self.ahead
             block = loader._blocks.block if ahead is not None else None
+        t1 = perf_counter_ns()
         try:
             cols = self._cols()
             recs = claim.recs
@@ -101,6 +122,7 @@ class PlainPlan(LocalPlan):
             raise
         size = claim.stop - claim.start
         led.deliver(claim, size)
+        loader._stats.plain(t0, t1, perf_counter_ns(), size)
         return Batch(fields, size, size, claim.start, claim.ords, recs)
 
     __next__ = next
@@ -138,13 +160,23 @@ class DevicePlan(LocalPlan):
 
     def next(self) -> Any:
         loader = self.loader
-        claim = loader.claim()
-        if claim is None:
-            raise StopIteration
+        stats = loader._stats
+        t0 = stats.start()
+        acc = clock.tally()
+        try:
+            claim = loader.claim()
+            if claim is None:
+                raise StopIteration
+            batch = loader.deliver(claim, self._make)
+        finally:
+            clock.untally()
+        stats.batch(t0, acc, claim.size)
+        return batch
 
-        def make(c: Any) -> Any:
-            rows = loader.rows_for(c.size)
-            fields = self.columns().gather(c.ords, c.recs, rows)
-            return loader.finish(Batch(fields, c.size, rows, c.pos0, c.ords, c.recs))
-
-        return loader.deliver(claim, make)
+    def _make(self, c: Any) -> Any:
+        loader = self.loader
+        rows = loader.rows_for(c.size)
+        t = perf_counter_ns()
+        fields = self.columns().gather(c.ords, c.recs, rows)
+        clock.add("read", perf_counter_ns() - t)  # on the device
+        return loader.finish(Batch(fields, c.size, rows, c.pos0, c.ords, c.recs))

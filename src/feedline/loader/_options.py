@@ -38,6 +38,8 @@ option                 meaning (the same for every kind of source)
 ``bucket``             a varying dim: batches of similar lengths on it, drawn from groups
                        of ``bucket_batches`` batches of the order (``_buckets``)
 ``bucket_batches``     batches per bucketing group (64): more sorts wider, less padding
+``progress``           a tqdm bar over each pass: rows/s and the share of the time the
+                       caller waited (``loader.stats()`` has the figures at any time)
 ``nested``             varying fields as torch nested tensors (jagged layout, one varying
                        axis, the first) instead of padded ones; ``output="torch"`` only
 =====================  ====================================================================
@@ -130,6 +132,7 @@ class LoaderOptions:
     bucket: str | None = None
     bucket_batches: int = 64
     nested: bool = False
+    progress: bool = False
 
     @classmethod
     def make(
@@ -155,6 +158,7 @@ class LoaderOptions:
         bucket: str | None = None,
         bucket_batches: int = 64,
         nested: bool = False,
+        progress: bool = False,
     ) -> LoaderOptions:
         """The options of ``Loader(source, batch_size, **options)``, checked; every error
         names its option."""
@@ -228,6 +232,7 @@ class LoaderOptions:
             raise TypeError(f"bucket is the name of a varying dim, got {bucket!r}")
         bucket_batches = check_int("bucket_batches", bucket_batches, 1)
         nested = _flag("nested", nested)
+        progress = _flag("progress", progress)
         if nested and output != "torch":
             raise ValueError(
                 f"nested=True makes torch nested tensors: output must be 'torch', got {output!r}"
@@ -258,6 +263,7 @@ class LoaderOptions:
             bucket=bucket,
             bucket_batches=bucket_batches,
             nested=nested,
+            progress=progress,
         )
 
     @property

@@ -62,6 +62,7 @@ def choose_plan(loader: Any) -> Any:
         and opts.output == "numpy"
         and opts.batch_transform is None
         and not opts.padded
+        and not opts.progress  # the bar is drawn from the general path's claims
         and (ds.columns is not None or ds._mapped_columns)
     ):
         return PlainPlan(loader, ds)

@@ -17,7 +17,9 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
+from time import perf_counter_ns
 
+from feedline._base import clock
 from feedline.loader._collate import collate, fill_padding
 from feedline.loader._gather import gather
 from feedline.loader._slots import Layout
@@ -51,6 +53,8 @@ def serve(conn: Connection) -> None:
                 capacities[msg[1]] = msg[3]
                 continue
             _, batch_no, slot, ords, recs, rows, start, seeds, context = msg
+            t0 = perf_counter_ns()
+            times = clock.tally()  # where the batch's time goes (``_stats``)
             try:
                 shm = slots[slot]
                 if shm is None:
@@ -70,6 +74,7 @@ def serve(conn: Connection) -> None:
                     out=dict(out),
                 )
                 fill_padding(out, fields, size, rows)
+                times["read"] = perf_counter_ns() - t0  # the map's time inside it
                 if transform is not None:
                     result = _transform(
                         transform,
@@ -84,14 +89,17 @@ def serve(conn: Connection) -> None:
                         device,
                         padding,
                     )
-                    conn.send(
-                        ("result", batch_no, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
-                    )
-                elif layout.has_ragged:
-                    info, need = layout.write_ragged(buf, capacities[slot], got)
-                    conn.send(("done", batch_no, slot, info, need))
+                    data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+                    times["busy"] = perf_counter_ns() - t0
+                    conn.send(("result", batch_no, data, times))
                 else:
-                    conn.send(("done", batch_no, slot))
+                    info, need = (
+                        layout.write_ragged(buf, capacities[slot], got)
+                        if layout.has_ragged
+                        else (None, 0)
+                    )
+                    times["busy"] = perf_counter_ns() - t0
+                    conn.send(("done", batch_no, slot, info, need, times))
             except (Exception, KeyboardInterrupt) as e:  # reaches the caller, with the
                 # traceback's text; a KeyboardInterrupt a map raised too (the batch is then
                 # made again, as in process), never the end of this worker
@@ -101,6 +109,8 @@ def serve(conn: Connection) -> None:
                 except Exception:
                     payload = None
                 conn.send(("error", batch_no, payload, text))
+            finally:
+                clock.untally()
     finally:
         for s in slots:
             if s is not None:
@@ -137,11 +147,16 @@ def _transform(transform, got, fields, size, rows, start, ords, recs, output, de
     from feedline.loader._batch import Batch
     from feedline.loader._util import to_torch
 
+    t = perf_counter_ns()
     batch = {name: a if isinstance(a, Ragged) else a[:rows].copy() for name, a in got.items()}
     collated, lengths = collate(fields, batch, size, rows, *padding)
     if output == "torch":
         collated = to_torch(collated, device)
-    return transform(Batch.with_meta(collated, size, rows, start, ords, recs, lengths=lengths))
+    t1 = perf_counter_ns()
+    clock.add("collate", t1 - t)
+    out = transform(Batch.with_meta(collated, size, rows, start, ords, recs, lengths=lengths))
+    clock.add("transform", perf_counter_ns() - t1)
+    return out
 
 
 def main() -> None:

@@ -10,11 +10,13 @@ import threading
 import warnings
 from collections import deque
 from collections.abc import Mapping
+from time import perf_counter_ns
 from types import FrameType
 from typing import Any
 
 import numpy as np
 
+from .._base import clock
 from ..errors import WorkerError
 from ..records._ragged import Ragged
 from . import _collate, _into
@@ -169,6 +171,7 @@ class WorkerPlan:
             if not self.inflight:
                 raise StopIteration
             claim = self.inflight[0]
+            t = perf_counter_ns()
             try:
                 fields = pool.result(
                     self._batch_no(claim), loader.options.timeout, self._collator(claim)
@@ -190,6 +193,11 @@ class WorkerPlan:
                     led.release(claim)
                 raise  # else it landed in the wait: the batch stays in flight
             self.inflight.popleft()
+            # the wait for the workers (the collation out of the slot counted apart)
+            clock.add("workers", perf_counter_ns() - t)
+            for k, v in pool.last_times.items():  # the stages in the worker (``_stats``)
+                clock.add(f"worker {k}", v)
+            clock.add("rows", claim.size)
             return claim, fields
         finally:
             pool.use_lock.release()
@@ -204,16 +212,31 @@ class WorkerPlan:
         opts, size, rows = loader.options, claim.size, loader.rows_for(claim.size)
 
         def collate(fields: dict[str, Any]) -> Any:
+            t = perf_counter_ns()
             batch = {n: a if isinstance(a, Ragged) else a[:rows] for n, a in fields.items()}
-            return _collate.collate(
+            out = _collate.collate(
                 loader.record.fields, batch, size, rows, opts.pad_to_multiple, opts.pad_bounds
             )
+            clock.add("collate", perf_counter_ns() - t)
+            clock.add("workers", t - perf_counter_ns())  # not the workers' time
+            return out
 
         return collate
 
     def next(self, raw: bool = False) -> Any:
         if self._spec() is None:
             return self.local.next()
+        stats = self.loader._stats
+        t0 = stats.start()
+        acc = clock.tally()
+        try:
+            batch = self._next(raw)
+        finally:
+            clock.untally()
+        stats.batch(t0, acc, acc.pop("rows", 0))
+        return batch
+
+    def _next(self, raw: bool) -> Any:
         loader = self.loader
         with self.lock:
             claim, fields = self._take()
@@ -228,7 +251,9 @@ class WorkerPlan:
         def finish(c: Any) -> Any:
             out = {n: a[:rows] for n, a in fields.items()}
             if loader.options.output == "torch":
+                t = perf_counter_ns()
                 out = to_torch(out, loader.options.device)
+                clock.add("copy", perf_counter_ns() - t)
             batch = Batch.with_meta(out, c.size, rows, c.pos0, c.ords, c.recs, lengths=lengths)
             return batch if raw else loader.finish(batch)
 

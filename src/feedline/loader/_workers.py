@@ -142,6 +142,9 @@ class WorkerPool:
         )
         self.pending: dict[int, tuple[int, _Worker]] = {}
         self.done: dict[int, tuple[str, Any]] = {}
+        # the stages' times of each batch made (``_stats``), and those of the last result
+        self.times: dict[int, dict[str, int]] = {}
+        self.last_times: dict[str, int] = {}
         self._next_worker = 0
         try:
             self.workers.extend(_Worker(payload) for _ in range(workers))
@@ -309,6 +312,7 @@ class WorkerPool:
         kind, value = self.done[batch_no]
         slot, _ = self.pending[batch_no]
         del self.done[batch_no], self.pending[batch_no]
+        self.last_times = self.times.pop(batch_no, {})
         if kind == "error":
             self.free.append(slot)
             payload, text = value
@@ -374,9 +378,11 @@ class WorkerPool:
                 raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}") from e
             w.busy -= 1
             if msg[0] == "done":  # with the ragged columns' places, and the room they needed
-                self.done[msg[1]] = ("done", (msg[3], msg[4]) if len(msg) > 3 else (None, 0))
+                self.done[msg[1]] = ("done", (msg[3], msg[4]))
+                self.times[msg[1]] = msg[5]
             elif msg[0] == "result":
                 self.done[msg[1]] = ("result", msg[2])
+                self.times[msg[1]] = msg[3]
             else:
                 self.done[msg[1]] = ("error", (msg[2], msg[3]))
 
@@ -402,6 +408,7 @@ class WorkerPool:
                 self.result(batch_no)
         self.pending.clear()
         self.done.clear()
+        self.times.clear()
         return True
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .._base import clock
 from ..errors import BoundsError, ShapeError
 from ..order import Seq
 from ..order import salt as name_salt
@@ -344,6 +345,7 @@ class Dataset:
         if self._maps:
             idx = _as_indices(indices, self.record.__name__)
             batch = self._base.getitems(idx, check_values=check_values, in_range=in_range)
+            t = clock.perf_counter_ns()
             batch = apply_maps(
                 self._base.record,
                 self.record,
@@ -354,6 +356,7 @@ class Dataset:
                 context,
                 check_values,
             )
+            clock.add("map", clock.perf_counter_ns() - t)  # the loader's stats
             if out is not None:
                 _write_rows(out, batch, len(idx))
             return batch
