@@ -13,6 +13,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        from ._bench_file import run
+
+        return run(args)
     if args.plot or args.from_markdown:
         from ._plot_commands import run_bench_plot
 
@@ -68,9 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="feedline-demo", help="folder for the demo's outputs")
     demo.set_defaults(func=_cmd_demo)
 
-    bench = sub.add_parser("bench", help="benchmark the ordering engine against baselines")
+    bench = sub.add_parser(
+        "bench", help="the loader on FILE beside numpy's gather; without FILE, the ordering engine"
+    )
     bench.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke test")
+    from ._bench_file import add_options
     from ._plot_commands import add_bench_plot_options, add_order_plot_parser
+
+    add_options(bench)  # feedline bench FILE [--batch 512 --workers 2 ...]
 
     add_bench_plot_options(bench)  # feedline bench --plot [-o PNG] [--from-markdown FILE]
     bench.set_defaults(func=_cmd_bench)

@@ -1,0 +1,122 @@
+"""``feedline bench FILE``: the loader on the user's own file, beside numpy's gather.
+
+One shuffled pass after another through ``fl.Loader`` over the file (``.flr``,
+``.ndf``, ``.parquet``, ``.arrow`` / ``.feather``), in this fresh process: the first
+pass is timed apart (what a job's first epoch sees), then the loader's own
+``stats()`` say where the time went. The baseline, in the same process on the same
+rows and the same order: numpy's ``take`` from the file's memory-mapped columns (or
+from the columns read into memory, for a file that does not map), a batch at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import FormatError
+from ..loader import Loader
+from ..records import Ragged
+
+
+def open_source(path: str) -> Any:
+    """The typed source of ``path``, by its suffix."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".flr":
+        from ..formats import recfile
+
+        return recfile.open(path)
+    if suffix == ".ndf":
+        from ..formats import ndf
+
+        return ndf.open(path)
+    if suffix in (".parquet", ".pq"):
+        from ..sources import parquet
+
+        return parquet(path)
+    if suffix in (".arrow", ".feather", ".ipc"):
+        from ..sources import arrow
+
+        return arrow(path)
+    raise FormatError(
+        "feedline bench FILE takes a .flr, .ndf, .parquet or .arrow/.feather file", path
+    )
+
+
+def _columns(src: Any, n: int) -> dict[str, Any]:
+    """The file's columns for numpy's gather: memory-mapped where the file maps."""
+    cols = getattr(src, "columns", None)
+    if isinstance(cols, dict) and cols:
+        return cols
+    return src.getitems(np.arange(n))
+
+
+def _numpy_pass(cols: dict[str, Any], batches: list[np.ndarray]) -> float:
+    """Seconds for numpy's gather of every batch (a ragged column: its ``take``)."""
+    t = time.perf_counter()
+    for recs in batches:
+        for col in cols.values():
+            if isinstance(col, Ragged):
+                col.take(recs)
+            else:
+                np.take(col, recs, axis=0)
+    return time.perf_counter() - t
+
+
+def run(args: argparse.Namespace) -> int:
+    src = open_source(args.file)
+    n = len(src)
+    started = time.perf_counter()
+    loader = Loader(
+        src,
+        args.batch,
+        seed=args.seed,
+        workers=args.workers,
+        threads=args.threads,
+    )
+    print(
+        f"{args.file}: {n:,} rows of {src.record.__name__} "
+        f"({', '.join(src.record.fields)}); batches of {args.batch}, workers "
+        f"{loader.options.workers}, threads {loader.options.threads}"
+    )
+    order: list[np.ndarray] = []
+    for p in range(args.passes):
+        t = time.perf_counter()
+        rows = 0
+        for batch in loader:
+            rows += batch.meta.size
+            if p == 0:
+                order.append(np.asarray(batch.meta.record_indices[: batch.meta.size]))
+        seconds = time.perf_counter() - t
+        first = " (the first: from making the loader, in this fresh process)" if p == 0 else ""
+        if p == 0:
+            seconds = time.perf_counter() - started
+        print(f"pass {p}: {rows / seconds:,.0f} rows/s{first}")
+    stats = loader.stats()
+    print(stats)
+    cols = _columns(src, n)
+    base = min(_numpy_pass(cols, order) for _ in range(max(1, args.passes)))
+    ours = stats.rows / max(stats.seconds, 1e-9)
+    print(
+        f"numpy's gather of the same batches: {n / base:,.0f} rows/s; the loader's "
+        f"{ours:,.0f} rows/s over all passes is {ours / (n / base):.2f}x"
+    )
+    loader.close()
+    close = getattr(src, "close", None)
+    if close is not None:
+        close()
+    return 0
+
+
+def add_options(bench: argparse.ArgumentParser) -> None:
+    bench.add_argument(
+        "file", nargs="?", help="a .flr, .ndf, .parquet or .arrow file: the loader over it"
+    )
+    bench.add_argument("--batch", type=int, default=512, help="batch size (512)")
+    bench.add_argument("--workers", type=int, default=0, help="worker processes (0)")
+    bench.add_argument("--threads", type=int, default=None, help="gather threads (auto)")
+    bench.add_argument("--passes", type=int, default=2, help="shuffled passes (2)")
+    bench.add_argument("--seed", type=int, default=1, help="the order's seed (1)")

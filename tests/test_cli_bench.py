@@ -1,0 +1,51 @@
+"""``feedline bench FILE`` (issue 20, part 4): the loader over the user's own file, its
+passes, its stats and numpy's gather of the same batches, in one run."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.cli import main
+
+
+class Row(fl.Record):
+    x = fl.field((8,), "float32")
+    y = fl.field((), "int64")
+
+
+@pytest.fixture
+def flr(tmp_path):
+    path = tmp_path / "rows.flr"
+    fl.recfile.write(path, Row, {"x": np.ones((1000, 8), np.float32), "y": np.arange(1000)})
+    return path
+
+
+def test_bench_on_a_file_prints_its_passes_its_stats_and_numpy_beside_them(flr, capsys):
+    assert main(["bench", str(flr), "--batch", "64", "--passes", "2", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1,000 rows of Row (x, y); batches of 64, workers 0, threads 1" in out
+    assert re.search(r"pass 0: [\d,]+ rows/s \(the first", out)
+    assert re.search(r"pass 1: [\d,]+ rows/s", out)
+    assert "32 batches, 2,000 rows" in out  # both passes, every row once a pass
+    assert re.search(r"numpy's gather of the same batches: [\d,]+ rows/s; .* is [\d.]+x", out)
+
+
+def test_bench_with_workers_and_a_parquet_file(tmp_path, capsys):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": np.arange(300), "b": np.arange(300) * 0.5}), path)
+    assert main(["bench", str(path), "--batch", "50", "--passes", "1", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "300 rows" in out and "6 batches, 300 rows" in out
+
+
+def test_bench_refuses_a_file_it_cannot_read(tmp_path, capsys):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello")
+    assert main(["bench", str(path)]) != 0
+    assert "feedline bench FILE takes" in capsys.readouterr().err
