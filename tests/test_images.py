@@ -395,3 +395,15 @@ def test_an_hf_image_stored_by_its_path_only_is_named_by_its_row(tmp_path):
     src = fl.sources.parquet(tmp_path / "paths.parquet")
     with pytest.raises(fl.FormatError, match=r"column 'image' row 1 holds no bytes"):
         src[1]
+
+
+def test_a_jpeg_without_stored_sizes_is_cropped_and_decoded_as_with_them():
+    """Without width/height fields (an HF or Parquet image column) a JPEG's size comes
+    from its header: the crop is drawn first and the JPEG decoded at the scale it needs,
+    so the batches are those of the same images with their sizes stored."""
+    data = items(10)
+    with_sizes = fl.Dataset(Encoded, data)
+    without = fl.Dataset(Photo, [{"image": d["image"], "label": d["label"]} for d in data])
+    for train in (True, False):
+        want = stream(fl.images.decoded(with_sizes, 40, train=train, seed=6), workers=0)
+        assert stream(fl.images.decoded(without, 40, train=train, seed=6), workers=0) == want

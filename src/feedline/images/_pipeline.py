@@ -19,7 +19,7 @@ from ..errors import FormatError, RecordError
 from ..records import Record, record_from_schema
 from ..sources import Dataset
 from . import _augment
-from ._decode import decode
+from ._decode import decode, kind_of, size_of
 
 #: threads for decoding when ``decoded`` is not told (benchmarks/decoders.py)
 DEFAULT_THREADS = 2
@@ -90,6 +90,10 @@ class Augment:
     def _image(self, data: bytes, example: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
         s = self.size
         width, height = example.get("width"), example.get("height")
+        if (width is None or height is None) and kind_of(data) == "jpeg":
+            # the header's size (microseconds): the crop is drawn first, and the JPEG
+            # decoded at the scale it needs, as when the sizes are stored
+            width, height = size_of(data)
         if width is None or height is None:
             full = decode(data)
             width, height = full.shape[1], full.shape[0]
