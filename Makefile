@@ -11,11 +11,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision]"
+	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision,parquet]"
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision,test]"
+	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision,parquet,test]"
 	touch $@ $(VENV)/.demo-installed
 
 demo: $(VENV)/.demo-installed

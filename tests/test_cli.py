@@ -36,6 +36,11 @@ def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_pat
     pics = summary["images"]
     assert pics["once"] and pics["same_stream"] and pics["images"] == 240
     assert "the stream with 1 and 2 threads is identical: True" in out.stdout
+    lm, chats, tables = summary["packing"], summary["chats"], summary["tables"]
+    assert lm["trained"] == lm["expected"] and lm["padding"] < lm["padding_per_doc"] / 4
+    assert chats["trained"] == chats["answers"] < chats["tokens"]
+    assert tables["same_batches"] and tables["round_trip"] and tables["rows"] == 1797
+    assert "exactly the answers" in out.stdout and "to .flr and back to Parquet" in out.stdout
     seq = fl.Seq.from_json(
         (tmp_path / "demo" / "order.json").read_text(), _digit_sources(tmp_path / "demo")
     )

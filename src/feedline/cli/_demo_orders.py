@@ -59,7 +59,7 @@ def orders_at_scale(out_dir: str) -> dict:
         NamedDataset("code", 150_000_000),
         NamedDataset("books", 100_000_000),
     ]
-    print("\n8. The same engine at a billion positions")
+    print("\n9. The same engine at a billion positions")
     if kernels.enabled():
         print(
             f"   path: compiled kernels (numba), loaded in {warm_up():.1f} s "

@@ -36,6 +36,7 @@ from ..order import Order, Schedule, Seq
 from ..records import Index, Range, Record, field
 from ..sources import Dataset
 from ._demo_images import images_pass
+from ._demo_lm import EOT, chat_pass, packing_pass, tables_pass, windows_pass
 from ._demo_orders import orders_at_scale
 from ._demo_varlen import varlen_pass
 
@@ -235,32 +236,6 @@ def interrupted_pass(clean: Dataset) -> dict[str, int]:
     return {"interrupts": interrupts, "once": once, "records": len(clean)}
 
 
-def windows_pass(path: str, seq_len: int = 256, batch: int = 32) -> dict[str, Any]:
-    """One shuffled pass of language-model windows: every target trained once."""
-    t0 = time.perf_counter()
-    windows = text.Windows(path, seq_len)
-    loader = Loader(windows, batch, seed=1)
-    first, trained, tokens = None, 0, 0
-    read = np.zeros(len(windows), dtype=np.int64)  # times each window was read
-    for b in loader:
-        first = first or time.perf_counter() - t0
-        trained += int(b["loss_mask"].sum())
-        tokens += b["input_ids"].size
-        np.add.at(read, b.meta.record_indices, 1)
-    seconds = time.perf_counter() - t0
-    expected = windows.num_tokens - 1
-    loader.close()
-    windows.close()
-    return {
-        "windows": len(windows),
-        "trained": trained,
-        "expected": expected,
-        "each_once": bool((read == 1).all()),
-        "tokens_per_s": tokens / seconds,
-        "first_batch_s": first,
-    }
-
-
 def gather_bench(out_dir: str, rows: int = 1_000_000) -> dict[str, float]:
     """Shuffled batches of 512 from a .flr (64 float32 + a label): numpy's own gather
     from the memory map beside feedline's loader (0 and 2 workers: a plain gather stays
@@ -384,7 +359,7 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
     print(
         f"   {win['windows']:,} windows of 256 tokens, shuffled: {win['trained']:,} targets "
         f"trained of {win['expected']:,}; every window read once: {win['each_once']}; "
-        f"{win['tokens_per_s'] / 1e6:.0f} M "
+        f"{win['tokens_per_s'] / 1e6:.1f} M "
         f"tokens/s, first batch after {win['first_batch_s'] * 1e3:.1f} ms"
     )
 
@@ -413,6 +388,27 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
         f"identical: {pics['same_stream']}; every image once: {pics['once']}"
     )
 
+    print("\n8. Language-model data as practitioners build it: JSONL, end-of-text, packing")
+    lm, chat = packing_pass(out_dir), chat_pass(out_dir)
+    print(
+        f"   {lm['documents']} topics as JSONL documents with {EOT} after each: "
+        f"{lm['tokens']:,} byte tokens in a .flr of uint16; packed by best fit into "
+        f"{lm['rows']} rows of 1,024 (planned in {lm['plan_s'] * 1e3:.0f} ms): padding "
+        f"{lm['padding']:.1%} (one document a row: {lm['padding_per_doc']:.1%}); "
+        f"{lm['trained']:,} targets trained of {lm['expected']:,}, "
+        f"{lm['tokens_per_s'] / 1e6:.1f} M tokens/s\n"
+        f"   the same topics as {chat['chats']} chats (a question, its answer): the loss "
+        f"on {chat['trained']:,} of {chat['tokens']:,} tokens, exactly the answers "
+        f"({chat['answers']:,}): {chat['trained'] == chat['answers']}"
+    )
+    tab = tables_pass(out_dir, imgs, labels)
+    print(
+        f"   the digits as a Parquet table ({tab['rows']:,} rows in {tab['row_groups']} row "
+        f"groups, read as {tab['record']}): shuffled batches straight from it, the same as "
+        f"from its .flr: {tab['same_batches']}; to .flr and back to Parquet, equal: "
+        f"{tab['round_trip']}"
+    )
+
     bench = gather_bench(out_dir)
     base = bench["numpy gather"]
     print(
@@ -432,6 +428,10 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
         and bucketed["once"]
         and pics["once"]
         and pics["same_stream"]
+        and lm["trained"] == lm["expected"]
+        and chat["trained"] == chat["answers"]
+        and tab["same_batches"]
+        and tab["round_trip"]
     )
     with open(os.path.join(out_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(
@@ -443,6 +443,9 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
                 "windows": win,
                 "variable_length": var,
                 "images": pics,
+                "packing": lm,
+                "chats": chat,
+                "tables": tab,
                 "bench": bench,
                 "orders": scale,
                 "plots": plots,
