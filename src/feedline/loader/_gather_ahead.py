@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 
 from ._blocks import _BLOCK, OrderBlocks
-from ._config import _in_torch_worker, usable_cpus
 
 # Bytes a chunk holds (rounded to whole batches). Measured on the 2-core reference
 # machine, 4,000,000 rows of 264 bytes in batches of 512 (benchmarks/compare.py):
@@ -47,15 +46,18 @@ _running: set = set()  # helpers' futures: a fork waits for them
 
 
 def default_threads() -> int:
-    """Threads gathering a plain path's batches when ``threads=None``.
+    """Threads gathering a plain path's batches when ``threads=None``: one, the calling
+    thread, batch by batch (as before threads existed).
 
-    Two where the process may run on two CPUs or more: gathering rows is bound by
-    memory latency, and a second thread hides half of it (4,000,000 rows of 264 bytes,
-    batches of 512: see ``docs/benchmarks.md``); more threads gain less than they cost
-    the rest of a training step on the other cores, so more is the caller's choice.
-    One inside a torch DataLoader worker, whose siblings use the other cores.
+    Measured on the 2-core reference machine while other agents' test suites ran (load
+    average 3 - 6), one pass of 4,000,000 rows of 264 bytes in batches of 512, passes
+    of ``threads=1`` and ``threads=2`` interleaved in one process: two threads gave
+    0.3 - 1.5x one, a median below 1 (3,080-byte rows: 0.7 - 1.5x), while a bare
+    two-thread gather of the same chunks, no loader around it, gave 1.3 - 1.8x: the
+    helpers' GIL hand-offs with the caller's Python cost what the second core brings.
+    So more threads are the caller's choice (``threads=2``), not the default.
     """
-    return 1 if _in_torch_worker() else min(2, usable_cpus())
+    return 1
 
 
 def _finish_running() -> None:
@@ -93,9 +95,7 @@ def for_plain(loader: Any) -> GatherAhead | None:
     opts = loader.options
     if opts.threads < 2 or not isinstance(loader._blocks, OrderBlocks):
         return None
-    return GatherAhead(
-        opts.threads, opts.batch_size, loader._ledger, loader._blocks, opts.threads_default
-    )
+    return GatherAhead(opts.threads, opts.batch_size, loader._ledger, loader._blocks)
 
 
 def _chunk_starts(batch_size: int, row_bytes: int, ramp: bool) -> list[int]:
@@ -118,17 +118,9 @@ Key = tuple[int, int, int]  # (ledger generation, block's first position, chunk)
 class GatherAhead:
     """The chunks of one plain loader: the calling threads' batches are views of them."""
 
-    def __init__(
-        self, threads: int, batch_size: int, ledger: Any, blocks: Any, chosen: bool = False
-    ) -> None:
-        self.threads, self.batch_size, self.ledger, self.blocks = (
-            threads,
-            batch_size,
-            ledger,
-            blocks,
-        )
-        self.chosen = chosen  # the default: helpers only while a core is spare
-        self.spare: tuple[Any, bool] = (None, True)  # (block, helpers wanted there)
+    def __init__(self, threads: int, batch_size: int, ledger: Any, blocks: Any) -> None:
+        self.threads, self.batch_size = threads, batch_size
+        self.ledger, self.blocks = ledger, blocks
         self.starts: tuple[list[int], list[int]] = ([], [])  # (a pass's first block, others)
         self.seen: tuple[Any, bool] = (None, False)  # (columns, gathered ahead)
         self._reset()
@@ -205,15 +197,10 @@ class GatherAhead:
         the helpers, and start a helper if one is free."""
         gen, start, c = key
         self.current = key
-        if self.chosen and self.spare[0] is not block:
-            self.spare = (block, self._spare_cpus())
-        window: list[tuple[Key, int, np.ndarray, dict]] = []
-        if self.spare[1]:
-            length = block[4] - start
-            chunks = bisect.bisect_right(self.starts[start > 0], length - 1)
-            window = [(k, *self._rows(k, block[2]), cols) for k in _keys(gen, start, c + 1, chunks)]
-            if len(window) < _AHEAD:
-                window += self._next_block(gen, block, cols)
+        chunks = bisect.bisect_right(self.starts[start > 0], block[4] - start - 1)
+        window = [(k, *self._rows(k, block[2]), cols) for k in _keys(gen, start, c + 1, chunks)]
+        if len(window) < _AHEAD:
+            window += self._next_block(gen, block, cols)
         del window[_AHEAD:]
         keep = {key, (gen, start, c - 1), *(w[0] for w in window)}
         for k in [k for k in self.chunks if k not in keep]:
@@ -238,19 +225,6 @@ class GatherAhead:
         return [
             (k, *self._rows(k, recs), cols) for k in _keys(gen, ahead.start, 0, min(chunks, _AHEAD))
         ]
-
-    def _spare_cpus(self) -> bool:
-        """Whether the helpers find cores to run on (checked once an order block): the
-        1-minute load average, less this loader's own threads, leaves them one each.
-        Where it does not, the GIL's hand-offs between the threads each wait for the
-        scheduler, and the threads lose: measured on the 2-core reference machine at a
-        load of 5 (other processes' tests), two threads gave 0.5 - 0.73x one."""
-        try:
-            load = os.getloadavg()[0]
-        except (AttributeError, OSError):  # no load average (Windows): assume there is
-            return True
-        own = self.threads if self.spare[1] else 1
-        return load - own < usable_cpus() - self.threads + 0.5
 
     def _unclaimed(self) -> tuple[Key, _Chunk] | None:
         """The first chunk of the window no thread has taken, now taken; or None."""
