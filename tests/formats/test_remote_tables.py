@@ -132,3 +132,27 @@ def test_an_arrow_file_on_s3_is_a_source_read_once(s3):
     idx = np.random.default_rng(2).permutation(N)[:200]
     check_rows(src.getitems(idx), idx)
     check_rows(pickle.loads(pickle.dumps(src)).getitems(idx[:20]), idx[:20])
+
+
+def big_parquet(path, value: float) -> bytes:
+    """4.8 MB of plain row groups: five of the remote layer's 1 MiB blocks."""
+    rows = 300_000
+    t = pa.table({"x": np.full(rows, value), "i": np.arange(rows)})
+    pq.write_table(t, path, row_group_size=20_000, compression="none", use_dictionary=False)
+    return path.read_bytes()
+
+
+def test_a_parquet_source_on_s3_reads_through_the_remote_layer(s3, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3.options())
+    fs.pipe("tables/big.parquet", big_parquet(tmp_path / "big.parquet", 1.0))
+    s3.proxy.plan = ["500"]  # a transient failure, retried
+    src = fl.sources.parquet("s3://tables/big.parquet", storage_options=s3.options(True))
+    assert src.getitems([299_999, 5])["i"].tolist() == [299_999, 5]
+    assert s3.proxy.injected[-1:] == ["500"] and not s3.proxy.plan
+    assert src.getitems([150_000])["x"].tolist() == [1.0]
+    fs.pipe("tables/big.parquet", big_parquet(tmp_path / "big.parquet", 2.0))
+    with pytest.raises(fl.FormatError, match="changed since it was opened") as info:
+        src.getitems(np.arange(60_000, 300_000, 20_000))  # groups not read yet
+    assert info.value.path == "s3://tables/big.parquet"

@@ -8,11 +8,12 @@ without them fsspec's defaults apply (for s3fs, the ``AWS_*`` environment).
 from __future__ import annotations
 
 import glob as globbing
+import io
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._remote import is_url, local_path
+from ._remote import RemoteFile, RemoteOptions, is_url, local_path
 
 
 def has_magic(path: str) -> bool:
@@ -64,13 +65,61 @@ def exists(path: str, storage_options: Mapping[str, Any] | None = None) -> bool:
     return os.path.exists(path)
 
 
+class RemoteReader(io.RawIOBase):
+    """A ``RemoteFile`` (feedline's block cache, retries and version pinning) as the
+    seekable binary file pyarrow reads: a random reader's blocks are fetched once and
+    kept, and an object replaced while open is a ``FormatError`` naming the URL."""
+
+    def __init__(self, handle: RemoteFile) -> None:
+        super().__init__()
+        self.handle, self.pos = handle, 0
+
+    @property
+    def size(self) -> int:
+        return self.handle.size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = max(0, min(len(buffer), self.size - self.pos))
+        if n:
+            memoryview(buffer).cast("B")[:n] = self.handle.pread(n, self.pos)
+            self.pos += n
+        return n
+
+    def close(self) -> None:
+        if not self.closed:
+            self.handle.close()
+        super().close()
+
+
+def open_cached(url: str, storage_options: Mapping[str, Any] | None = None) -> Any:
+    """``url`` for pyarrow through feedline's remote layer (``RemoteReader``): for a
+    file read at random, again and again (a source), rather than once in order."""
+    options = RemoteOptions(storage_options=dict(storage_options or {}))
+    return RemoteReader(RemoteFile(url, options))
+
+
 def open_input(
     path: str, storage_options: Mapping[str, Any] | None = None, *, mapped: bool = True
 ) -> Any:
     """``path`` opened for Arrow: for a local file a ``pyarrow.MemoryMappedFile`` (its
     columns read zero copy) or, not ``mapped``, a plain ``pyarrow.OSFile`` (a file read
     once in order: its pages not held in the process's memory); an fsspec file (read by
-    ranges, seekable) for a URL. A missing file is a ``FileNotFoundError`` naming it."""
+    ranges, seekable, read once in order: no cache kept) for a URL. A missing file is a
+    ``FileNotFoundError`` naming it."""
     import pyarrow as pa
 
     if is_url(path):

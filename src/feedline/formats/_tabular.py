@@ -30,7 +30,7 @@ from ..errors import FormatError, RecordError
 from ..records import Field, Record
 from ._arrowcols import check_field, decode
 from ._arrowtypes import pyarrow, schema_record
-from ._fsinput import exists, expand, join, open_input, read_bytes
+from ._fsinput import exists, expand, join, open_cached, open_input, read_bytes
 from ._remote import is_url
 
 # Decoded bytes a chunk holds (rows per chunk from the rows' size where it is known).
@@ -161,15 +161,22 @@ def _sliced(batches: Iterator[Any], step: int) -> Iterator[Any]:
 
 # -- Parquet -------------------------------------------------------------------------
 def parquet_file(
-    path: str, storage_options: Mapping[str, Any] | None = None, *, mapped: bool = True
+    path: str,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    mapped: bool = True,
+    cached: bool = False,
 ) -> Any:
     """A ``pyarrow.parquet.ParquetFile`` (memory-mapped, or read as a plain file when not
-    ``mapped``, or by ranges at a URL); a ``FormatError`` naming the file when it is not
-    Parquet or its footer is cut off."""
+    ``mapped``, or by ranges at a URL: through feedline's block cache when ``cached``);
+    a ``FormatError`` naming the file when it is not Parquet or its footer is cut off."""
     pa = pyarrow()
     import pyarrow.parquet as pq
 
-    source = open_input(path, storage_options, mapped=mapped)
+    if cached and is_url(path):
+        source: Any = open_cached(path, storage_options)
+    else:
+        source = open_input(path, storage_options, mapped=mapped)
     try:
         return pq.ParquetFile(source)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:

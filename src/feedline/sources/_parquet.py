@@ -52,8 +52,8 @@ def _open(path: str, storage_options: Any = None) -> Any:
     pa = pyarrow()
     import pyarrow.parquet as pq
 
-    if is_url(path):
-        return parquet_file(path, storage_options)
+    if is_url(path):  # through the remote layer: its block cache, retries and pinning
+        return parquet_file(path, storage_options, cached=True)
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path}: no such Parquet file")
@@ -387,8 +387,9 @@ def parquet(
     ``path`` is a file, a glob pattern (``"data/*.parquet"``, sorted) or a list of
     them, read one after another as one source; each may be an fsspec URL
     (``"s3://bucket/data/*.parquet"``, fsspec's ``storage_options``: credentials, the
-    endpoint), read by byte ranges (the footer, then the columns of the row groups a
-    batch touches). ``record`` chooses the fields (each a
+    endpoint), read through ``fl.remote``'s block cache (the footer, then the byte
+    ranges of the row groups a batch touches; retried; an object replaced while open a
+    ``FormatError`` naming it). ``record`` chooses the fields (each a
     column of that name; only those columns are decoded); without one, it is inferred
     from the Arrow schema, of every column or of ``columns``: numbers and bools are
     scalars, fixed-size lists fixed dims, lists a varying dim (``T``, ``T1``, ...),
