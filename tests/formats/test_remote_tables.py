@@ -156,3 +156,11 @@ def test_a_parquet_source_on_s3_reads_through_the_remote_layer(s3, tmp_path):
     with pytest.raises(fl.FormatError, match="changed since it was opened") as info:
         src.getitems(np.arange(60_000, 300_000, 20_000))  # groups not read yet
     assert info.value.path == "s3://tables/big.parquet"
+
+
+def test_workers_open_the_s3_parquet_files_themselves(s3):
+    src = fl.sources.parquet("s3://tables/*.parquet", storage_options=s3.options())
+    seen = []
+    for batch in fl.Loader(src, 128, seed=3, workers=2):
+        seen.extend(batch.y[: batch.meta.size].tolist())
+    assert sorted(seen) == [2 * k for k in range(N)]
