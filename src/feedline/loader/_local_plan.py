@@ -39,11 +39,15 @@ class LocalPlan:
             claim = loader.claim()
             if claim is None:
                 raise StopIteration
-            batch = loader.deliver(claim, loader.make)
+            batch = loader.deliver(claim, self._make)
         finally:
             clock.untally()
         stats.batch(t0, acc, claim.size)
         return batch
+
+    def _make(self, claim: Any) -> Any:
+        """The batch of ``claim``, made in this thread (``_making``)."""
+        return self.loader.make(claim)
 
     def next_into(
         self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
@@ -157,21 +161,6 @@ class DevicePlan(LocalPlan):
                         loader._datasets, dict(loader.record.fields), loader.options.device
                     )
         return self._device
-
-    def next(self) -> Any:
-        loader = self.loader
-        stats = loader._stats
-        t0 = stats.start()
-        acc = clock.tally()
-        try:
-            claim = loader.claim()
-            if claim is None:
-                raise StopIteration
-            batch = loader.deliver(claim, self._make)
-        finally:
-            clock.untally()
-        stats.batch(t0, acc, claim.size)
-        return batch
 
     def _make(self, c: Any) -> Any:
         loader = self.loader
