@@ -146,16 +146,16 @@ def test_a_parquet_source_on_s3_reads_through_the_remote_layer(s3, tmp_path):
     import s3fs
 
     fs = s3fs.S3FileSystem(**s3.options())
-    fs.pipe("tables/big.parquet", big_parquet(tmp_path / "big.parquet", 1.0))
+    fs.pipe("tables/pinned/big.parquet", big_parquet(tmp_path / "big.parquet", 1.0))
     s3.proxy.plan = ["500"]  # a transient failure, retried
-    src = fl.sources.parquet("s3://tables/big.parquet", storage_options=s3.options(True))
+    src = fl.sources.parquet("s3://tables/pinned/big.parquet", storage_options=s3.options(True))
     assert src.getitems([299_999, 5])["i"].tolist() == [299_999, 5]
     assert s3.proxy.injected[-1:] == ["500"] and not s3.proxy.plan
     assert src.getitems([150_000])["x"].tolist() == [1.0]
-    fs.pipe("tables/big.parquet", big_parquet(tmp_path / "big.parquet", 2.0))
+    fs.pipe("tables/pinned/big.parquet", big_parquet(tmp_path / "big.parquet", 2.0))
     with pytest.raises(fl.FormatError, match="changed since it was opened") as info:
         src.getitems(np.arange(60_000, 300_000, 20_000))  # groups not read yet
-    assert info.value.path == "s3://tables/big.parquet"
+    assert info.value.path == "s3://tables/pinned/big.parquet"
 
 
 def test_workers_open_the_s3_parquet_files_themselves(s3):
