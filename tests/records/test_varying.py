@@ -311,3 +311,24 @@ def test_strings_decode_once_and_slice_at_characters():
     assert col.take(np.array([4, 0, 1, 6])).strings() == ["日本語", "héllo", "", "𝄞 clef"]
     ascii_only = fl.Ragged.from_blobs([b"ab", b"", b"cde"])
     assert ascii_only.strings() == ["ab", "", "cde"]
+
+
+@pytest.mark.parametrize("arrow", [False, True])
+def test_strings_are_the_same_with_or_without_arrow_loaded(arrow, monkeypatch):
+    """With pyarrow loaded (a Parquet or Arrow source), a batch's strings are made by
+    Arrow in C; without, by one decode and slices: the same strings either way, and
+    bytes that are not UTF-8 the same UnicodeDecodeError."""
+    import sys
+
+    if arrow:
+        pytest.importorskip("pyarrow")
+    else:
+        monkeypatch.setitem(sys.modules, "pyarrow", None)
+    texts = ["héllo", "", "abc", "ü" * 10, "日本語", "x", "𝄞 clef"] * 20  # past 32 rows
+    col = fl.Ragged.from_blobs([t.encode("utf-8") for t in texts])
+    assert col.strings() == texts
+    idx = np.arange(len(texts))[::-3]
+    assert col.take(idx).strings() == [texts[i] for i in idx]
+    bad = fl.Ragged.from_blobs([b"ok"] * 40 + [b"\xff\xfe"])
+    with pytest.raises(UnicodeDecodeError):
+        bad.strings()

@@ -173,7 +173,9 @@ class ParquetSource:
         self._whole = slots >= len(self.groups)  # the cache holds every row group
         self._lru: OrderedDict[int, int] = OrderedDict()  # group -> slot, oldest first
         self._slot_of = np.full(len(self.groups), -1, dtype=np.int64)
-        self._free = list(range(slots))
+        self._free = list(range(slots))[::-1]  # slot 0 first: groups read in order lie in
+        # order, and a whole cache of equal groups is the file's rows as they are (_direct)
+        self._direct: bool | None = None
         self._fixed: dict[str, np.ndarray] = {}  # field -> (slots * row_max, *shape)
         self._ragged: dict[str, list[Ragged | None]] = {
             k: [None] * slots for k, f in self.record.fields.items() if f.ragged
@@ -214,13 +216,18 @@ class ParquetSource:
             raise BoundsError(f"{self.paths[0]}: row {bad} is outside [0, {self.n:,})")
         if not len(idx):
             return self._empty()
-        group = np.searchsorted(self.starts, idx, "right") - 1
-        local = idx - self.starts[group]
         if os.getpid() != self._pid:  # a forked child: its own files, cache and lock
             self._setup(None)
         with self._lock:
+            if self._whole and len(self._lru) == len(self.groups):  # none to evict
+                if self._direct is None:
+                    self._direct = self._rows_in_place()
+                if self._direct:  # row i of the source is row i of the blocks
+                    return self._gather_flat(idx, out)
+            group = np.searchsorted(self.starts, idx, "right") - 1
+            local = idx - self.starts[group]
             if self._whole and len(self._lru) == len(self.groups):
-                return self._gather(group, local, out)  # every group cached, none to evict
+                return self._gather(group, local, out)
             need = np.unique(group)
             if len(need) <= self._slots:
                 self._load(need)
@@ -263,6 +270,7 @@ class ParquetSource:
             self._fill(g, slot)
             self._lru[g] = slot
             self._slot_of[g] = slot
+            self._direct = None
 
     def _fill(self, g: int, slot: int) -> None:
         """Decode row group ``g``'s columns into ``slot``."""
@@ -300,12 +308,24 @@ class ParquetSource:
         self, group: np.ndarray, local: np.ndarray, into: dict[str, np.ndarray] | None = None
     ) -> dict[str, Any]:
         """Rows (``group``, ``local``), all in slots, as columns (fixed ones ``into``'s)."""
-        slot = self._slot_of[group]
-        flat = slot * self._row_max + local
+        return self._gather_flat(self._slot_of[group] * self._row_max + local, into)
+
+    def _rows_in_place(self) -> bool:
+        """Whether every group lies in its own slot, in order, and every group but the
+        last has ``row_max`` rows: then a row's place in the blocks is its index."""
+        groups = np.arange(len(self.groups), dtype=np.int64)
+        return bool(
+            np.array_equal(self._slot_of, groups)
+            and np.array_equal(self.starts[:-1], groups * self._row_max)
+        )
+
+    def _gather_flat(self, flat: np.ndarray, into: dict[str, np.ndarray] | None) -> dict[str, Any]:
+        """Rows ``flat`` of the slots' blocks as columns (fixed ones ``into``'s)."""
         out: dict[str, Any] = {}
         for k, block in self._fixed.items():
             if into is not None and k in into:
-                out[k] = np.take(block, flat, axis=0, out=into[k][: len(flat)])
+                # in range (the rows were checked): "clip" spares numpy a buffered copy
+                out[k] = np.take(block, flat, axis=0, out=into[k][: len(flat)], mode="clip")
             else:
                 out[k] = block.take(flat, axis=0)
         for k in self._ragged:
