@@ -315,3 +315,30 @@ def test_without_pyarrow_the_error_names_the_extra(path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"pip install 'feedline\[parquet\]'"):
         fl.sources.parquet(path)
+
+
+@pytest.mark.parametrize("first", ["in order", "last group first", "uneven groups"])
+def test_a_whole_cache_gives_the_same_rows_however_its_groups_were_read(tmp_path, first):
+    """Once every row group is cached a batch is one take per field; the rows are those
+    of the file whether the groups came in order (their rows in place: no search of the
+    groups), out of order, or in groups of several sizes."""
+    p = tmp_path / "w.parquet"
+    if first == "uneven groups":
+        writer = pq.ParquetWriter(p, table(1).schema)
+        for lo, n in [(0, 100), (100, 250), (350, 650)]:
+            writer.write_table(table(n, lo), row_group_size=n)
+        writer.close()
+    else:
+        pq.write_table(table(), p, row_group_size=100)
+    src = fl.sources.parquet(p)
+    want = table().to_pydict()
+    if first == "last group first":
+        src.getitems([N - 1])
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        idx = rng.permutation(N)[:300]
+        got = src.getitems(idx)
+        assert got["y"].tolist() == [want["y"][i] for i in idx]
+        assert got["s"].strings() == [want["s"][i] for i in idx]
+        assert got["fx"].tolist() == [want["fx"][i] for i in idx]
+    assert src._direct is (first == "in order")
