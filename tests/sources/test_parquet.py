@@ -78,11 +78,16 @@ def test_a_shuffled_batch_reads_its_rows_exactly_with_a_small_cache(path):
 def test_a_batch_decodes_only_the_row_groups_it_touches(path, monkeypatch):
     src = fl.sources.parquet(path)
     read = []
-    real = pq.ParquetFile.read_row_group
+    real, real_many = pq.ParquetFile.read_row_group, pq.ParquetFile.read_row_groups
     monkeypatch.setattr(
         pq.ParquetFile,
         "read_row_group",
         lambda self, g, **kw: read.append(g) or real(self, g, **kw),
+    )
+    monkeypatch.setattr(  # the groups one batch misses are read in one call
+        pq.ParquetFile,
+        "read_row_groups",
+        lambda self, gs, *a, **kw: read.extend(gs) or real_many(self, gs, *a, **kw),
     )
     check_rows(src.getitems(np.array([5, 950, 7])), np.array([5, 950, 7]))
     assert sorted(read) == [0, 9]
@@ -230,6 +235,9 @@ def test_a_corrupt_row_group_is_a_format_error_naming_the_file_and_the_group(pat
     check_rows(src.getitems([1, 999]), np.array([1, 999]))  # other groups still read
     with pytest.raises(fl.FormatError, match=r"bad.parquet.*row group 4 \(rows 400 to 500"):
         src.getitems([450])
+    # in a batch that misses several groups (read in one call), the bad one is named
+    with pytest.raises(fl.FormatError, match=r"bad.parquet.*row group 4 \(rows 400 to 500"):
+        fl.sources.parquet(bad).getitems([150, 250, 450, 650])
 
 
 @pytest.mark.parametrize(

@@ -261,19 +261,47 @@ class ParquetSource:
                 self._lru.move_to_end(g)
             else:
                 missing.append(g)
+        tables = self._read_together(missing)
         for g in missing:
             if self._free:
                 slot = self._free.pop()
             else:
                 old, slot = self._lru.popitem(last=False)
                 self._slot_of[old] = -1
-            self._fill(g, slot)
+            self._fill(g, slot, tables.get(g))
             self._lru[g] = slot
             self._slot_of[g] = slot
             self._direct = None
 
-    def _fill(self, g: int, slot: int) -> None:
-        """Decode row group ``g``'s columns into ``slot``."""
+    def _read_together(self, missing: list[int]) -> dict[int, Any]:
+        """The tables of the ``missing`` groups of each file, read in one call per file
+        (pyarrow decodes them in parallel: a shuffled first batch needs every group);
+        none where that fails, so ``_fill`` reads each alone and names the bad one."""
+        pa = pyarrow()
+        if len(missing) < 2:
+            return {}
+        if self._files is None:
+            self._files = [_open(p, self.storage_options) for p in self.paths]
+        by_file: dict[int, list[int]] = {}
+        for g in missing:
+            by_file.setdefault(self.groups[g][0], []).append(g)
+        out: dict[int, Any] = {}
+        names = list(self.record.fields)
+        for k, gs in by_file.items():
+            try:
+                table = self._files[k].read_row_groups([self.groups[g][1] for g in gs], names)
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
+                continue
+            at = 0
+            for g in gs:
+                n = int(self.starts[g + 1] - self.starts[g])
+                out[g] = table.slice(at, n)
+                at += n
+        return out
+
+    def _fill(self, g: int, slot: int, table: Any = None) -> None:
+        """Decode row group ``g``'s columns (read now, unless ``table`` holds them) into
+        ``slot``."""
         pa = pyarrow()
         k, rg = self.groups[g]
         if self._files is None:
@@ -282,7 +310,8 @@ class ParquetSource:
         where = f"{path}: row group {rg}"
         names = list(self.record.fields)
         try:
-            table = self._files[k].read_row_group(rg, columns=names)
+            if table is None:
+                table = self._files[k].read_row_group(rg, columns=names)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             raise FormatError(
                 f"row group {rg} (rows {int(self.starts[g]):,} to "
