@@ -186,3 +186,21 @@ def test_the_numpy_and_compiled_paths_give_identical_batches(flr, compiled_path,
         monkeypatch.setitem(_kernels._state, "k", None)
         plain = stream(fl.Loader(f, 128, seed=8, threads=2))
     assert_same(plain, compiled)
+
+
+def test_a_batch_kept_by_the_caller_is_never_overwritten(flr, small_chunks):
+    # Chunk buffers are gathered into again once no batch views them: the batches a
+    # caller keeps (every other one here) keep their rows through the passes after.
+    with fl.recfile.open(flr) as f, fl.Loader(f, 100, seed=6, threads=2) as loader:
+        kept, copies = [], []
+        for i, b in enumerate(loader):
+            if i % 2 == 0:
+                kept.append(b)
+                copies.append((b.x.copy(), b.y.copy()))
+        for _ in range(2):
+            for _b in loader:
+                pass
+        assert loader._plan.ahead.spare  # buffers were given back meanwhile
+    for b, (x, y) in zip(kept, copies):
+        np.testing.assert_array_equal(b.x, x)
+        np.testing.assert_array_equal(b.y, y)

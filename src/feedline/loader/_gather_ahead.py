@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ._blocks import _BLOCK, OrderBlocks
+from ._config import _in_torch_worker, usable_cpus
 
 # Bytes a chunk holds (rounded to whole batches). Measured on the 2-core reference
 # machine, 4,000,000 rows of 264 bytes in batches of 512 (benchmarks/compare.py):
@@ -46,18 +49,18 @@ _running: set = set()  # helpers' futures: a fork waits for them
 
 
 def default_threads() -> int:
-    """Threads gathering a plain path's batches when ``threads=None``: one, the calling
-    thread, batch by batch (as before threads existed).
+    """Threads gathering a plain path's batches when ``threads=None``: two where the
+    process may run on two CPUs or more, one inside a torch DataLoader worker (whose
+    siblings use the other cores).
 
-    Measured on the 2-core reference machine while other agents' test suites ran (load
-    average 3 - 6), one pass of 4,000,000 rows of 264 bytes in batches of 512, passes
-    of ``threads=1`` and ``threads=2`` interleaved in one process: two threads gave
-    0.3 - 1.5x one, a median below 1 (3,080-byte rows: 0.7 - 1.5x), while a bare
-    two-thread gather of the same chunks, no loader around it, gave 1.3 - 1.8x: the
-    helpers' GIL hand-offs with the caller's Python cost what the second core brings.
-    So more threads are the caller's choice (``threads=2``), not the default.
+    Measured on the 2-core reference machine, passes of ``threads=1`` and ``threads=2``
+    interleaved in one process (4,000,000 rows of 264 bytes in batches of 512; 500,000
+    of 3,080 bytes in batches of 256): two threads gave 1.4 - 1.7x one with the cores to
+    themselves, and 0.9 - 1.1x while other agents' test suites kept both busy (load
+    average 2.5). More threads gain less than they take from the rest of a training
+    step, so more is the caller's choice.
     """
-    return 1
+    return 1 if _in_torch_worker() else min(2, usable_cpus())
 
 
 def _finish_running() -> None:
@@ -76,16 +79,30 @@ def _executor() -> ThreadPoolExecutor:
         return pool[1]
 
 
+def _views(bufs: dict[str, np.ndarray]) -> int:
+    """References to ``bufs``' arrays beyond the dict's own: views that batches hold
+    (a view's ``base`` is the array it was cut from, whatever it was cut from)."""
+    return sum(sys.getrefcount(a) for a in bufs.values()) - _UNVIEWED * len(bufs)
+
+
+# What an array that nothing views counts in ``_views``, measured by the same code; only
+# where reference counts are exact (CPython with its GIL) is a buffer reused.
+_UNVIEWED = 0
+_UNVIEWED = _views({"a": np.empty(0)})
+_REUSE = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
 class _Chunk:
     """Rows ``lo ..`` of an order block (their records ``recs``), gathered (``fields``)
     once ``done`` is set; ``fields`` stays None when the gather failed (the caller
     gathers its batch itself, and meets the error where it is reported)."""
 
-    __slots__ = ("cols", "done", "fields", "lo", "recs")
+    __slots__ = ("buffers", "cols", "done", "fields", "lo", "recs")
 
     def __init__(self, lo: int, recs: np.ndarray, cols: dict[str, np.ndarray]) -> None:
         self.lo, self.recs, self.cols = lo, recs, cols
         self.fields: dict[str, np.ndarray] | None = None
+        self.buffers: dict[str, np.ndarray] | None = None  # what ``fields`` are views of
         self.done = threading.Event()
 
 
@@ -133,6 +150,9 @@ class GatherAhead:
         self.window: list[tuple[Key, int, np.ndarray, dict]] = []
         self.current: Key | None = None  # the chunk the window follows
         self.helping = 0
+        # Buffers of dropped chunks, to gather into again once no batch views them: a
+        # fresh 4 MB array a chunk cost page faults that halved the threads' gathers.
+        self.spare: list[dict[str, np.ndarray]] = []
 
     def fields(self, claim: Any, block: tuple | None, cols: dict[str, np.ndarray]) -> Any:
         """The claim's rows as views of their chunk (gathered here if no thread has
@@ -204,7 +224,9 @@ class GatherAhead:
         del window[_AHEAD:]
         keep = {key, (gen, start, c - 1), *(w[0] for w in window)}
         for k in [k for k in self.chunks if k not in keep]:
-            del self.chunks[k]
+            dropped = self.chunks.pop(k).buffers
+            if dropped is not None and len(self.spare) < 2 * _AHEAD + 2:
+                self.spare.append(dropped)
         self.window = window
         if self.helping < self.threads - 1 and window:
             self.helping += 1
@@ -226,6 +248,23 @@ class GatherAhead:
             (k, *self._rows(k, recs), cols) for k in _keys(gen, ahead.start, 0, min(chunks, _AHEAD))
         ]
 
+    def _buffers(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Arrays of the largest chunk's rows for ``cols``: a dropped chunk's that no
+        batch views any more (the only references left are the list's and the call's),
+        or new ones."""
+        for i, bufs in enumerate(self.spare):
+            if (
+                all(
+                    n in bufs and bufs[n].dtype == c.dtype and bufs[n].shape[1:] == c.shape[1:]
+                    for n, c in cols.items()
+                )
+                and _REUSE
+                and _views(bufs) == 0
+            ):
+                return self.spare.pop(i)
+        rows = max(b - a for st in self.starts for a, b in itertools.pairwise(st))
+        return {n: np.empty((rows, *c.shape[1:]), dtype=c.dtype) for n, c in cols.items()}
+
     def _unclaimed(self) -> tuple[Key, _Chunk] | None:
         """The first chunk of the window no thread has taken, now taken; or None."""
         for key, lo, recs, cols in self.window:
@@ -239,9 +278,13 @@ class GatherAhead:
             # the order's records are below 2**63 and in range: as int64 they index
             # without a conversion, and "clip" spares numpy its checks' buffered copy
             recs = chunk.recs.view(np.int64)
-            chunk.fields = {
-                n: np.take(col, recs, axis=0, mode="clip") for n, col in chunk.cols.items()
-            }
+            k = len(recs)
+            with self.lock:
+                bufs = self._buffers(chunk.cols)
+            for n, col in chunk.cols.items():
+                np.take(col, recs, axis=0, mode="clip", out=bufs[n][:k])
+            chunk.buffers = bufs
+            chunk.fields = {n: a[:k] for n, a in bufs.items()}
         except BaseException:
             with self.lock:
                 if self.chunks.get(key) is chunk:
