@@ -347,6 +347,29 @@ def test_an_hf_image_dataset_converts_with_its_encoded_bytes(tmp_path):
         assert ds[2]["image"] == data[2]["image"]  # the PNG as it was stored
         batch = next(iter(fl.Loader(fl.images.decoded(ds, 32), 4, workers=0)))
         assert batch.image.shape == (4, 3, 32, 32) and batch.label.tolist() == [0, 1, 0, 1]
+        # each image's size from its header, as an image folder's conversion stores it
+        assert [ds[i]["width"] for i in range(4)] == [500] * 4
+        assert [ds[i]["height"] for i in range(4)] == [375] * 4
+    # the hub's Parquet of the same dataset carries the same features: the same fields
+    hf.to_parquet(str(tmp_path / "hf.parquet"))
+    convert.convert(tmp_path / "hf.parquet", tmp_path / "pq.flr")
+    with fl.recfile.open(tmp_path / "pq.flr") as f:
+        assert list(f.record.fields) == ["image", "label", "width", "height"]
+        assert f.columns["width"].tolist() == [500] * 4
+        assert f.columns["image"].blobs()[3] == data[3]["image"]
+
+
+def test_an_hf_image_that_is_not_an_image_is_named_by_its_row(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features({"image": datasets.Image()})
+    images = [{"bytes": encode(photo(0)), "path": None}, {"bytes": b"not a jpeg", "path": None}]
+    hf = datasets.Dataset.from_dict({"image": images}, features=features)
+    hf.save_to_disk(str(tmp_path / "hf"))
+    from feedline.formats import convert
+
+    with pytest.raises(fl.FormatError, match=r"column 'image' row 1\b"):
+        convert.convert(tmp_path / "hf", tmp_path / "bad.flr")
+    assert not (tmp_path / "bad.flr").exists()
 
 
 class Photo(fl.Record):

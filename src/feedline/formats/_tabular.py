@@ -31,6 +31,7 @@ from ..records import Field, Record
 from ._arrowcols import check_field, decode
 from ._arrowtypes import pyarrow, schema_record
 from ._fsinput import exists, expand, join, open_cached, open_input, read_bytes
+from ._image_sizes import SizedInput, with_sizes
 from ._remote import is_url
 
 # Decoded bytes a chunk holds (rows per chunk from the rows' size where it is known).
@@ -210,7 +211,7 @@ def same_types(record: type[Record], schema: Any, first: Any, path: str, first_p
 
 def parquet(
     path: Any, columns: list[str] | None, storage_options: Mapping[str, Any] | None
-) -> ArrowInput:
+) -> ArrowInput | SizedInput:
     pa = pyarrow()
     paths = expand(path, "Parquet file", storage_options)
     # read once in order: a plain file, so the pages read are not held as the process's
@@ -249,7 +250,7 @@ def parquet(
                     ) from e
                 start += n
 
-    return ArrowInput(where, record, rows, batches, row_bytes)
+    return with_sizes(ArrowInput(where, record, rows, batches, row_bytes), schema)
 
 
 # -- Arrow IPC files and streams (Feather) -------------------------------------------
@@ -307,7 +308,7 @@ def arrow(path: str, columns: list[str] | None, storage_options: Any) -> ArrowIn
 
 
 # -- HuggingFace save_to_disk directories ---------------------------------------------
-def hf(path: str, columns: list[str] | None, storage_options: Any) -> ArrowInput:
+def hf(path: str, columns: list[str] | None, storage_options: Any) -> ArrowInput | SizedInput:
     """An HF dataset directory: its Arrow stream files (``state.json``'s data files),
     memory-mapped and read without the ``datasets`` package."""
     pa = pyarrow()
@@ -349,7 +350,8 @@ def hf(path: str, columns: list[str] | None, storage_options: Any) -> ArrowInput
     def batches(step: int) -> Iterator[Any]:
         yield from table.to_batches(max_chunksize=step)
 
-    return ArrowInput(path, record, table.num_rows, batches, row_bytes, decoders)
+    inp = ArrowInput(path, record, table.num_rows, batches, row_bytes, decoders)
+    return with_sizes(inp, table.schema)
 
 
 def _storage(table: Any) -> Any:
@@ -369,7 +371,7 @@ def open_table(
     kind: str,
     columns: list[str] | None = None,
     storage_options: Mapping[str, Any] | None = None,
-) -> ArrowInput:
+) -> ArrowInput | SizedInput:
     """The ``ArrowInput`` of a file of ``kind`` (``parquet``, ``arrow`` or ``hf``; CSV
     and JSONL are ``_textual``'s)."""
     if kind == "parquet":

@@ -285,6 +285,7 @@ def convert(
             raise ValueError(
                 f"{src} ({kind}) converts to a .flr (then on to other formats); got {dst}"
             )
+        table: Any
         if kind in ("csv", "jsonl"):
             opener = _textual.csv if kind == "csv" else _textual.jsonl
             table = opener(src, columns, storage_options)
