@@ -160,8 +160,13 @@ class GatherAhead:
         batches (a torch DataLoader worker's), columns that can be written (a chunk
         gathered ahead would miss a write that the batch must see), a failed gather."""
         if cols is not self.seen[0]:  # new columns (the first, or a refresh)
-            self.seen = (cols, all(not a.flags.writeable for a in cols.values()))
-            row = sum(a.itemsize * int(np.prod(a.shape[1:])) for a in cols.values())
+            # numpy arrays that cannot be written (memory maps); a remote file's columns
+            # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
+            self.seen = (
+                cols,
+                all(isinstance(a, np.ndarray) and not a.flags.writeable for a in cols.values()),
+            )
+            row = sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in cols.values())
             self.starts = (
                 _chunk_starts(self.batch_size, row, True),
                 _chunk_starts(self.batch_size, row, False),
