@@ -43,9 +43,10 @@ table shows each one's median run. Figures:
 - samples/s, first pass: the rows after the first batch over the time after it, in the
   fresh process's first epoch, as a user's job or benchmark runs it (nothing of the
   library's is loaded or warmed before the clock);
-- steady state: a second epoch in the same process (the data opened again; whatever the
-  library loads on first use, loaded; the file's pages mapped), for the systems whose
-  first epoch took under ``STEADY_S`` (10 s); "first pass / steady" is their ratio;
+- steady state: a second epoch in the same process (the data opened again, whatever the
+  library loads on first use loaded; the rows after its first batch over the time after
+  it), for the systems whose first epoch took under ``STEADY_S`` (10 s); "first pass /
+  steady" is their ratio;
 - machine limit: ``shared/tools/gather_limit.c``, compiled and run in the same run on the
   workload's rows, row size and batch size: random rows copied into a batch buffer by one
   thread and by two, in C (best of 5) - what no loader on this machine can beat;
