@@ -131,3 +131,53 @@ def test_the_docstring_examples_pass():
 
     for mod in (_parquet, _table):
         assert doctest.testmod(mod).failed == 0, mod.__name__
+
+
+def hf_rows(n: int = 40):
+    return {
+        "x": [i * 0.5 for i in range(n)],  # HF stores these as float64
+        "name": [f"row {i} é" for i in range(n)],
+        "v": [list(range(i % 5)) for i in range(n)],
+    }
+
+
+def double(example):
+    """A map (importable: it runs in the workers)."""
+    return {**example, "x": example["x"] * 2}
+
+
+def test_an_hf_dataset_is_read_as_its_arrow_table_not_item_by_item(monkeypatch):
+    """An HF dataset with string and list columns, shuffled (an indices mapping), is read
+    as the Arrow table it is: the same batches as HF's own items, without one call of
+    its __getitem__; a map in worker processes decodes the table there."""
+    datasets = pytest.importorskip("datasets")
+    hf = datasets.Dataset.from_dict(hf_rows()).shuffle(seed=3)
+    want = hf[:]  # HF's own rows, in its shuffled order
+    monkeypatch.setattr(type(hf), "__getitem__", lambda *a, **k: pytest.fail("read item by item"))
+    ds = fl.Dataset(Row, hf)
+    assert type(ds.source).__name__ == "HFSource"
+    got = ds.getitems(np.array([5, 0, 39]))
+    assert got["x"].dtype == np.float32
+    assert got["x"].tolist() == [want["x"][i] for i in (5, 0, 39)]
+    assert got["name"].strings() == [want["name"][i] for i in (5, 0, 39)]
+    assert got["v"].take(np.array([0])).values.tolist() == want["v"][5]
+    rows = {}
+    for b in fl.Loader(ds, 8, seed=1, workers=0):
+        for r, x, name in zip(b.meta.record_indices, b.x, b.name):
+            rows[int(r)] = (float(x), name)
+    assert rows == {i: (want["x"][i], want["name"][i]) for i in range(40)}
+    mapped = ds.map(double)
+    here = [b.x.tolist() for b in fl.Loader(mapped, 8, seed=1, workers=0)]
+    assert [b.x.tolist() for b in fl.Loader(mapped, 8, seed=1, workers=2)] == here
+
+
+def test_an_hf_column_the_record_must_check_value_by_value_is_read_by_item():
+    datasets = pytest.importorskip("datasets")
+
+    class Narrow(fl.Record):
+        y = fl.field((), "int8")  # HF's int64: each value must fit
+
+    hf = datasets.Dataset.from_dict({"y": [1, 2, 3]})
+    ds = fl.Dataset(Narrow, hf)
+    assert type(ds.source).__name__ != "HFSource"
+    assert ds.getitems([2])["y"].tolist() == [3]
