@@ -166,6 +166,10 @@ def test_an_hf_dataset_is_read_as_its_arrow_table_not_item_by_item(monkeypatch):
         for r, x, name in zip(b.meta.record_indices, b.x, b.name):
             rows[int(r)] = (float(x), name)
     assert rows == {i: (want["x"][i], want["name"][i]) for i in range(40)}
+    inferred = fl.sources.table(hf)  # the record from its Arrow schema
+    assert type(inferred.source).__name__ == "HFSource"
+    assert list(inferred.record.fields) == ["x", "name", "v"]
+    assert inferred.getitems([5])["name"].strings() == [want["name"][5]]
     mapped = ds.map(double)
     here = [b.x.tolist() for b in fl.Loader(mapped, 8, seed=1, workers=0)]
     assert [b.x.tolist() for b in fl.Loader(mapped, 8, seed=1, workers=2)] == here
