@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from ._blocks import _BLOCK, OrderBlocks
-from ._config import _in_torch_worker, usable_cpus
 
 # Bytes a chunk holds (rounded to whole batches). Measured on the 2-core reference
 # machine, 4,000,000 rows of 264 bytes in batches of 512 (benchmarks/compare.py):
@@ -49,18 +48,17 @@ _running: set = set()  # helpers' futures: a fork waits for them
 
 
 def default_threads() -> int:
-    """Threads gathering a plain path's batches when ``threads=None``: two where the
-    process may run on two CPUs or more, one inside a torch DataLoader worker (whose
-    siblings use the other cores).
+    """Threads gathering a plain path's batches when ``threads=None``: one, the calling
+    thread batch by batch (as before threads existed); ``threads=2`` is the caller's.
 
-    Measured on the 2-core reference machine, passes of ``threads=1`` and ``threads=2``
-    interleaved in one process (4,000,000 rows of 264 bytes in batches of 512; 500,000
-    of 3,080 bytes in batches of 256): two threads gave 1.4 - 1.7x one with the cores to
-    themselves, and 0.9 - 1.1x while other agents' test suites kept both busy (load
-    average 2.5). More threads gain less than they take from the rest of a training
-    step, so more is the caller's choice.
+    Measured on the 2-core reference machine (docs/benchmarks.md, issue 20): passes of
+    ``threads=1`` and ``threads=2`` interleaved in one process over a file written
+    earlier gave 1.4 - 1.7x for two threads (4,000,000 rows of 264 bytes, batches of 512;
+    500,000 of 3,080 bytes, batches of 256), but in ``benchmarks/compare.py``'s fresh
+    processes over the file it has just written, two threads gave 0.6 - 0.9x one in all
+    four runs of each workload; until that is understood, the default stays one.
     """
-    return 1 if _in_torch_worker() else min(2, usable_cpus())
+    return 1
 
 
 def _finish_running() -> None:
