@@ -478,7 +478,7 @@ def _litdata(item_decode: bool) -> Callable[..., tuple[Opener, str]]:
 SYSTEMS: dict[str, Callable[..., tuple[Opener, str]]] = {
     "numpy": sys_numpy,
     "feedline": _feedline(None),
-    "feedline-1thread": _feedline(1),
+    "feedline-2threads": _feedline(2),
     "torch-item": sys_torch_item,
     "torch-batch": sys_torch_batch,
     "hf": sys_hf,

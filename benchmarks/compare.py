@@ -12,8 +12,8 @@ Systems (``--only`` takes these names, comma-separated):
   the memory-mapped ``.npy`` files into preallocated arrays, with a permutation computed
   before the loop;
 - ``feedline``: ``fl.Loader(fl.recfile.open(path), batch, seed=1, workers=0 or 2)`` at
-  its defaults (gather threads chosen by the loader); ``feedline-1thread``: the same with
-  ``threads=1`` (the calling thread gathers each batch itself);
+  its defaults (the calling thread gathers each batch); ``feedline-2threads``: the same
+  with ``threads=2`` (a helper thread gathers chunks of batches ahead);
 - ``torch-item``: ``torch.utils.data.DataLoader`` over a map-style dataset that returns
   one example from the memory maps, default collate, ``shuffle=True``, 0 and 2 workers;
 - ``torch-batch``: the same DataLoader with ``batch_size=None`` and
@@ -114,7 +114,7 @@ RUNS = [
     ("numpy", 0),
     ("feedline", 0),
     ("feedline", 2),
-    ("feedline-1thread", 0),
+    ("feedline-2threads", 0),
     ("torch-batch", 0),
     ("torch-batch", 2),
     ("torch-item", 0),
@@ -135,7 +135,7 @@ NEEDS_PREP = {"hf", "streaming", "litdata"}
 PREP_OF = {"litdata-item": "litdata"}  # systems that read another system's format
 STORES = {
     "feedline": ["data.flr"],
-    "feedline-1thread": ["data.flr"],
+    "feedline-2threads": ["data.flr"],
     "hf": ["hf"],
     "streaming": ["mds"],
     "litdata": ["lit"],
@@ -144,7 +144,7 @@ STORES = {
 LABELS = {
     "numpy": "numpy memmap gather (np.take, preallocated)",
     "feedline": "feedline Loader over .flr",
-    "feedline-1thread": "feedline Loader over .flr, threads=1",
+    "feedline-2threads": "feedline Loader over .flr, threads=2",
     "torch-item": "torch DataLoader, per-item Dataset",
     "torch-batch": "torch DataLoader, BatchSampler",
     "hf": "HF datasets (arrow, numpy format, ds[idx])",
@@ -160,7 +160,7 @@ ALIASES = {
     "lit": ["litdata", "litdata-item"],
     "mosaic": ["streaming"],
     "datasets": ["hf"],
-    "fl": ["feedline", "feedline-1thread"],
+    "fl": ["feedline", "feedline-2threads"],
 }
 
 FAST_S = 5.0  # a full epoch faster than this is measured --repeat times
