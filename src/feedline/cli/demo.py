@@ -167,6 +167,7 @@ def train(
         while True:
             batches: list[Any] = [next(it, None) for it in its]
             if batches[0] is None:  # even=True: the ranks end on the same step
+                stats = ranks[0].stats()
                 break
             first = first or time.perf_counter() - t0
             model.step([model.grads(b.img, b.label, b.meta.mask) for b in batches])
@@ -203,6 +204,8 @@ def train(
         "first_batch_s": first,
         "seconds": seconds,
         "accuracy": model.accuracy(*test),
+        "waited": stats.wait_fraction,
+        "worker_utilisation": stats.worker_utilisation,
     }
 
 
@@ -325,7 +328,9 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
     print(
         f"   {full['step']} steps, test accuracy {full['accuracy']:.1%}; "
         f"{full['rows_per_s']:,.0f} examples/s, first batch after "
-        f"{full['first_batch_s'] * 1e3:.0f} ms (workers starting)"
+        f"{full['first_batch_s'] * 1e3:.0f} ms (workers starting); rank 0's "
+        f"loader.stats(): the steps waited {full['waited']:.0%} of the time for batches, "
+        f"its workers busy {full['worker_utilisation']:.0%}"
     )
 
     print(f"\n4. Preempted at step {STOP_AT}, restarted from the saved state")
