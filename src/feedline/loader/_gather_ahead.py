@@ -55,8 +55,8 @@ def default_threads() -> int:
     ``threads=1`` and ``threads=2`` interleaved in one process over a file written
     earlier gave 1.4 - 1.7x for two threads (4,000,000 rows of 264 bytes, batches of 512;
     500,000 of 3,080 bytes, batches of 256), but in ``benchmarks/compare.py``'s fresh
-    processes over the file it has just written, two threads gave 0.6 - 0.9x one in all
-    four runs of each workload; until that is understood, the default stays one.
+    processes over the file it has just written, two threads gave 0.6 - 1.0x one in all
+    five runs of each workload; until that is understood, the default stays one.
     """
     return 1
 
