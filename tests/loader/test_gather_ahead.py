@@ -204,3 +204,23 @@ def test_a_batch_kept_by_the_caller_is_never_overwritten(flr, small_chunks):
     for b, (x, y) in zip(kept, copies):
         np.testing.assert_array_equal(b.x, x)
         np.testing.assert_array_equal(b.y, y)
+
+
+@pytest.mark.parametrize("load", [0.0, 100.0])
+def test_the_default_starts_helpers_only_while_a_core_is_spare(
+    flr, small_chunks, monkeypatch, load
+):
+    if _gather_ahead.default_threads() < 2:
+        pytest.skip("one usable CPU: the default is one thread")
+    monkeypatch.setattr(_gather_ahead.os, "getloadavg", lambda: (load, load, load))
+    with fl.recfile.open(flr) as f:
+        whole = stream(fl.Loader(f, 100, seed=7, threads=1))
+        with fl.Loader(f, 100, seed=7) as loader:
+            ahead = loader._plan.ahead
+            got = []
+            for b in loader:
+                got.append((b.x.copy(), b.y.copy(), b.meta.positions.copy(), b.meta.record_indices))
+                if load:  # a busy machine: no window for helpers, the caller gathers
+                    assert not ahead.window and not ahead.helping
+    assert ahead.spared[1] is (load == 0.0)
+    assert_same(got, whole)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ._blocks import _BLOCK, OrderBlocks
+from ._config import _in_torch_worker, usable_cpus
 
 # Bytes a chunk holds (rounded to whole batches). Measured on the 2-core reference
 # machine, 4,000,000 rows of 264 bytes in batches of 512 (benchmarks/compare.py):
@@ -48,17 +49,19 @@ _running: set = set()  # helpers' futures: a fork waits for them
 
 
 def default_threads() -> int:
-    """Threads gathering a plain path's batches when ``threads=None``: one, the calling
-    thread batch by batch (as before threads existed); ``threads=2`` is the caller's.
+    """Threads gathering a plain path's batches when ``threads=None``: two where the
+    process may run on two CPUs or more, and while the load average leaves a core to
+    the helper (``GatherAhead._spare``); one inside a torch DataLoader worker (its
+    siblings use the other cores).
 
-    Measured on the 2-core reference machine (docs/benchmarks.md, issue 20): passes of
-    ``threads=1`` and ``threads=2`` interleaved in one process over a file written
-    earlier gave 1.4 - 1.7x for two threads (4,000,000 rows of 264 bytes, batches of 512;
-    500,000 of 3,080 bytes, batches of 256), but in ``benchmarks/compare.py``'s fresh
-    processes over the file it has just written, two threads gave 0.6 - 1.0x one in all
-    five runs of each workload; until that is understood, the default stays one.
+    Measured on the 2-core reference machine (docs/benchmarks.md, issue 20), 4,000,000
+    rows of 264 bytes in batches of 512 and 500,000 of 3,080 bytes in batches of 256:
+    with the cores to the process, two threads gave 1.4 - 1.7x one (passes interleaved
+    in one process) and 1.2 - 1.35x in ``benchmarks/compare.py``'s fresh processes;
+    with other sessions keeping both cores busy (load average 2.5 - 6), 0.6 - 1.1x. More
+    threads gain less than they take from the rest of a training step.
     """
-    return 1
+    return 1 if _in_torch_worker() else min(2, usable_cpus())
 
 
 def _finish_running() -> None:
@@ -110,7 +113,9 @@ def for_plain(loader: Any) -> GatherAhead | None:
     opts = loader.options
     if opts.threads < 2 or not isinstance(loader._blocks, OrderBlocks):
         return None
-    return GatherAhead(opts.threads, opts.batch_size, loader._ledger, loader._blocks)
+    ahead = GatherAhead(opts.threads, opts.batch_size, loader._ledger, loader._blocks)
+    ahead.chosen = opts.threads_default  # the default's helpers wait for a spare core
+    return ahead
 
 
 def _chunk_starts(batch_size: int, row_bytes: int, ramp: bool) -> list[int]:
@@ -136,6 +141,8 @@ class GatherAhead:
     def __init__(self, threads: int, batch_size: int, ledger: Any, blocks: Any) -> None:
         self.threads, self.batch_size = threads, batch_size
         self.ledger, self.blocks = ledger, blocks
+        self.chosen = False  # helpers only while a core is spare (``_spare``)
+        self.spared: tuple[Any, bool] = (None, True)  # (block, helpers wanted there)
         self.starts: tuple[list[int], list[int]] = ([], [])  # (a pass's first block, others)
         self.seen: tuple[Any, bool] = (None, False)  # (columns, gathered ahead)
         self._reset()
@@ -225,6 +232,10 @@ class GatherAhead:
         if len(window) < _AHEAD:
             window += self._next_block(gen, block, cols)
         del window[_AHEAD:]
+        if self.chosen and self.spared[0] is not block:
+            self.spared = (block, self._spare())
+        if not self.spared[1]:
+            window = []  # the calling thread gathers every chunk
         keep = {key, (gen, start, c - 1), *(w[0] for w in window)}
         for k in [k for k in self.chunks if k not in keep]:
             dropped = self.chunks.pop(k).buffers
@@ -267,6 +278,18 @@ class GatherAhead:
                 return self.spare.pop(i)
         rows = max(b - a for st in self.starts for a, b in itertools.pairwise(st))
         return {n: np.empty((rows, *c.shape[1:]), dtype=c.dtype) for n, c in cols.items()}
+
+    def _spare(self) -> bool:
+        """Whether a helper finds a core (checked once an order block): the 1-minute load
+        average, less this loader's own threads, leaves one. Where it does not, the GIL's
+        hand-offs between the threads wait for the scheduler and the threads lose (0.6 -
+        1.1x one thread on the reference machine with other sessions keeping it busy)."""
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):  # no load average (Windows): assume a core
+            return True
+        own = self.threads if self.spared[1] else 1
+        return load - own < usable_cpus() - self.threads + 0.5
 
     def _unclaimed(self) -> tuple[Key, _Chunk] | None:
         """The first chunk of the window no thread has taken, now taken; or None."""

@@ -21,9 +21,10 @@ option                 meaning (the same for every kind of source)
                        process-wide ``fl.loader_workers()``); plain gathers stay here
 ``prefetch``           batches made ahead per worker, at most 64
 ``threads``            threads gathering plain batches (rows of memory-mapped files, read
-                       only) in this process, a chunk of batches at a time: ``None`` is 1,
-                       the calling thread batch by batch (``_gather_ahead`` says why); the
-                       batches are the same for any number
+                       only) in this process, a chunk of batches at a time: ``None`` is 2
+                       with two CPUs or more, the helper only while a core is spare
+                       (``_gather_ahead``), 1 the calling thread alone, batch by batch;
+                       the batches are the same for any number
 ``device``             a torch device: batches (and in-memory datasets) go there
 ``output``             ``"numpy"`` or ``"torch"`` (implied by ``device``)
 ``check_values``       check every example's domains as it loads
