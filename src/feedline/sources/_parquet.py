@@ -261,6 +261,8 @@ class ParquetSource:
                 self._lru.move_to_end(g)
             else:
                 missing.append(g)
+        if len(missing) == len(self.groups) > 1 and self._whole and self._load_whole():
+            return
         tables = self._read_together(missing)
         for g in missing:
             if self._free:
@@ -272,6 +274,41 @@ class ParquetSource:
             self._lru[g] = slot
             self._slot_of[g] = slot
             self._direct = None
+
+    def _load_whole(self) -> bool:
+        """Every group at once (a shuffled first batch of a file the cache holds): each
+        field's column decoded from the whole file as the block itself (a view of
+        Arrow's buffers where the layout allows: no copy into slots, no join), when the
+        groups lie in place (all of ``row_max`` rows but the last). False where that
+        does not hold or the read fails (the groups are then read one by one)."""
+        pa = pyarrow()
+        groups = np.arange(len(self.groups), dtype=np.int64)
+        if not np.array_equal(self.starts[:-1], groups * self._row_max):
+            return False
+        if self._files is None:
+            self._files = [_open(p, self.storage_options) for p in self.paths]
+        names = list(self.record.fields)
+        try:
+            parts = [
+                f.read_row_groups(list(range(f.metadata.num_row_groups)), names)
+                for f in self._files
+            ]
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
+            return False
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        where = self.paths[0] if len(self.paths) == 1 else f"{self.paths[0]} (and more)"
+        for name, f in self.record.fields.items():
+            col = decode(table.column(name), f, where)
+            if f.ragged:
+                self._joined[name] = col
+            else:
+                self._fixed[name] = col
+        self._free.clear()
+        for g in groups.tolist():
+            self._lru[g] = g
+        self._slot_of[:] = groups
+        self._direct = True
+        return True
 
     def _read_together(self, missing: list[int]) -> dict[int, Any]:
         """The tables of the ``missing`` groups of each file, read in one call per file
