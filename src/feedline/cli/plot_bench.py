@@ -53,10 +53,17 @@ def parse_compare_markdown(text: str) -> tuple[str, list[tuple[str, list[BenchRo
             title, in_table = heading.group(1), False
             continue
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and cells[:3] == ["system", "workers", "samples/s"]:
+        if (
+            line.startswith("|")
+            and cells[:2] == ["system", "workers"]
+            and len(cells) > 2
+            and cells[2].startswith("samples/s")  # "samples/s, first pass" since issue 20
+        ):
             in_table = True
             out.append((title, []))
         elif in_table and line.startswith("|") and not set(cells[0]) <= set("-: "):
+            if len(cells) >= 3 and cells[1] in ("—", "-"):
+                continue  # the machine's own limit (a C gather), not a loader
             if len(cells) < 3 or not cells[1].isdigit():
                 raise PlotInputError(
                     f"a results row is not 'system | workers | samples/s': {line.strip()[:80]!r}"
