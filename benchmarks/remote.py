@@ -55,18 +55,9 @@ def main() -> None:
     size = os.path.getsize(path)
     s3 = S3Endpoint()
     try:
-        import boto3
-        import s3fs
-
-        boto3.client(
-            "s3",
-            endpoint_url=s3.url,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket="bench")
+        fs = s3.bucket("bench")
         t0 = time.perf_counter()
-        s3fs.S3FileSystem(**s3.options()).put(path, "bench/rows.flr")
+        fs.put(path, "bench/rows.flr")
         print(f"uploaded {size / 1e6:.0f} MB in {time.perf_counter() - t0:.1f} s")
         with fl.recfile.open(path) as local:
             epoch(local)

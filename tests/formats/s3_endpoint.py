@@ -136,6 +136,21 @@ class S3Endpoint:
             "config_kwargs": {"retries": {"max_attempts": 1, "mode": "standard"}},
         }
 
+    def bucket(self, name: str):
+        """Create bucket ``name`` (boto3, moto's own dependency); an s3fs file system on
+        this endpoint to fill it."""
+        import boto3
+        import s3fs
+
+        boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=name)
+        return s3fs.S3FileSystem(**self.options())
+
     def close(self) -> None:
         self.proxy.close()
         self.proc.terminate()

@@ -723,23 +723,14 @@ def test_fuzz_damaged_ragged_files_open_and_read_or_raise_a_format_error(doc_fil
 def test_a_ragged_file_at_a_url_reads_as_the_local_one(tmp_path):
     pytest.importorskip("s3fs")
     pytest.importorskip("moto")
-    import boto3
-    import s3fs
-
     from .s3_endpoint import S3Endpoint
 
     endpoint = S3Endpoint()
     try:
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint.url,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket="ragged")
+        fs = endpoint.bucket("ragged")
         items = list(doc_items(500, seed=5, long=300))
         fl.recfile.write(tmp_path / "d.flr", Doc, items)
-        s3fs.S3FileSystem(**endpoint.options()).put(str(tmp_path / "d.flr"), "ragged/d.flr")
+        fs.put(str(tmp_path / "d.flr"), "ragged/d.flr")
         url = fl.remote.open(
             "s3://ragged/d.flr", storage_options=endpoint.options(), block_size=4096
         )

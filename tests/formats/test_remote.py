@@ -32,17 +32,7 @@ class Row(fl.Record, dims={"D": 12}):
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     endpoint = S3Endpoint()
-    import boto3  # moto's own dependency
-    import s3fs
-
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint.url,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    ).create_bucket(Bucket="data")
-    fs = s3fs.S3FileSystem(**endpoint.options())
+    fs = endpoint.bucket("data")
     folder = tmp_path_factory.mktemp("s3")
     rng = np.random.default_rng(0)
     cols = {

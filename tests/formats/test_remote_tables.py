@@ -25,19 +25,10 @@ from .s3_endpoint import S3Endpoint  # noqa: E402
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     endpoint = S3Endpoint()
-    import boto3
     import pyarrow.csv as pcsv
     import pyarrow.feather as feather
-    import s3fs
 
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint.url,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        region_name="us-east-1",
-    ).create_bucket(Bucket="tables")
-    fs = s3fs.S3FileSystem(**endpoint.options())
+    fs = endpoint.bucket("tables")
     folder = tmp_path_factory.mktemp("tables")
     t = table()
     pq.write_table(t.slice(0, 600), folder / "a.parquet", row_group_size=100)
