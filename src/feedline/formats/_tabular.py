@@ -254,7 +254,13 @@ def parquet(
 
 
 # -- Arrow IPC files and streams (Feather) -------------------------------------------
-def arrow(path: str, columns: list[str] | None, storage_options: Any) -> ArrowInput:
+def ipc_open(
+    path: str, storage_options: Any
+) -> tuple[Any, int | None, Callable[[], Iterator[Any]]]:
+    """(schema, rows, record batches) of an Arrow IPC file (its rows counted from the map;
+    None at a URL, where that would read every batch twice), an Arrow stream (rows
+    None) or a Feather version 1 file (read whole by pyarrow). Bytes that are none of
+    them are a ``FormatError`` naming the file."""
     pa = pyarrow()
     import pyarrow.ipc as ipc
 
@@ -264,8 +270,6 @@ def arrow(path: str, columns: list[str] | None, storage_options: Any) -> ArrowIn
     try:
         if head[:6] == b"ARROW1":
             reader = ipc.open_file(source)
-            schema = reader.schema
-            # counted from the map; at a URL that would read every batch twice
             rows: int | None = None
             if not is_url(path):
                 rows = sum(
@@ -275,26 +279,27 @@ def arrow(path: str, columns: list[str] | None, storage_options: Any) -> ArrowIn
             def every() -> Iterator[Any]:
                 for i in range(reader.num_record_batches):
                     yield reader.get_record_batch(i)
-        elif head[:4] == b"FEA1":  # Feather version 1: read whole by pyarrow
+
+            return reader.schema, rows, every
+        if head[:4] == b"FEA1":  # Feather version 1: read whole by pyarrow
             import pyarrow.feather as feather
 
             table = feather.read_table(source)
-            schema, rows = table.schema, table.num_rows
-
-            def every() -> Iterator[Any]:
-                yield from table.to_batches()
-        else:
-            stream = ipc.open_stream(source)
-            schema, rows = stream.schema, None
-
-            def every() -> Iterator[Any]:
-                yield from stream
+            return table.schema, table.num_rows, table.to_batches
+        stream = ipc.open_stream(source)
+        return stream.schema, None, lambda: iter(stream)
     except (pa.ArrowInvalid, pa.ArrowIOError) as e:
+        source.close()
         raise FormatError(
             f"expected an Arrow IPC file or stream (Feather), found bytes pyarrow cannot "
             f"read as one (truncated, or another format): {e}",
             path,
         ) from e
+
+
+def arrow(path: str, columns: list[str] | None, storage_options: Any) -> ArrowInput:
+    pa = pyarrow()
+    schema, rows, every = ipc_open(path, storage_options)
     record = record_of(schema, path, columns)
     names = list(record.fields)
 

@@ -31,46 +31,25 @@ import numpy as np
 from ..errors import BoundsError, FormatError, RecordError
 from ..formats._arrowcols import check_field, decode
 from ..formats._arrowtypes import pyarrow, schema_record
-from ..formats._fsinput import open_input
 from ..formats._remote import local_path
+from ..formats._tabular import ipc_open
 from ..records import Ragged, Record
 from ._parquet import _layout_fixed
 
 
 def _batches(path: str, storage_options: Any) -> tuple[Any, list[Any]]:
-    """(schema, record batches) of an Arrow IPC file or stream, or a Feather file."""
+    """(schema, record batches) of an Arrow IPC file or stream, or a Feather file
+    (``formats._tabular.ipc_open``)."""
     pa = pyarrow()
-    import pyarrow.ipc as ipc
-
-    source = open_input(path, storage_options)
-    head = source.read(8)
-    source.seek(0)
+    schema, _, every = ipc_open(path, storage_options)
     try:
-        if head[:6] == b"ARROW1":
-            reader = ipc.open_file(source)
-            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-            return reader.schema, batches
-        if head[:4] == b"FEA1":
-            import pyarrow.feather as feather
-
-            table = feather.read_table(source)
-            return table.schema, table.to_batches()
-        if head[:4] == b"\xff\xff\xff\xff":
-            table = ipc.open_stream(source).read_all()
-            return table.schema, table.to_batches()
+        return schema, list(every())
     except (pa.ArrowInvalid, pa.ArrowIOError) as e:
-        source.close()
         raise FormatError(
-            f"expected an Arrow IPC file (ARROW1 at both ends, a footer of record "
-            f"batches), found bytes pyarrow cannot read as one (truncated?): {e}",
+            f"expected an Arrow IPC file whose record batches read, found one that does "
+            f"not (truncated?): {e}",
             path,
         ) from e
-    source.close()
-    raise FormatError(
-        f"expected an Arrow IPC file or stream (ARROW1, or Feather's FEA1), found "
-        f"{bytes(head[:8])!r} at byte 0",
-        path,
-    )
 
 
 class ArrowSource:
