@@ -30,7 +30,9 @@ class LocalPlan:
     def __next__(self) -> Any:
         return self.next()
 
-    def next(self) -> Any:
+    def _step(self, make: Any) -> tuple[Any, Any] | None:
+        """The next claim and ``make(claim)``, delivered (``Loader.deliver``) and timed for
+        ``loader.stats()``; None at the end of the pass."""
         loader = self.loader
         stats = loader._stats
         t0 = stats.start()
@@ -38,12 +40,18 @@ class LocalPlan:
         try:
             claim = loader.claim()
             if claim is None:
-                raise StopIteration
-            batch = loader.deliver(claim, self._make)
+                return None
+            result = loader.deliver(claim, make)
         finally:
             clock.untally()
         stats.batch(t0, acc, claim.size)
-        return batch
+        return claim, result
+
+    def next(self) -> Any:
+        step = self._step(self._make)
+        if step is None:
+            raise StopIteration
+        return step[1]
 
     def _make(self, claim: Any) -> Any:
         """The batch of ``claim``, made in this thread (``_making``)."""
@@ -52,21 +60,15 @@ class LocalPlan:
     def next_into(
         self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
     ) -> int:
-        loader = self.loader
-        stats = loader._stats
-        t0 = stats.start()
-        acc = clock.tally()
-        try:
-            claim = loader.claim()
-            if claim is None:
-                return 0
+        def fill(claim: Any) -> None:
             t = perf_counter_ns()
-            loader.deliver(claim, lambda c: self._fill(c, out))
+            self._fill(claim, out)
             clock.add("read", perf_counter_ns() - t)
-        finally:
-            clock.untally()
-        stats.batch(t0, acc, claim.size)
-        return _into.finish(loader, claim, out, meta, padded)
+
+        step = self._step(fill)
+        if step is None:
+            return 0
+        return _into.finish(self.loader, step[0], out, meta, padded)
 
     def _fill(self, claim: Any, out: Mapping[str, np.ndarray]) -> None:
         """Write the claim's rows into ``out``'s first rows."""
