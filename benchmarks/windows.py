@@ -22,6 +22,7 @@ import os
 import time
 
 import numpy as np
+from _nanogpt import get_batch_rate  # benchmarks/, the script's folder
 
 import feedline as fl
 from feedline._base import kernels as _kernels
@@ -54,15 +55,8 @@ def make_corpus(folder: str, tokens: int, doc_mean: int) -> tuple[str, str]:
 
 
 def baseline(flat: str, steps: int) -> float:
-    data = np.memmap(flat, dtype=np.uint16, mode="r")
-    rng = np.random.default_rng(1)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        ix = rng.integers(0, len(data) - SEQ, BATCH)
-        x = np.stack([data[i : i + SEQ].astype(np.int64) for i in ix])
-        y = np.stack([data[i + 1 : i + 1 + SEQ].astype(np.int64) for i in ix])
-        assert x.shape == y.shape
-    return steps * BATCH * SEQ / (time.perf_counter() - t0)
+    """nanoGPT's ``get_batch`` over the same tokens (``_nanogpt``)."""
+    return get_batch_rate(flat, steps, SEQ, BATCH)
 
 
 def loader_rate(nnd: str, steps: int) -> float:
