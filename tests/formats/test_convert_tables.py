@@ -15,22 +15,14 @@ from feedline.formats.convert import convert, sniff
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from ..sources.test_parquet import table as parquet_table  # noqa: E402
+
 N = 2500
 
 
 def table(n: int = N):
-    i = np.arange(n)
-    return pa.table(
-        {
-            "x": i.astype(np.float32),
-            "y": i * 2,
-            "ok": i % 3 == 0,
-            "s": [f"r{k}é" for k in i],
-            "b": [bytes([k % 256]) * (k % 4) for k in i],
-            "v": pa.array([list(range(k % 5)) for k in i], pa.list_(pa.int32())),
-            "fx": pa.array([[k, k + 1, k + 2] for k in i], pa.list_(pa.float64(), 3)),
-        }
-    )
+    """The Parquet source tests' table, of ``N`` rows here."""
+    return parquet_table(n)
 
 
 def check_flr(path, n: int = N, names=None) -> None:
