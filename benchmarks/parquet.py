@@ -8,7 +8,10 @@ a float32 weight and a short string, in row groups of 65,536 rows (zstd-free: sn
 pyarrow's default). Batches of 512 in a seeded shuffle of the whole file. Each figure
 counts the decoding: a timed epoch starts from the closed file (HF's conversion to its
 own Arrow cache is done before timing and not counted; its figure is over the first
-``--hf-batches`` batches, as it is slow). Figures are the best of ``--repeat``.
+``--hf-batches`` batches, as it is slow). The epochs run in ``--repeat`` rounds (the
+baseline, then feedline, then each without the string column, in every round), so the
+shared machine's drift over seconds falls on each alike: a rate is the best of its
+rounds, a ratio the median over the rounds of the ratio within a round (with its range).
 
     python benchmarks/parquet.py [--rows 1000000] [--repeat 2] [--hf-batches 300]
 
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -100,19 +105,28 @@ def hf_batches(path: str, seed: int, limit: int, cache: str) -> tuple[float, int
     return time.perf_counter() - t, rows
 
 
-def best(fn, repeat: int) -> tuple[float, int]:
-    times, rows = [], 0
+def rounds(fns: dict[str, Callable[[], int]], repeat: int) -> dict[str, list[float]]:
+    """Each of ``fns`` timed once a round, in order, for ``repeat`` rounds: its rows/s per
+    round."""
+    rates: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
-        t = time.perf_counter()
-        rows = fn()
-        times.append(time.perf_counter() - t)
-    return min(times), rows
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            rows = fn()
+            rates[k].append(rows / (time.perf_counter() - t))
+    return rates
+
+
+def paired(ours: list[float], base: list[float]) -> str:
+    """The median over the rounds of ``ours / base``, and its range."""
+    r = sorted(a / b for a, b in zip(ours, base))
+    return f"{statistics.median(r):.2f}x (rounds {r[0]:.2f} - {r[-1]:.2f}x)"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--hf-batches", type=int, default=300)
     p.add_argument("--no-hf", action="store_true", help="skip HF datasets")
     args = p.parse_args()
@@ -128,34 +142,50 @@ def main() -> None:
             f"of {GROUP:,}), shuffled batches of {BATCH}; best of {args.repeat}"
         )
         perm = np.random.default_rng(1).permutation(args.rows)
-        base_s, base_rows = best(lambda: baseline_epoch(path, perm), args.repeat)
-        base = base_rows / base_s
+        numeric = [*FEATURES, "label", "weight"]
+        memory = fl.sources.table(pq.read_table(path))
+
+        def checked(rows: int) -> int:
+            assert rows == args.rows
+            return rows
+
+        rates = rounds(
+            {
+                "base": lambda: baseline_epoch(path, perm),
+                "fl": lambda: checked(feedline_epoch(path, 1, None)),
+                "memory": lambda: count(fl.Loader(memory, BATCH, seed=1)),
+                "base-num": lambda: baseline_epoch(path, perm, numeric),
+                "fl-num": lambda: checked(feedline_epoch(path, 1, None, columns=numeric)),
+            },
+            args.repeat,
+        )
+        best = {k: max(v) for k, v in rates.items()}
+        base = best["base"]
 
         def row(name: str, rows_per_s: float, extra: str = "") -> None:
-            print(
-                f"  {name:<44} {rows_per_s / 1e3:8.0f} k rows/s  {rows_per_s / base:5.2f}x "
-                f"baseline{extra}"
-            )
+            print(f"  {name:<44} {rows_per_s / 1e3:8.0f} k rows/s{extra}")
 
         row("pyarrow baseline (decode all, np.take)", base)
-        fl_s, fl_rows = best(lambda: feedline_epoch(path, 1, None), args.repeat)
-        assert fl_rows == args.rows
-        ours = fl_rows / fl_s
-        row(f"fl.sources.parquet (default: cache_groups={src.cache_groups})", ours)
-        memory = fl.sources.table(pq.read_table(path))
-        m_s, m_rows = best(lambda: count(fl.Loader(memory, BATCH, seed=1)), args.repeat)
-        row("the same columns in memory (fl.sources.table)", m_rows / m_s, " (not timing a read)")
-        numeric = [*FEATURES, "label", "weight"]
-        b_s, b_rows = best(lambda: baseline_epoch(path, perm, numeric), args.repeat)
-        n_s, n_rows = best(lambda: feedline_epoch(path, 1, None, columns=numeric), args.repeat)
+        ours = best["fl"]
+        row(
+            f"fl.sources.parquet (default: cache_groups={src.cache_groups})",
+            ours,
+            f"  {paired(rates['fl'], rates['base'])} baseline",
+        )
+        row(
+            "the same columns in memory (fl.sources.table)",
+            best["memory"],
+            f"  {paired(rates['memory'], rates['base'])} baseline (not timing a read)",
+        )
         print(
-            f"  without the string column: baseline {b_rows / b_s / 1e3:.0f} k rows/s, "
-            f"fl.sources.parquet {n_rows / n_s / 1e3:.0f} k rows/s "
-            f"({b_s / n_s:.2f}x baseline)"
+            f"  without the string column: baseline {best['base-num'] / 1e3:.0f} k rows/s, "
+            f"fl.sources.parquet {best['fl-num'] / 1e3:.0f} k rows/s "
+            f"({paired(rates['fl-num'], rates['base-num'])} baseline)"
         )
         few = 40
-        s, rows = best(lambda: feedline_epoch(path, 1, 8, limit=few), 1)
-        row(f"fl.sources.parquet, cache_groups=8 ({few} batches)", rows / s)
+        t = time.perf_counter()
+        rows = feedline_epoch(path, 1, 8, limit=few)
+        row(f"fl.sources.parquet, cache_groups=8 ({few} batches)", rows / (time.perf_counter() - t))
         if not args.no_hf:
             hf_s, hf_rows = hf_batches(path, 1, args.hf_batches, os.path.join(tmp, "hf"))
             hf = hf_rows / hf_s
