@@ -266,7 +266,12 @@ class GatherAhead:
         """Arrays of the largest chunk's rows for ``cols``: a dropped chunk's that no
         batch views any more (the only references left are the list's and the call's),
         or new ones."""
-        for i, bufs in enumerate(self.spare):
+        # the most recently dropped first: its pages are the likeliest still in the
+        # caches and the TLB (two threads of np.take of 3 KB rows ran 1.15x faster each
+        # into one buffer than cycling through four; here, where several chunks are
+        # live anyway, 1.0 - 1.03x against taking the oldest)
+        for i in range(len(self.spare) - 1, -1, -1):
+            bufs = self.spare[i]
             if (
                 all(
                     n in bufs and bufs[n].dtype == c.dtype and bufs[n].shape[1:] == c.shape[1:]
