@@ -224,3 +224,63 @@ def test_the_default_starts_helpers_only_while_a_core_is_spare(
                     assert not ahead.window and not ahead.helping
     assert ahead.spared[1] is (load == 0.0)
     assert_same(got, whole)
+
+
+def stream_into(loader, batches=None) -> list[tuple[np.ndarray, ...]]:
+    """``stream`` through ``next_into``: each batch written into the same arrays."""
+    b = loader.batch_size
+    out = {"x": np.empty((b, 6), np.float32), "y": np.empty(b, np.int64)}
+    meta = {"positions": np.empty(b, np.int64), "record_indices": np.empty(b, np.int64)}
+    got = []
+    while batches is None or len(got) < batches:
+        n = loader.next_into(out, meta=meta)
+        if n == 0:
+            break
+        got.append((out["x"][:n].copy(), out["y"][:n].copy(), *(meta[k][:n].copy() for k in meta)))
+    return got
+
+
+def test_next_into_takes_its_rows_from_the_chunks_gathered_ahead(flr, small_chunks):
+    with fl.recfile.open(flr) as f:
+        whole = stream(fl.Loader(f, 100, seed=5, threads=1))
+        with fl.Loader(f, 100, seed=5, threads=2) as loader:
+            ahead = loader._plan.ahead
+            got = stream_into(loader, batches=50)
+            assert ahead.chunks  # the rows came through the chunks
+            got += stream_into(loader)
+    assert_same(got, whole)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_next_into_and_next_mixed_give_one_thread_stream(flr, small_chunks, threads):
+    with fl.recfile.open(flr) as f:
+        whole = stream(fl.Loader(f, 64, seed=3, threads=1))
+        with fl.Loader(f, 64, seed=3, threads=threads) as loader:
+            got = stream_into(loader, batches=300) + stream(loader, batches=500)
+            state = loader.state_dict()
+        with fl.Loader(f, 64, seed=3, threads=threads) as loader:
+            loader.load_state_dict(state)
+            got += stream_into(loader)
+    assert_same(got, whole)
+
+
+def test_threads_sharing_next_into_with_gather_threads_get_every_row_once(flr, small_chunks):
+    with fl.recfile.open(flr) as f, fl.Loader(f, 50, seed=4, threads=2) as loader:
+        reference = {int(b.meta.positions[0]): b.y.copy() for b in fl.Loader(f, 50, seed=4)}
+        got: dict[int, np.ndarray] = {}
+        lock = threading.Lock()
+
+        def read():
+            for _x, y, pos, _ in stream_into(loader):
+                with lock:
+                    assert int(pos[0]) not in got
+                    got[int(pos[0])] = y
+
+        readers = [threading.Thread(target=read) for _ in range(3)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+    assert got.keys() == reference.keys()
+    for k, y in reference.items():
+        np.testing.assert_array_equal(got[k], y)

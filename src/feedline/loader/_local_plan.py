@@ -137,9 +137,28 @@ class PlainPlan(LocalPlan):
         cols = self._cols()
         if not cols:
             return super()._fill(claim, out)
+        size = claim.size
+        ahead = self.ahead
+        if ahead is not None:
+            # The claim's rows from their chunk, gathered ahead by the threads: a copy of
+            # contiguous rows where the caller would gather them. The block is the
+            # claim's if it holds the claim's positions in the claim's pass (a block is
+            # a pure function of those): read after the claim, another thread's claim
+            # may have moved it on, and then the caller gathers.
+            block = self.loader._blocks.block
+            if (
+                block is not None
+                and block[5] == claim.gen
+                and block[0] <= claim.start
+                and claim.stop <= block[4]
+                and (fields := ahead.fields(claim, block, cols)) is not None
+            ):
+                for n, a in fields.items():
+                    out[n][:size] = a
+                return None
         # the order's records are in range: "clip" spares numpy a buffered copy
         for n, col in cols.items():
-            np.take(col, claim.recs, axis=0, out=out[n][: claim.size], mode="clip")
+            np.take(col, claim.recs, axis=0, out=out[n][:size], mode="clip")
         return None
 
 
