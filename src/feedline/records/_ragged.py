@@ -241,13 +241,18 @@ class Ragged:
         idx = np.asarray(idx, dtype=np.int64)
         source, all_starts = self._spans()
         starts = all_starts[idx]
-        counts = self.offsets[idx + 1] - self.offsets[idx]
+        # a whole column's starts are its offsets: one gather of them fewer
+        first = starts if self._values is not None else self.offsets[idx]
+        counts = self.offsets[idx + 1] - first
         offsets = np.zeros(len(idx) + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
+        # one varying axis and nothing else (bytes, str, token lists): an example's
+        # length is its count, not gathered again (a random gather: 7 - 10 us for 512)
+        shapes = counts[:, None] if self.template == (None,) else self.shapes[idx]
         view = Ragged.__new__(Ragged)
         view._values = None
         view._source, view._starts = source, starts
-        view.offsets, view.shapes, view.template = offsets, self.shapes[idx], self.template
+        view.offsets, view.shapes, view.template = offsets, shapes, self.template
         return view
 
     def padded_shape(self, lengths: dict[int, int]) -> tuple[int, ...]:
