@@ -51,6 +51,20 @@ def stream(loader, batches=None) -> list[tuple[np.ndarray, ...]]:
     return out
 
 
+def stream_into(loader, batches=None) -> list[tuple[np.ndarray, ...]]:
+    """``stream`` through ``next_into``: each batch written into the same arrays."""
+    b = loader.batch_size
+    out = {"x": np.empty((b, 6), np.float32), "y": np.empty(b, np.int64)}
+    meta = {"positions": np.empty(b, np.int64), "record_indices": np.empty(b, np.int64)}
+    got = []
+    while batches is None or len(got) < batches:
+        n = loader.next_into(out, meta=meta)
+        if n == 0:
+            break
+        got.append((out["x"][:n].copy(), out["y"][:n].copy(), *(meta[k][:n].copy() for k in meta)))
+    return got
+
+
 def assert_same(a, b):
     assert len(a) == len(b)
     for p, q in zip(a, b):
@@ -99,17 +113,18 @@ def test_a_state_saved_with_some_threads_resumes_exactly_with_others(
     assert_same(head + tail, whole)
 
 
-def test_threads_sharing_a_loader_with_gather_threads_get_every_row_once(flr, small_chunks):
+@pytest.mark.parametrize("into", [False, True], ids=["next", "next_into"])
+def test_threads_sharing_a_loader_with_gather_threads_get_every_row_once(flr, small_chunks, into):
     with fl.recfile.open(flr) as f, fl.Loader(f, 50, seed=4, threads=2) as loader:
         reference = {int(b.meta.positions[0]): b.y.copy() for b in fl.Loader(f, 50, seed=4)}
         got: dict[int, np.ndarray] = {}
         lock = threading.Lock()
 
         def read():
-            for b in loader:
+            for _x, y, pos, _ in stream_into(loader) if into else stream(loader):
                 with lock:
-                    assert int(b.meta.positions[0]) not in got
-                    got[int(b.meta.positions[0])] = b.y.copy()
+                    assert int(pos[0]) not in got
+                    got[int(pos[0])] = y
 
         readers = [threading.Thread(target=read) for _ in range(3)]
         for t in readers:
@@ -226,20 +241,6 @@ def test_the_default_starts_helpers_only_while_a_core_is_spare(
     assert_same(got, whole)
 
 
-def stream_into(loader, batches=None) -> list[tuple[np.ndarray, ...]]:
-    """``stream`` through ``next_into``: each batch written into the same arrays."""
-    b = loader.batch_size
-    out = {"x": np.empty((b, 6), np.float32), "y": np.empty(b, np.int64)}
-    meta = {"positions": np.empty(b, np.int64), "record_indices": np.empty(b, np.int64)}
-    got = []
-    while batches is None or len(got) < batches:
-        n = loader.next_into(out, meta=meta)
-        if n == 0:
-            break
-        got.append((out["x"][:n].copy(), out["y"][:n].copy(), *(meta[k][:n].copy() for k in meta)))
-    return got
-
-
 def test_next_into_takes_its_rows_from_the_chunks_gathered_ahead(flr, small_chunks):
     with fl.recfile.open(flr) as f:
         whole = stream(fl.Loader(f, 100, seed=5, threads=1))
@@ -262,25 +263,3 @@ def test_next_into_and_next_mixed_give_one_thread_stream(flr, small_chunks, thre
             loader.load_state_dict(state)
             got += stream_into(loader)
     assert_same(got, whole)
-
-
-def test_threads_sharing_next_into_with_gather_threads_get_every_row_once(flr, small_chunks):
-    with fl.recfile.open(flr) as f, fl.Loader(f, 50, seed=4, threads=2) as loader:
-        reference = {int(b.meta.positions[0]): b.y.copy() for b in fl.Loader(f, 50, seed=4)}
-        got: dict[int, np.ndarray] = {}
-        lock = threading.Lock()
-
-        def read():
-            for _x, y, pos, _ in stream_into(loader):
-                with lock:
-                    assert int(pos[0]) not in got
-                    got[int(pos[0])] = y
-
-        readers = [threading.Thread(target=read) for _ in range(3)]
-        for t in readers:
-            t.start()
-        for t in readers:
-            t.join()
-    assert got.keys() == reference.keys()
-    for k, y in reference.items():
-        np.testing.assert_array_equal(got[k], y)
