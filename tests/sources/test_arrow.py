@@ -95,6 +95,17 @@ def test_what_a_table_cannot_give_is_a_record_error_naming_the_column():
         fl.sources.table({"a": [1]})
 
 
+def test_a_struct_column_is_refused_with_advice_that_works():
+    t = pa.table({"s": [{"a": 1, "b": 2.0}, {"a": 3, "b": 4.0}], "y": [0, 1]})
+    with pytest.raises(fl.RecordError, match=r"column 's' is struct.*flatten.*rename") as e:
+        fl.sources.table(t)
+    assert "rename_columns" in str(e.value)
+    flat = t.flatten()  # the advice: one column a child, renamed to identifiers
+    flat = flat.rename_columns([c.replace(".", "_") for c in flat.column_names])
+    batch = next(iter(fl.Loader(fl.sources.table(flat), 2)))
+    assert batch.s_a.tolist() == [1, 3] and batch.s_b.tolist() == [2.0, 4.0]
+
+
 def test_nulls_in_a_table_are_a_format_error_naming_the_column_and_row():
     df = pd.DataFrame({"x": [1.0, np.nan, 3.0], "s": ["a", None, "c"]})
 

@@ -74,7 +74,9 @@ def _why_not(t: Any) -> str:
     if pa.types.is_struct(t):
         return (
             "a struct (named fields inside one column): flatten it into a column per "
-            "child (pyarrow.Table.flatten()) or leave it out"
+            "child (pyarrow.Table.flatten(), or an HF dataset's .flatten()) and rename "
+            "those columns to identifiers ('a.b' cannot name a field: "
+            "rename_columns), or leave it out"
         )
     if pa.types.is_map(t):
         return "a map (key-value pairs per row): a field has one shape for every example"
