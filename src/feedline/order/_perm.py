@@ -178,7 +178,7 @@ def _permute_tabled(
 ) -> np.ndarray:
     """``permute_array`` through the round tables: the rounds in cache-sized chunks into
     three scratch arrays made once, then the cycle walk once over the whole array: about
-    150 numpy calls for a 64k block, against 420 walking each chunk (on the loader's
+    170 numpy calls for a 64k block, against 420 walking each chunk (on the loader's
     look-ahead thread each call takes the GIL). A 4,000,000-record shuffle's pass in
     64k blocks: 51 - 53 ms, against 65 - 66 ms walking each chunk."""
     src = idx.view(np.int64)  # indices below n <= 2**32
