@@ -436,10 +436,12 @@ def test_bucketing_reads_lengths_from_any_source_once():
     )
 
 
-def test_nested_gives_torch_jagged_tensors_of_the_examples():
+@pytest.mark.parametrize("workers", [0, 2])
+def test_nested_gives_torch_jagged_tensors_of_the_examples(workers):
     torch = pytest.importorskip("torch")
-    loader = fl.Loader(docs(), 5, seed=3, output="torch", nested=True, pad=True, workers=0)
-    for batch in loader:
+    loader = fl.Loader(docs(203), 5, seed=3, output="torch", nested=True, pad=True, workers=workers)
+    batches = list(loader)  # kept while the workers' slots are reused: each keeps its rows
+    for batch in batches:
         assert batch.tokens.is_nested and batch.tokens.size(0) == 5
         rows = batch.tokens.unbind()
         lengths = batch.meta.lengths["T"].tolist()
@@ -450,6 +452,19 @@ def test_nested_gives_torch_jagged_tensors_of_the_examples():
             want = item(rec)
             assert rows[r].tolist() == want["tokens"].tolist() and lengths[r] == len(rows[r])
         assert isinstance(batch.tokens, torch.Tensor)
+
+
+def _rows_of_nested(batch):
+    """A batch transform run in the workers: what it was given, as lists."""
+    return ([t.tolist() for t in batch.tokens.unbind()], batch.tokens.is_nested)
+
+
+def test_a_batch_transform_in_the_workers_is_given_nested_tensors():
+    pytest.importorskip("torch")
+    kw = dict(output="torch", nested=True, batch_transform=_rows_of_nested)
+    here = list(fl.Loader(docs(60), 5, seed=2, workers=0, **kw))
+    there = list(fl.Loader(docs(60), 5, seed=2, workers=2, **kw))
+    assert all(nested for _, nested in here) and there == here
 
 
 def test_nested_is_refused_where_it_cannot_hold():

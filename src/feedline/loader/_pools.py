@@ -58,7 +58,7 @@ class PoolSpec:
         device: str | None,
         digest: str,
         transform_digest: str | None,
-        padding: tuple[int | None, Any] = (None, None),
+        padding: tuple[int | None, Any, bool] = (None, None, False),
         by_value: bool = False,
     ) -> None:
         self.datasets = datasets
@@ -71,7 +71,8 @@ class PoolSpec:
             "by_value": by_value,
         }
         layout = tuple((n, f.dtype.str, tuple(f.shape), f.kind) for n, f in fields.items())
-        multiple, bounds = padding  # how a batch transform in the workers sees ragged fields
+        # how a batch transform in the workers sees ragged fields
+        multiple, bounds, nested = padding
         if isinstance(bounds, dict):
             bounds = tuple(sorted(bounds.items()))
         self.key = (
@@ -86,6 +87,7 @@ class PoolSpec:
             device,
             multiple,
             bounds,
+            nested,
         )
 
 

@@ -38,7 +38,7 @@ def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | 
     return value
 
 
-def to_torch(fields: dict[str, np.ndarray], device: Any = None) -> dict[str, Any]:
+def to_torch(fields: dict[str, Any], device: Any = None) -> dict[str, Any]:
     """Arrays as torch tensors (sharing their memory), moved to ``device`` if given."""
     try:
         import torch
@@ -50,7 +50,7 @@ def to_torch(fields: dict[str, np.ndarray], device: Any = None) -> dict[str, Any
             out[n] = a
             continue
         if isinstance(a, Ragged):  # nested=True: the jagged layout, no padding
-            inner = a.template[1:]
+            inner = cast("tuple[int, ...]", a.template[1:])  # fixed: one varying axis, the first
             size = int(np.prod(inner, dtype=np.int64)) if inner else 1
             values = torch.from_numpy(np.ascontiguousarray(a.values).reshape(-1, *inner))
             offsets = torch.from_numpy(a.offsets // size)

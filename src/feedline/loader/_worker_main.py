@@ -34,7 +34,7 @@ def serve(conn: Connection) -> None:
     check_values = init["check_values"]
     transform = init.get("transform")
     output, device = init.get("output", "numpy"), init.get("device")
-    padding = init.get("padding", (None, None))
+    padding = init.get("padding", (None, None, False))  # (pad_to_multiple, bounds, nested)
     fields = datasets[0].record.fields
     slots: list[SharedMemory | None] = []
     capacities: list[int] = []  # each slot's room for ragged values

@@ -95,7 +95,7 @@ class WorkerPlan:
             None if opts.device is None else str(opts.device),
             digest,
             transform_digest,
-            (opts.pad_to_multiple, opts.pad_bounds),
+            (opts.pad_to_multiple, opts.pad_bounds, opts.nested),
             by_value,
         )
 
@@ -215,8 +215,17 @@ class WorkerPlan:
             t = perf_counter_ns()
             batch = {n: a if isinstance(a, Ragged) else a[:rows] for n, a in fields.items()}
             out = _collate.collate(
-                loader.record.fields, batch, size, rows, opts.pad_to_multiple, opts.pad_bounds
+                loader.record.fields,
+                batch,
+                size,
+                rows,
+                opts.pad_to_multiple,
+                opts.pad_bounds,
+                opts.nested,
             )
+            if opts.nested:  # ragged columns stay ragged: out of the slot, which is reused
+                fields_out, lengths = out
+                out = ({n: _owned(a) for n, a in fields_out.items()}, lengths)
             clock.add("collate", perf_counter_ns() - t)
             clock.add("workers", t - perf_counter_ns())  # not the workers' time
             return out
@@ -249,7 +258,7 @@ class WorkerPlan:
             fields, lengths = fields
 
         def finish(c: Any) -> Any:
-            out = {n: a[:rows] for n, a in fields.items()}
+            out = {n: a if isinstance(a, Ragged) else a[:rows] for n, a in fields.items()}
             if loader.options.output == "torch":
                 t = perf_counter_ns()
                 out = to_torch(out, loader.options.device)
@@ -334,3 +343,10 @@ def _caller_level() -> int:
     while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _owned(col: Any) -> Any:
+    """A ragged column with buffers of its own (not views of a worker's slot)."""
+    if not isinstance(col, Ragged):
+        return col
+    return Ragged(np.array(col.values), col.offsets.copy(), col.shapes.copy(), col.template)

@@ -98,7 +98,7 @@ class WorkerPool:
         transform: Any = None,
         output: str = "numpy",
         device: str | None = None,
-        padding: tuple[int | None, Any] = (None, None),
+        padding: tuple[int | None, Any, bool] = (None, None, False),
         by_value: bool = False,
     ) -> None:
         self.holder: weakref.ref | None = None
