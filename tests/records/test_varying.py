@@ -208,6 +208,20 @@ def test_a_ragged_column_takes_rows_with_one_gather():
     assert part.shapes[:, 0].tolist() == [5, 3, 5]
 
 
+def test_a_take_gives_int64_lengths_and_offsets_whatever_the_columns_offsets_are():
+    # a column built by hand with int32 offsets: a take's shapes are still int64
+    col = fl.Ragged(
+        np.arange(10, dtype=np.int32),
+        np.array([0, 3, 3, 7, 10], dtype=np.int32),
+        np.array([[3], [0], [4], [3]], dtype=np.int64),
+        (None,),
+    )
+    part = col.take(np.array([2, 0, 1]))
+    assert part.shapes.dtype == np.int64 and part.offsets.dtype == np.int64
+    assert part.shapes[:, 0].tolist() == [4, 3, 0]
+    assert part.take(np.array([1, 0])).shapes[:, 0].tolist() == [3, 4]  # a view's view
+
+
 def test_padding_places_each_example_in_its_corner_for_any_varying_axes():
     rng = np.random.default_rng(0)
     examples = [rng.integers(0, 9, (h, 3, w)) for h, w in [(2, 4), (1, 1), (3, 2), (0, 5)]]

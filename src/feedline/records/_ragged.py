@@ -248,7 +248,10 @@ class Ragged:
         np.cumsum(counts, out=offsets[1:])
         # one varying axis and nothing else (bytes, str, token lists): an example's
         # length is its count, not gathered again (a random gather: 7 - 10 us for 512)
-        shapes = counts[:, None] if self.template == (None,) else self.shapes[idx]
+        if self.template == (None,):
+            shapes = counts.astype(np.int64, copy=False)[:, None]  # int64 as documented
+        else:
+            shapes = self.shapes[idx]
         view = Ragged.__new__(Ragged)
         view._values = None
         view._source, view._starts = source, starts
