@@ -129,7 +129,9 @@ class ArrowSource:
 
     def getitems(self, indices: Any, out: dict[str, np.ndarray] | None = None) -> dict[str, Any]:
         """Rows ``indices`` as the record's columns: numpy arrays for fixed fields (into
-        ``out``'s first rows when given), a ``Ragged`` for list, ``str`` and ``bytes``."""
+        ``out``'s first rows when given), a ``Ragged`` for list, ``str`` and ``bytes``.
+        The values are the file's: the record's checks (a dim's maximum, ``truncate=True``,
+        domains) apply where a ``Loader`` or an ``fl.Dataset`` reads the source."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
