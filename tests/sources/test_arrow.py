@@ -12,6 +12,7 @@ import feedline as fl
 
 pa = pytest.importorskip("pyarrow")
 pd = pytest.importorskip("pandas")
+pq = pytest.importorskip("pyarrow.parquet")
 
 
 class Row(fl.Record, dims={"T": None}):
@@ -114,6 +115,28 @@ def test_nulls_in_a_table_are_a_format_error_naming_the_column_and_row():
 
     with pytest.raises(fl.FormatError, match=r"column 's' has 1 missing .*row 1"):
         fl.Dataset(S, df)
+
+
+@pytest.mark.parametrize(
+    "col, row",
+    [
+        (pa.array([[1], [2, 3], [4, None], [5]], pa.list_(pa.int64())), 2),
+        (pa.array([[1.0, 2.0], [3.0, None], [5.0, 6.0]], pa.list_(pa.float32(), 2)), 1),
+        (pa.array([[[1, 2]], [[3, 4], [5, 6]], [[7, None]]], pa.list_(pa.list_(pa.int8(), 2))), 2),
+        (pa.array([[[1, 2]], [None, [5, 6]]], pa.list_(pa.list_(pa.int8(), 2))), 1),
+    ],
+    ids=["list", "fixed-list", "list-of-fixed-lists", "a-missing-inner-list"],
+)
+def test_a_null_inside_a_list_is_a_format_error_naming_the_row(tmp_path, col, row):
+    # read as numpy, the null was NaN (or the whole column floats), with no error
+    t = pa.table({"x": col, "y": pa.array(range(len(col)), pa.int64())})
+    with pytest.raises(fl.FormatError, match=rf"column 'x' row {row} has a missing \(null\) value"):
+        fl.sources.table(t)
+    path = tmp_path / "nulls.parquet"
+    pq.write_table(t, path)
+    with pytest.raises(fl.FormatError, match=rf"nulls\.parquet.*column 'x' row {row} has a miss"):
+        fl.sources.parquet(path)[0]
+    assert fl.sources.parquet(path, columns=["y"])[row]["y"] == row  # the other column reads
 
 
 def test_fixed_size_lists_of_fixed_size_lists_are_fixed_dims():

@@ -74,6 +74,35 @@ def _offsets(arr: Any) -> np.ndarray:
     return raw[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
 
 
+def _nulls_inside(arr: Any, name: str, where: str, first: int) -> None:
+    """A null inside a list column (an element, or a list inside the list) is a
+    ``FormatError`` naming the row: numpy would read it as NaN, or the column as floats."""
+    pa = pyarrow()
+    levels = []
+    cur = arr
+    while (
+        pa.types.is_list(cur.type)
+        or pa.types.is_large_list(cur.type)
+        or (pa.types.is_fixed_size_list(cur.type))
+    ):
+        child = cur.flatten()  # the slice's own elements
+        levels.append(cur)
+        if child.null_count:
+            k = int(np.flatnonzero(_numbers(child.is_null()))[0])
+            for level in reversed(levels):  # the element's row in ``arr``
+                if pa.types.is_fixed_size_list(level.type):
+                    k //= int(level.type.list_size)
+                else:
+                    off = np.asarray(level.offsets, dtype=np.int64)
+                    k = int(np.searchsorted(off - off[0], k, "right")) - 1
+            raise FormatError(
+                f"{where}: column {name!r} row {first + k:,} has a missing (null) value "
+                f"inside its list; a feedline field has no null: fill them "
+                f"(pyarrow.compute.fill_null on the list's values) or leave the column out"
+            )
+        cur = child
+
+
 def decode(arr: Any, f: Field, where: str, first: int = 0) -> Any:
     """An Arrow array (or chunked array) as field ``f``'s batch column: a numpy array
     (batch axis first) or a ``Ragged``. ``where`` names the data (the file, the row
@@ -102,6 +131,7 @@ def decode(arr: Any, f: Field, where: str, first: int = 0) -> Any:
     t = arr.type
     if not f.shape:
         return _cast(_numbers(arr), f)
+    _nulls_inside(arr, f.name, where, first)
     inner = tuple(int(d or 0) for d in f.shape[1:])  # fixed: check_field saw to it
     size = int(np.prod(inner, dtype=np.int64))
     if pa.types.is_fixed_size_list(t):
