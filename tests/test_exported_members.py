@@ -24,6 +24,7 @@ EXPECTED = [
     "DomainError",
     "FeedlineError",
     "FormatError",
+    "MissingFileError",
     "Item",
     "Order",
     "OrderError",

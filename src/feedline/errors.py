@@ -123,6 +123,11 @@ class FormatError(FeedlineError, ValueError):
         super().__init__(f"{': '.join(where)}: {message}" if where else message)
 
 
+class MissingFileError(FeedlineError, FileNotFoundError):
+    """A file, a directory or an object that is not there (also a ``FileNotFoundError``,
+    so either ``except`` catches it); the message names it and what was expected."""
+
+
 class StateError(FeedlineError, ValueError):
     """A saved loader state that does not match the loader it is loaded into."""
 

@@ -55,7 +55,7 @@ except ImportError as e:  # pragma: no cover - exercised where Ray is missing
 
 import numpy as np
 
-from .errors import WorkerError
+from .errors import MissingFileError, WorkerError
 from .formats import ndf, nndataset, recfile
 from .formats.manifest import ManifestInfo, Shard, describe, shard_names, write_manifest
 from .order import salt
@@ -418,7 +418,7 @@ def build_text(
     files = [os.path.abspath(os.fspath(f)) for f in given]
     for f in files:
         if not os.path.isfile(f):
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{f}: no such corpus file (expected a text file with one document a line)"
             )
     for name_, v in (("workers", workers), ("max_retries", max_retries)):

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import MissingFileError
 from ._remote import RemoteFile, RemoteOptions, is_url, local_path
 
 
@@ -51,7 +52,7 @@ def expand(path: Any, what: str, storage_options: Mapping[str, Any] | None = Non
         else:
             found = [p] if os.path.exists(p) else sorted(globbing.glob(p))
         if not found:
-            raise FileNotFoundError(f"no {what} matches {p!r}")
+            raise MissingFileError(f"no {what} matches {p!r}")
         out.extend(found)
     if not out:
         raise ValueError(f"no {what} given: a path, a glob pattern or a list of them")
@@ -125,10 +126,10 @@ def open_input(
     if is_url(path):
         fs, inner = filesystem(path, storage_options)
         if not fs.exists(inner):
-            raise FileNotFoundError(f"{path}: no such object")
+            raise MissingFileError(f"{path}: no such object")
         return fs.open(inner, "rb")
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such file")
+        raise MissingFileError(f"{path}: no such file")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path} is a directory, not a file")
     return pa.memory_map(path, "r") if mapped else pa.OSFile(path, "r")

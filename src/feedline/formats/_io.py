@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._base.files import file_kind, open_regular
-from ..errors import FormatError
+from ..errors import FormatError, MissingFileError
 
 
 class _Descriptor:
@@ -33,7 +33,7 @@ class _Descriptor:
         try:
             self.fd = open_regular(path)
         except FileNotFoundError as e:
-            raise FileNotFoundError(f"{path}: no such file") from e
+            raise MissingFileError(f"{path}: no such file") from e
         self.size = os.fstat(self.fd).st_size
         self.shares = 1
         self.lock = threading.Lock()

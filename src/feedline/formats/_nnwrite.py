@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Literal, cast
 import numpy as np
 
 from .._base.files import atomic_write, open_regular
+from ..errors import MissingFileError
 from . import kvrec
 from ._label import DATASET_MAGIC, LABEL_SIZE, VERSION, write_file_label
 
@@ -54,7 +55,7 @@ def sha256_hex(data_or_path: Any) -> str:
     try:
         fd = open_regular(path)  # a FIFO or a directory is refused, never waited on
     except FileNotFoundError as e:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{path}: no such file to hash (a str is a path; pass bytes to hash data)"
         ) from e
     with os.fdopen(fd, "rb") as f:

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import FormatError
+from ..errors import FormatError, MissingFileError
 from ._io import Handle, SharedFlock, open_private, private_directory
 from ._remote_array import RemoteArray
 
@@ -293,7 +293,7 @@ class _Object:
             try:
                 return fn()
             except FileNotFoundError as e:
-                raise FileNotFoundError(f"{self.url}: no such object") from e
+                raise MissingFileError(f"{self.url}: no such object") from e
             except PermissionError as e:
                 raise PermissionError(f"{self.url}: access refused ({e})") from e
             except Exception as e:

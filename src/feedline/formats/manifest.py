@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from .._base.files import atomic_write, file_kind
-from ..errors import FeedlineError, FormatError
+from ..errors import FeedlineError, FormatError, MissingFileError
 from ..records import Record, record_from_schema
 from . import recfile
 from ._remote import is_url
@@ -450,7 +450,7 @@ def read_manifest(path: str | os.PathLike[str]) -> ManifestInfo:
     try:
         raw = _read_bytes(path)
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"{path}: no such manifest") from e
+        raise MissingFileError(f"{path}: no such manifest") from e
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BoundsError, FormatError, RecordError
+from ..errors import BoundsError, FormatError, MissingFileError, RecordError
 from ..formats._arrowtypes import column_field, pyarrow, schema_record
 from ..formats._fsinput import expand
 from ..formats._remote import is_url
@@ -56,7 +56,7 @@ def _open(path: str, storage_options: Any = None) -> Any:
         return parquet_file(path, storage_options, cached=True)
 
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path}: no such Parquet file")
+        raise MissingFileError(f"{path}: no such Parquet file")
     try:
         return pq.ParquetFile(path, memory_map=True)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:

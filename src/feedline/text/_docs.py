@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError
+from ..errors import FormatError, MissingFileError
 
 __all__ = [
     "CorpusScan",
@@ -50,7 +50,7 @@ def _open(path: str | os.PathLike[str]) -> Any:
     try:
         return open(path, "rb")
     except FileNotFoundError as e:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{os.fspath(path)}: no such corpus file (expected a text "
             "file with one document a line)"
         ) from e

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .._base import kernels
-from ..errors import DomainError
+from ..errors import DomainError, MissingFileError
 from ..formats import nndataset
 from ..order import Order, Seq
 from ._docs import mark_assistant_span
@@ -182,7 +182,7 @@ def _check_args(
                 "jsonl": "a JSONL file, one JSON object a line",
                 "parquet": "a Parquet file",
             }[inp.kind]
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{os.fspath(inp.path)}: no such corpus file (expected {expected})"
             )
     check_out_path(out_path, "out_path")
@@ -201,7 +201,7 @@ def check_out_path(path: str | os.PathLike[str], what: str) -> None:
         )
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise FileNotFoundError(f"{what} {path!r}: no such directory {parent!r} to write into")
+        raise MissingFileError(f"{what} {path!r}: no such directory {parent!r} to write into")
 
 
 def end_token(tokenizer: Tokenizer, option: str, value: Any) -> int | None:

@@ -33,7 +33,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 import numpy as np
 
 from .._base.files import atomic_write
-from ..errors import FormatError
+from ..errors import FormatError, MissingFileError
 from ..formats import nndataset
 from ._chat import ASSISTANT, CHAT_SPECIALS, END_OF_ASSISTANT
 
@@ -326,7 +326,7 @@ class BPETokenizer(_Specials):
         hf = _hf()
         path = os.fspath(path)
         if not os.path.isfile(path):
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{path}: no such tokenizer file (expected a HuggingFace tokenizer.json)"
             )
         try:
@@ -442,7 +442,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> ByteTokenizer | BPETokenizer
         with open(path, "rb") as f:
             magic = f.read(4)
     except FileNotFoundError as e:
-        raise FileNotFoundError(f"{path}: no such tokenizer file ({expected})") from e
+        raise MissingFileError(f"{path}: no such tokenizer file ({expected})") from e
     except IsADirectoryError as e:
         raise IsADirectoryError(f"{path}: {expected}, found a directory") from e
     if magic in (b"NNVC", b"NNDS"):
