@@ -751,3 +751,25 @@ def test_a_ragged_file_at_a_url_reads_as_the_local_one(tmp_path):
             )
     finally:
         endpoint.close()
+
+
+def test_shapes_computed_from_offsets_index_as_an_array_of_them_does():
+    from feedline.formats._flr_ragged import SizeShapes
+
+    offsets = np.array([0, 6, 6, 15, 18, 30], dtype=np.int64)
+    computed = SizeShapes(offsets, 3)  # lengths 2, 0, 3, 1, 4
+    array = np.asarray(computed)
+    assert array.tolist() == [[2], [0], [3], [1], [4]]
+    keys = [
+        (slice(None), 0),  # a column of lengths (bucketing took row 0 for it)
+        (slice(1, 4), 0),
+        (np.array([4, 0, 4]), 0),
+        (np.array([True, False, True, False, True]), 0),
+        (slice(None), slice(None)),
+        3,
+        (3, 0),
+        (-1, 0),
+        np.array([2, 1]),
+    ]
+    for key in keys:
+        np.testing.assert_array_equal(computed[key], array[key])

@@ -335,6 +335,22 @@ def test_bucketing_makes_batches_of_similar_lengths_each_example_once():
     assert [b.meta.size for b in bucketed[:-1]] == [16] * (len(bucketed) - 1)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bucketing_a_flr_gives_the_in_memory_batches(tmp_path, workers):
+    # a .flr's lengths come from its offsets (no shapes stored): bucketing one raised
+    # an IndexError, the lengths being row 0's instead of every row's
+    path = tmp_path / "seq.flr"
+    fl.recfile.write(path, Seq1, {"tokens": sequences().columns["tokens"]})
+    with fl.recfile.open(path) as f:
+        assert fl.Dataset(Seq1, f).lengths("T").tolist() == RNG_LENGTHS.tolist()
+        got = list(fl.Loader(f, 16, seed=1, bucket="T", workers=workers))
+    want = list(fl.Loader(sequences(), 16, seed=1, bucket="T", workers=0))
+    assert pairs_of(got) == Counter({(0, r): 1 for r in range(len(RNG_LENGTHS))})
+    assert [b.meta.record_indices.tolist() for b in got] == [
+        b.meta.record_indices.tolist() for b in want
+    ]
+
+
 def test_a_bucketed_batch_reports_its_rows_own_positions():
     loader = fl.Loader(sequences(), 16, seed=4, bucket="T", bucket_batches=8, workers=0)
     order = fl.Order(fl.Seq.source(sequences()).shuffle(4))

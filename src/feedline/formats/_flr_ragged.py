@@ -68,7 +68,8 @@ class SizeShapes:
         out = ((np.asarray(off[sel + 1]) - np.asarray(off[sel])) // self._fixed)[..., None]
         if isinstance(rows, (int, np.integer)):
             out = out[0]
-        return out[rest] if rest else out
+            return out[rest] if rest else out
+        return out[(slice(None), *rest)] if rest else out  # the rest index the other axes
 
 
 def utf8_problem(values: np.ndarray, offsets: np.ndarray) -> int | None:
