@@ -69,7 +69,10 @@ class SizeShapes:
         if isinstance(rows, (int, np.integer)):
             out = out[0]
             return out[rest] if rest else out
-        return out[(slice(None), *rest)] if rest else out  # the rest index the other axes
+        if not rest:
+            return out
+        key = (slice(None), *rest)  # the rest index the other axes
+        return out[key]
 
 
 def utf8_problem(values: np.ndarray, offsets: np.ndarray) -> int | None:
