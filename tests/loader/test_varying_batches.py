@@ -118,6 +118,8 @@ def test_a_batch_longer_than_the_largest_boundary_is_an_error_naming_the_option(
         ({"pad_to": "8"}, "sequence"),
         ({"pad_to": (4,), "pad_to_multiple": 8}, "exclude each other"),
         ({"pad_to": {1: (4,)}}, "named by a str"),
+        ({"pad_to": {"X": (8,)}}, r"pad_to\['X'\]: boundaries for a varying dim.*\['T'\]"),
+        ({"pad_to": {"T": (8,), "Z": (4,)}}, r"pad_to\['Z'\]"),
     ],
 )
 def test_bad_padding_options_are_refused_when_the_loader_is_built(options, match):

@@ -130,6 +130,19 @@ def _with_empty_rows(col: Ragged, rows: int) -> Ragged:
     return Ragged(values, offsets, shapes, col.template)
 
 
+def check_pad_to(record: Any, pad_to: Any) -> None:
+    """``pad_to``'s dims (a dict's keys) are varying dims of the record."""
+    if not pad_to or not isinstance(pad_to[0], tuple):
+        return
+    varying = {d for f in record.fields.values() for d in f.varying}
+    for dim, _ in pad_to:
+        if dim not in varying:
+            raise ValueError(
+                f"pad_to[{dim!r}]: boundaries for a varying dim of the record, and "
+                f"{record.__name__}'s are {sorted(varying) or 'none'}"
+            )
+
+
 def check_nested(record: Any) -> None:
     """``nested=True`` holds: every varying array field has one varying axis, the first
     (the jagged layout of a torch nested tensor)."""

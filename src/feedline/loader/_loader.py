@@ -138,6 +138,7 @@ class Loader:
         self._steps0 = self._ledger.steps
         if opts.nested:
             _collate.check_nested(self.record)
+        _collate.check_pad_to(self.record, opts.pad_to)
         self._blocks: OrderBlocks | Buckets = (
             OrderBlocks(opts.batch_size)
             if opts.bucket is None
