@@ -417,6 +417,32 @@ def test_a_bucketed_pass_resumes_exactly():
         plain.load_state_dict(state)
 
 
+@pytest.mark.parametrize("old, new", [(2, 3), (3, 2), (2, 1)])
+def test_bucketed_ranks_resume_with_another_number_of_ranks_only_at_a_whole_group(old, new):
+    def saved(steps):
+        seen: Counter = Counter()
+        states = []
+        for rank in range(old):
+            kw = dict(seed=7, bucket="T", bucket_batches=2, shard=(rank, old), workers=0)
+            loader = fl.Loader(sequences(), 8, **kw)
+            it = iter(loader)
+            seen += pairs_of([next(it) for _ in range(steps)])
+            states.append(loader.state_dict())
+        return seen, states[0]
+
+    seen, state = saved(4)  # two whole groups of 2 batches each rank
+    for rank in range(new):
+        kw = dict(seed=7, bucket="T", bucket_batches=2, shard=(rank, new), workers=0)
+        loader = fl.Loader(sequences(), 8, **kw)
+        loader.load_state_dict(state)
+        seen += pairs_of(list(loader))
+    assert seen == Counter({(0, r): 1 for r in range(len(RNG_LENGTHS))})  # each once
+    _, state = saved(3)  # inside a group: its consumed positions are not the first ones
+    loader = fl.Loader(sequences(), 8, seed=7, bucket="T", bucket_batches=2, shard=(0, new))
+    with pytest.raises(fl.StateError, match=r"bucket_batches=2 batches.*saved at batch 3"):
+        loader.load_state_dict(state)
+
+
 def test_bucketing_gives_maps_the_same_draws_per_example():
     class Noisy(fl.Record, dims={"T": None}):
         tokens = fl.field("T", "int32")
