@@ -32,3 +32,23 @@ def test_a_missing_file_is_a_feedline_error_naming_it(tmp_path, reader):
         READERS[reader](tmp_path)
     assert isinstance(e.value, fl.FeedlineError) and isinstance(e.value, FileNotFoundError)
     assert not (tmp_path / "out.flr").exists()
+
+
+def test_writing_into_a_missing_directory_names_the_destination(tmp_path):
+    import numpy as np
+
+    class Row(fl.Record):
+        x = fl.field((), "int64")
+
+    dst = tmp_path / "nodir" / "out.flr"
+    with pytest.raises(fl.MissingFileError, match=r"out\.flr: no such directory .*nodir") as e:
+        fl.recfile.write(dst, Row, {"x": np.arange(3)})
+    assert ".spool" not in str(e.value)  # not the writer's scratch file
+    pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "in.parquet")
+    with pytest.raises(fl.MissingFileError, match=r"out\.flr: no such directory"):
+        _convert(str(tmp_path / "in.parquet"), str(dst))
+    assert not (tmp_path / "nodir").exists()

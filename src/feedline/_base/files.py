@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from ..errors import FormatError
+from ..errors import FormatError, MissingFileError
 
 # A scratch file older than this, that no live process holds locked, was left by a
 # writer that was killed (SIGKILL skips every clean-up); the next writer removes it.
@@ -79,6 +79,8 @@ def scratch_file(path: str | os.PathLike[str], suffix: str) -> tuple[int, str]:
     """
     path = os.fspath(path)
     directory, prefix = _scratch_prefix(path)
+    if not os.path.isdir(directory or "."):  # named for ``path``, not the scratch file
+        raise MissingFileError(f"{path}: no such directory {directory!r} to write into")
     remove_stale_scratch(path)
     fd, name = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=directory)
     fcntl.flock(fd, fcntl.LOCK_EX)
