@@ -219,3 +219,16 @@ def test_an_hf_column_the_record_must_check_value_by_value_is_read_by_item():
     ds = fl.Dataset(Narrow, hf)
     assert type(ds.source).__name__ != "HFSource"
     assert ds.getitems([2])["y"].tolist() == [3]
+
+
+def test_a_field_that_is_no_column_of_an_hf_dataset_is_refused_when_it_is_made():
+    datasets = pytest.importorskip("datasets")
+
+    class Wants(fl.Record):
+        b = fl.field((), "int64")
+
+    hf = datasets.Dataset.from_dict({"a": [1, 2]})
+    with pytest.raises(fl.RecordError, match=r"field `b` is not a column of the dataset"):
+        fl.Dataset(Wants, hf)
+    made = hf.with_transform(lambda batch: {"b": batch["a"]})  # a transform may make it
+    assert fl.Dataset(Wants, made)[1]["b"] == 2

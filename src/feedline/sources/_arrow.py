@@ -66,6 +66,13 @@ def table_source(record: type[Record], source: Any) -> Any:
     fields as its Arrow table (``HFSource``); any other source as it is."""
     if _is_hf_dataset(source):
         table = source.data.table
+        custom = getattr(source, "format", {}).get("type") == "custom"  # set_transform
+        missing = [k for k in record.fields if k not in table.column_names]
+        if missing and not custom:  # no transform can make the column: say so now
+            raise RecordError(
+                f"the HF dataset: {record.__name__} field `{missing[0]}` is not a column "
+                f"of the dataset (it has {table.column_names})"
+            )
         try:
             for k, f in record.fields.items():
                 t = table.schema.field(k).type
