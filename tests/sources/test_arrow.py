@@ -92,6 +92,8 @@ def test_what_a_table_cannot_give_is_a_record_error_naming_the_column():
         fl.sources.table(pd.DataFrame(np.zeros((2, 2))))
     with pytest.raises(fl.RecordError, match=r"DataFrame column is not one Arrow type"):
         fl.sources.table(pd.DataFrame({"m": [1, "a"]}))
+    with pytest.raises(fl.RecordError, match=r"columns named twice: \['a'\]"):
+        fl.sources.table(pd.DataFrame([[1, 2, 3]], columns=["a", "a", "b"]))
     with pytest.raises(TypeError, match=r"pyarrow\.Table or a pandas\.DataFrame"):
         fl.sources.table({"a": [1]})
 

@@ -36,6 +36,10 @@ def as_table(src: Any, where: str) -> Any:
         return src
     if isinstance(src, pa.RecordBatch):
         return pa.Table.from_batches([src])
+    names = [str(c) for c in getattr(src, "columns", [])]
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:  # a field is one column: which of two would it be
+        raise RecordError(f"{where}: the DataFrame has columns named twice: {twice}")
     try:
         return pa.Table.from_pandas(src, preserve_index=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
