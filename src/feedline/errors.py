@@ -134,3 +134,14 @@ class StateError(FeedlineError, ValueError):
 
 class WorkerError(FeedlineError, RuntimeError):
     """A worker process failed or died."""
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``, also on Python 3.10, which has no ``add_note``: there the
+    note is appended to ``__notes__`` by hand (where the ``exceptiongroup`` backport's
+    traceback printing finds it)."""
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]

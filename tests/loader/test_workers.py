@@ -108,7 +108,7 @@ def test_a_worker_exception_reaches_the_caller_with_its_traceback():
 def test_a_worker_exception_gets_its_note_where_exceptions_have_no_add_note():
     # Python 3.10's exceptions have no add_note (calling it raised an AttributeError
     # instead of the worker's exception); the note goes to __notes__ by hand there.
-    from feedline.loader._workers import _add_note
+    from feedline.errors import add_note as _add_note  # shared by the maps' notes
 
     class Old(KeyError):
         add_note = None
@@ -299,6 +299,22 @@ def test_a_map_whose_output_does_not_fit_the_record_is_a_shape_error():
     ds = fl.Dataset(Rows, ItemSource(10)).map(lambda e: {"x": e["x"][:2], "y": e["y"]})
     with pytest.raises(fl.ShapeError, match="`x`"):
         list(fl.Loader(ds, 4))
+
+
+def refuse_7(example):
+    """A map that raises on one example (record 7)."""
+    if int(example["y"]) == 7:
+        raise ValueError("seven is not allowed")
+    return example
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_map_error_is_the_maps_own_naming_the_example(workers):
+    ds = fl.Dataset(Rows, ItemSource(12)).map(refuse_7)
+    with pytest.raises(ValueError, match="seven is not allowed") as e:
+        list(fl.Loader(ds, 4, seed=1, workers=workers))
+    notes = "\n".join(getattr(e.value, "__notes__", []))
+    assert "in the map refuse_7 of Rows item 7, position " in notes, notes
 
 
 def total_y(batch):

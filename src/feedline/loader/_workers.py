@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import WorkerError
+from ..errors import WorkerError, add_note
 from ._shipping import dumps_by_value
 from ._slots import VALUES_START, Layout, grown
 
@@ -321,7 +321,7 @@ class WorkerPool:
                 with contextlib.suppress(Exception):
                     exc = pickle.loads(payload)
             if isinstance(exc, BaseException):
-                _add_note(exc, f"raised in a loader worker:\n{text}")
+                add_note(exc, f"raised in a loader worker:\n{text}")
                 # the batch is over (its slot free): an interrupt raised by the batch itself,
                 # unlike one in this wait, is not waited for again
                 exc.feedline_batch_done = True  # type: ignore[attr-defined]
@@ -420,17 +420,6 @@ class WorkerPool:
         stop or unlink them from here."""
         self._finalizer.detach()
         self.broken = "the pool belongs to the parent process"
-
-
-def _add_note(exc: BaseException, note: str) -> None:
-    """``exc.add_note(note)``, also on Python 3.10, which has no ``add_note``: there the
-    note is appended to ``__notes__`` by hand (where the ``exceptiongroup`` backport's
-    traceback printing finds it)."""
-    add = getattr(exc, "add_note", None)
-    if add is not None:
-        add(note)
-    else:
-        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]
 
 
 def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:

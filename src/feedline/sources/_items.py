@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._base.hashing import MASK64, PHI, mix64
-from ..errors import FeedlineError, FormatError
+from ..errors import FeedlineError, FormatError, add_note
 from ..records import Record
 from ..records._check import to_numpy
 from ..records._ragged import Ragged, column_of, example_of
@@ -151,6 +151,11 @@ def apply_maps(
                         example = fn(example)
             except FormatError as e:  # bytes that do not decode: name the item they are
                 raise FormatError(f"{base.__name__} item {int(idx[r])}: {e}") from e
+            except Exception as e:  # the map's own error, as it is, with the example named
+                name = getattr(fn, "__qualname__", type(fn).__name__)
+                at = "" if positions is None else f", position {int(pos[r])} of the pass"
+                add_note(e, f"in the map {name} of {base.__name__} item {int(idx[r])}{at}")
+                raise
             out.append(rec.check(example, int(idx[r]), check_values=check_values))
         return out
 
