@@ -80,11 +80,8 @@ def _nulls_inside(arr: Any, name: str, where: str, first: int) -> None:
     pa = pyarrow()
     levels = []
     cur = arr
-    while (
-        pa.types.is_list(cur.type)
-        or pa.types.is_large_list(cur.type)
-        or (pa.types.is_fixed_size_list(cur.type))
-    ):
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    while any(is_list(cur.type) for is_list in lists):
         child = cur.flatten()  # the slice's own elements
         levels.append(cur)
         if child.null_count:

@@ -245,10 +245,9 @@ def parse(
                         f"{geo.shard[1]}: a change of ranks cannot be resumed when the "
                         "batches are shared (torch DataLoader workers)"
                     )
-                elif "bucket" in options and batches % int(options["bucket"][1]):
+                elif "bucket" in options and batches % (group := int(options["bucket"][1])):
                     # a group's batches hold its positions sorted by length: part of a
                     # group consumed is not the pass's first positions the ranks deal on
-                    group = int(options["bucket"][1])
                     raise StateError(
                         f"the state was saved by {world} ranks and this loader is one of "
                         f"{geo.shard[1]}: with bucket= a change of ranks resumes only from "
