@@ -205,7 +205,7 @@ def test_an_ndf_save_failing_after_its_first_chunk_leaves_the_old_file(tmp_path,
 # temporaries today); the tests check the leftovers are recognisably named after the target.
 
 CHILD = textwrap.dedent('''
-    import os, shutil, sys, time
+    import os, sys, time
     import numpy as np
     import feedline as fl
     from feedline.formats import recfile
@@ -233,7 +233,7 @@ CHILD = textwrap.dedent('''
                 time.sleep(0.001)
             yield {"x": np.full(64, i, np.float32), "y": i}
 
-    def half_copy(src, dst, length=0):
+    def half_copy(src, dst):
         dst.write(src.read(1 << 20))
         dst.flush()
         hang()
@@ -241,7 +241,8 @@ CHILD = textwrap.dedent('''
     if mode == "spool":  # killed while the items stream into the spools
         recfile.write(target, Big, items(slow=True))
     elif mode == "copy":  # killed while the spools are copied into the temporary
-        shutil.copyfileobj = half_copy  # the module: the writer calls it through it
+        from feedline.formats import _flr_write
+        _flr_write._copy_spool = half_copy  # the writer calls it through its module
         recfile.write(target, Big, items(slow=False))
     elif mode == "fsync":  # killed with the temporary complete but not renamed
         os.fsync = hang

@@ -978,3 +978,73 @@ def test_fuzz_resealed_preamble_field_values(image_file, changes):
     pre = PRE.pack(*fields)
     path.write_bytes(pre + struct.pack("<I", zlib.crc32(pre)) + base[64:])
     open_and_verify_or_format_error(path)
+
+
+# -- the writes that reach the kernel ---------------------------------------------------
+
+
+class _Recording(__import__("io").RawIOBase):
+    """A raw file that records each write's (offset, length) and passes it on."""
+
+    def __init__(self, raw, writes):
+        self.inner, self.writes = raw, writes
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        self.writes.append((self.inner.tell(), len(b)))
+        return self.inner.write(b)
+
+    def tell(self):
+        return self.inner.tell()
+
+    def seek(self, *a):
+        return self.inner.seek(*a)
+
+    def close(self):  # the atomic writer closes the real file
+        pass
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_file_reaches_the_kernel_in_writes_on_2_mib_offsets(tmp_path, monkeypatch, streamed):
+    """The page cache keeps a written file in folios no larger than the writes' alignment
+    allows, and a memory map maps a 2 MiB folio as one huge page: every write after a
+    section's first starts on a multiple of 2 MiB, and the first ends on one (the file's
+    last write excepted). The file reads back the same."""
+    import contextlib
+    import io
+
+    from feedline.formats import _flr_write
+
+    writes: list[tuple[int, int]] = []
+    real = _flr_write.atomic_write
+
+    @contextlib.contextmanager
+    def recording(path):
+        with real(path) as f:
+            f.flush()
+            buf = io.BufferedWriter(_Recording(f.raw, writes))
+            yield buf
+            buf.flush()
+
+    monkeypatch.setattr(_flr_write, "atomic_write", recording)
+
+    class Wide(fl.Record):
+        x = fl.field((1000,), "float32")  # 4,000 bytes a row: sections of 12 MB and 12 kB
+        y = fl.field((3,), "int32")
+
+    n = 3000
+    x = np.arange(n * 1000, dtype=np.float32).reshape(n, 1000)
+    y = np.arange(n * 3, dtype=np.int32).reshape(n, 3)
+    path = str(tmp_path / "w.flr")
+    data = ({"x": a, "y": b} for a, b in zip(x, y)) if streamed else {"x": x, "y": y}
+    fl.recfile.write(path, Wide, data)
+    fold = 2 << 20
+    assert sum(k for _, k in writes) == os.path.getsize(path)
+    assert max(k for _, k in writes) >= fold  # the large column went in large writes
+    for at, k in writes[:-1]:
+        assert at % fold == 0 or (at + k) % fold == 0, (at, k, writes)
+    with fl.recfile.open(path) as f:
+        got = f.getitems(np.arange(n))
+        assert np.array_equal(got["x"], x) and np.array_equal(got["y"], y)
