@@ -51,3 +51,35 @@ def test_domains_past_the_tables_take_the_plain_rounds(numpy_path):
     keys = tuple(int(k) for k in rk)
     got = _perm.permute_array(shape, rk, idx)
     assert got.tolist() == [_perm.permute(shape, keys, int(i)) for i in idx]
+
+
+def test_threads_permuting_at_once_each_get_their_own_permutation():
+    """The tabled rounds work in per-thread scratch arrays: threads permuting blocks of
+    different shuffles at the same time (the look-ahead threads of several loaders) each
+    get exactly what one thread alone gets, with arrays longer than a chunk and shorter."""
+    import threading
+
+    shape = _perm.Shape.of(4_000_000)
+    jobs = []
+    for t in range(4):
+        rk = (np.arange(6, dtype=np.uint64) + np.uint64(100 * t + 1)) * np.uint64(0x9E37)
+        idx = np.arange(t * 7, t * 7 + (3 * _perm._TABLED_CHUNK + 11 if t % 2 else 999))
+        jobs.append((_perm._tables(shape, rk), idx.astype(np.uint64)))
+    want = [_perm._permute_tabled(shape, tb, idx, False) for tb, idx in jobs]
+    got: list = [[] for _ in jobs]
+    start = threading.Barrier(len(jobs))
+
+    def run(i: int) -> None:
+        start.wait()
+        for _ in range(30):
+            got[i].append(_perm._permute_tabled(shape, jobs[i][0], jobs[i][1], False))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, w in enumerate(want):
+        assert len(got[i]) == 30
+        for g in got[i]:
+            np.testing.assert_array_equal(g, w)

@@ -24,7 +24,7 @@ shuffles, ``shard`` deals the pass's positions to ranks after shuffling, ``split
 data.nu's contiguous slice before it.
 
 Cost
-    The order is read in blocks of about 64k positions, the next made on a look-ahead
+    The order is read in blocks of about 256k positions, the next made on a look-ahead
     thread while batches are gathered from the current one: one gather per field per
     source, outside the lock, so threads sharing a loader gather in parallel and each
     batch goes to exactly one; a memory-mapped file's by ``threads`` (``_gather_ahead``).
