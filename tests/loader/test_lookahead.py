@@ -97,7 +97,7 @@ def test_a_failure_making_a_block_ahead_reaches_the_caller_and_loses_no_batch(ds
 
     monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(flaky))
     loader = fl.Loader(ds, 1000, seed=3)
-    per_block = -(-_blocks._BLOCK // 1000)  # batches in a block
+    per_block = -(-_blocks._FIRST_BLOCK // 1000)  # batches in the first block
     got = [next(loader).meta.record_indices for _ in range(per_block)]
     with pytest.raises(OSError, match="went away"):
         next(loader)
@@ -121,7 +121,8 @@ def test_a_share_of_the_batches_uses_every_block_made_ahead(ds, share, monkeypat
     got = [b.meta.record_indices.tolist() for b in loader]
     assert got == whole[share[0] :: share[1]]
     assert len(made) == len(set(made))  # no block made twice (a look-ahead that missed)
-    blocks = -(-N // (-(-_blocks._BLOCK // 1000) * 1000))
+    first = -(-_blocks._FIRST_BLOCK // 1000) * 1000  # the first block, then longer ones
+    blocks = 1 + -(-(N - first) // (-(-_blocks._BLOCK // 1000) * 1000))
     assert len(made) <= blocks
 
 

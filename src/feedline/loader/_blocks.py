@@ -21,6 +21,9 @@ from ._ahead import Ahead
 from ._ledger import Claim, Ledger
 
 _BLOCK = 1 << 18
+# A block the caller waits for (a pass's first, or the first after a seek or a restore)
+# is shorter: a fresh process's first batch came in 5 - 7 ms with 64k, 9 - 33 ms with 256k.
+_FIRST_BLOCK = 1 << 16
 
 
 class OrderBlocks:
@@ -71,7 +74,7 @@ class OrderBlocks:
             cursor = ahead.cursor
         else:
             cursor = order.cursor(start)
-            ords, recs = Ahead.make(cursor, length)
+            ords, recs = Ahead.make(cursor, max(b, -(-_FIRST_BLOCK // b) * b))
         self.block = (start, ords, recs, order.length, start + len(ords), led.gen)
         # the next block starts at this share's next batch past this one (with a share
         # of k, the first of its batches at or after the block's end)
