@@ -135,6 +135,20 @@ def test_a_csv_row_with_the_wrong_number_of_columns_names_the_file_and_line(tmp_
     assert "line 30,002" in capsys.readouterr().err
 
 
+def test_a_csv_of_a_header_only_is_refused_as_having_no_rows(tmp_path):
+    """Not as "a column of nulls only" with advice to pick the same columns again."""
+    (tmp_path / "h.csv").write_text("a,b\n")
+    with pytest.raises(
+        fl.FormatError, match=r"h\.csv: expected rows after the header, found the header only"
+    ):
+        convert(tmp_path / "h.csv", tmp_path / "h.flr")
+    assert not (tmp_path / "h.flr").exists()
+    # a column empty in every row of a file that has rows keeps its own explanation
+    (tmp_path / "n.csv").write_text("a,b\n1,\n2,\n")
+    with pytest.raises(fl.FormatError, match="column 'b' is null"):
+        convert(tmp_path / "n.csv", tmp_path / "n.flr")
+
+
 def test_a_jsonl_file_converts_and_a_line_that_is_not_json_is_named(tmp_path, monkeypatch):
     from feedline.formats import _textual
 

@@ -50,6 +50,9 @@ def csv(
             raise _csv_error(e, bad, path) from e
 
     first = reader()
+    if any(pa.types.is_null(f.type) for f in first.schema) and not _has_rows(reader(), pa):
+        # every type comes from the rows: with none, each column reads as null
+        raise FormatError("expected rows after the header, found the header only", path)
     record = record_of(first.schema, path, columns)
     names = list(record.fields)
 
@@ -65,6 +68,14 @@ def csv(
             raise _csv_error(e, bad, path) from e
 
     return ArrowInput(path, record, None, batches)
+
+
+def _has_rows(reader: Any, pa: Any) -> bool:
+    """Whether a CSV reader yields a row (a bad row counts: its error comes later)."""
+    try:
+        return any(b.num_rows for b in reader)
+    except (pa.ArrowInvalid, pa.ArrowKeyError):
+        return True
 
 
 def _csv_error(e: Exception, bad: list[Any], path: str) -> FormatError:
