@@ -350,3 +350,55 @@ def test_a_whole_cache_gives_the_same_rows_however_its_groups_were_read(tmp_path
         assert got["s"].strings() == [want["s"][i] for i in idx]
         assert got["fx"].tolist() == [want["fx"][i] for i in idx]
     assert src._direct is (first == "in order")
+
+
+def _same_size_table(shift: int):
+    """A table whose file is byte for byte the size of another shift's (plain encoding,
+    no compression or statistics): a file written over in place keeps its size."""
+    i = np.arange(N, dtype=np.int64) + shift
+    return pa.table({"y": i})
+
+
+def _write_same_size(p, shift: int) -> None:
+    pq.write_table(
+        _same_size_table(shift),
+        p,
+        row_group_size=100,
+        compression="none",
+        use_dictionary=False,
+        write_statistics=False,
+    )
+
+
+def test_a_file_written_over_in_place_while_open_is_a_format_error_not_a_mix(tmp_path):
+    """Row groups already decoded are of the old version, the next ones would be of the
+    new: the next read is refused, naming the file, in this process and in a worker's
+    copy (which opens the file again)."""
+    import os
+
+    p = tmp_path / "w.parquet"
+    _write_same_size(p, 0)
+    src = fl.sources.parquet(str(p), cache_groups=1)
+    assert src.getitems(np.arange(0, 10))["y"].tolist() == list(range(10))
+    size, ino = os.path.getsize(p), os.stat(p).st_ino
+    _write_same_size(p, 10_000)  # truncated and written again: the same inode and size
+    assert (os.path.getsize(p), os.stat(p).st_ino) == (size, ino)
+    with pytest.raises(fl.FormatError, match=r"w\.parquet.*written over in place"):
+        src.getitems(np.arange(500, 510))
+    copy = pickle.loads(pickle.dumps(src))
+    with pytest.raises(fl.FormatError, match="written over in place"):
+        copy.getitems(np.arange(0, 10))
+
+
+def test_a_file_replaced_while_open_reads_on_as_it_was(tmp_path):
+    """A rename over the file (as writers should) leaves the open source its old rows."""
+    import os
+
+    p = tmp_path / "r.parquet"
+    _write_same_size(p, 0)
+    src = fl.sources.parquet(str(p), cache_groups=1)
+    assert src.getitems(np.arange(0, 10))["y"].tolist() == list(range(10))
+    _write_same_size(tmp_path / "new.parquet", 10_000)
+    os.replace(tmp_path / "new.parquet", p)
+    assert src.getitems(np.arange(500, 510))["y"].tolist() == list(range(500, 510))
+    assert src.getitems(np.arange(0, 10))["y"].tolist() == list(range(10))

@@ -24,6 +24,7 @@ columns fit in memory, or shuffle within blocks of rows so each batch touches fe
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -46,9 +47,11 @@ from ._arrow import check_field, decode
 CACHE_BYTES = 1 << 30
 
 
-def _open(path: str, storage_options: Any = None) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` (read by ranges through fsspec at a URL); a
-    ``FormatError`` naming the file when it is not Parquet or its footer is cut off."""
+def _open(path: str, storage_options: Any = None, seen: tuple | None = None) -> Any:
+    """A ``pyarrow.parquet.ParquetFile`` (read by ranges through fsspec at a URL; a
+    local one as ``_LocalParquet``); a ``FormatError`` naming the file when it is not
+    Parquet or its footer is cut off, or when it is not the file ``seen`` (its size and
+    modification time when the source was made) any more."""
     pa = pyarrow()
     import pyarrow.parquet as pq
 
@@ -58,15 +61,66 @@ def _open(path: str, storage_options: Any = None) -> Any:
     if not os.path.exists(path):
         raise MissingFileError(f"{path}: no such Parquet file")
     try:
-        return pq.ParquetFile(path, memory_map=True)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
-        size = os.path.getsize(path)
-        raise FormatError(
-            f"expected a Parquet file (PAR1 at both ends, a footer of metadata), "
-            f"found {size:,} bytes that pyarrow cannot read as one (truncated, or not "
-            f"Parquet): {e}",
-            path,
-        ) from e
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as e:
+        raise MissingFileError(f"{path}: no such Parquet file") from e
+    try:
+        local = _LocalParquet(path, fd)
+        fd = -1  # the wrapper's now
+        try:
+            local.pf = pq.ParquetFile(path, memory_map=True)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+            size = os.path.getsize(path)
+            raise FormatError(
+                f"expected a Parquet file (PAR1 at both ends, a footer of metadata), "
+                f"found {size:,} bytes that pyarrow cannot read as one (truncated, or not "
+                f"Parquet): {e}",
+                path,
+            ) from e
+        if os.stat(path).st_ino != os.fstat(local.fd).st_ino:
+            raise FormatError("the file was replaced while it was opened: open it again", path)
+        if seen is not None:
+            local.check(seen)
+        return local
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+class _LocalParquet:
+    """A local Parquet file as pyarrow opened it (memory-mapped), with a descriptor of
+    its own on the same file: ``check`` sees the file written over in place since, which
+    would mix row groups of two versions (or, cut short, kill the process on a read
+    through the map). A file replaced by another (a rename, as writers should) keeps its
+    old contents under both, and reads on."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path, self.fd = path, fd
+        self.pf: Any = None
+
+    def __getattr__(self, name: str) -> Any:  # metadata, schema_arrow, read_row_group(s)
+        return getattr(self.pf, name)
+
+    def seen(self) -> tuple[int, int]:
+        st = os.fstat(self.fd)
+        return st.st_size, st.st_mtime_ns
+
+    def check(self, seen: tuple[int, int]) -> None:
+        """A ``FormatError`` unless the file has the size and modification time
+        ``seen`` (one ``fstat``)."""
+        now = self.seen()
+        if now != seen:
+            raise FormatError(
+                f"expected the file as it was when the source was made ({seen[0]:,} bytes, "
+                f"modified at {seen[1]} ns), found it written over in place ({now[0]:,} "
+                f"bytes, modified at {now[1]} ns): its row groups would mix two versions; "
+                f"make the source again (and write files by replacing them)",
+                self.path,
+            )
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            os.close(self.fd)
 
 
 def _layout_fixed(record: type[Record], schema: Any) -> bool:
@@ -114,6 +168,8 @@ class ParquetSource:
         self.storage_options = storage_options
         self.paths = expand(path, "Parquet file", storage_options)
         files = [_open(p, storage_options) for p in self.paths]
+        # each local file's (size, modification time): every read checks it is unchanged
+        self.seen = [f.seen() if isinstance(f, _LocalParquet) else None for f in files]
         first = files[0].schema_arrow
         if record is None:
             record = schema_record(first, "ParquetRow", self.paths[0], columns)
@@ -181,6 +237,17 @@ class ParquetSource:
             k: [None] * slots for k, f in self.record.fields.items() if f.ragged
         }
         self._joined: dict[str, Ragged] = {}  # each ragged field's slots as one column
+
+    def _reopen(self) -> list[Any]:
+        """The files opened again in this process (a worker, a forked child), each
+        checked to be the file the source was made from."""
+        return [_open(p, self.storage_options, seen) for p, seen in zip(self.paths, self.seen)]
+
+    def _intact(self, k: int) -> None:
+        """Before reading file ``k``: a ``FormatError`` if it was written over in place."""
+        seen, files = self.seen[k], self._files
+        if seen is not None and files is not None:
+            files[k].check(seen)
 
     def __getstate__(self) -> dict:
         state = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
@@ -288,8 +355,10 @@ class ParquetSource:
         if not np.array_equal(self.starts[:-1], groups * self._row_max):
             return False
         if self._files is None:
-            self._files = [_open(p, self.storage_options) for p in self.paths]
+            self._files = self._reopen()
         names = list(self.record.fields)
+        for k in range(len(self._files)):
+            self._intact(k)
         try:
             parts = [
                 f.read_row_groups(list(range(f.metadata.num_row_groups)), names)
@@ -320,13 +389,14 @@ class ParquetSource:
         if len(missing) < 2:
             return {}
         if self._files is None:
-            self._files = [_open(p, self.storage_options) for p in self.paths]
+            self._files = self._reopen()
         by_file: dict[int, list[int]] = {}
         for g in missing:
             by_file.setdefault(self.groups[g][0], []).append(g)
         out: dict[int, Any] = {}
         names = list(self.record.fields)
         for k, gs in by_file.items():
+            self._intact(k)
             try:
                 table = self._files[k].read_row_groups([self.groups[g][1] for g in gs], names)
             except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
@@ -344,12 +414,13 @@ class ParquetSource:
         pa = pyarrow()
         k, rg = self.groups[g]
         if self._files is None:
-            self._files = [_open(p, self.storage_options) for p in self.paths]
+            self._files = self._reopen()
         path = self.paths[k]
         where = f"{path}: row group {rg}"
         names = list(self.record.fields)
         try:
             if table is None:
+                self._intact(k)
                 table = self._files[k].read_row_group(rg, columns=names)
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
             raise FormatError(
