@@ -402,3 +402,25 @@ def test_a_file_replaced_while_open_reads_on_as_it_was(tmp_path):
     os.replace(tmp_path / "new.parquet", p)
     assert src.getitems(np.arange(500, 510))["y"].tolist() == list(range(500, 510))
     assert src.getitems(np.arange(0, 10))["y"].tolist() == list(range(10))
+
+
+class Narrow(fl.Record):
+    y = fl.field((), "int32")
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_value_the_record_cannot_hold_names_its_file_row_group_and_row(tmp_path, workers):
+    """An int64 column read as int32 by ``record=``: the row that does not fit is named by
+    its item and by where it lies in the files, from a Loader (also from a worker)."""
+    p = tmp_path / "big.parquet"
+    y = np.arange(1000, dtype=np.int64)
+    y[730] = 2**40
+    pq.write_table(pa.table({"y": y}), p, row_group_size=100)
+    src = fl.sources.parquet(str(p), record=Narrow)
+    with pytest.raises(
+        fl.ShapeError,
+        match=r"item 730: 1099511627776 does not fit int32; "
+        r"the item is row 30 of row group 7 of .*big\.parquet",
+    ):
+        for _ in fl.Loader(src, 64, seed=1, workers=workers):
+            pass

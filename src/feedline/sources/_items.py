@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._base.hashing import MASK64, PHI, mix64
-from ..errors import FeedlineError, FormatError, add_note
+from ..errors import DomainError, FeedlineError, FormatError, ShapeError, add_note
 from ..records import Record
 from ..records._check import to_numpy
 from ..records._ragged import Ragged, column_of, example_of
@@ -55,12 +55,46 @@ def read_items(
             for k, f in rec.fields.items()
         }
     if hasattr(src, "getitems"):
-        return rec.check_columns(src.getitems(idx), idx, check_values=check_values)
+        batch = src.getitems(idx)
+        try:
+            return rec.check_columns(batch, idx, check_values=check_values)
+        except (ShapeError, DomainError) as e:
+            raise _located(rec, src, batch, idx, check_values, e) from e
     if hf is not None:
         return stack_items(rec, None, idx, check_values, hf[idx.tolist()])
     if hasattr(src, "__getitems__"):
         return stack_items(rec, src.__getitems__(idx.tolist()), idx, check_values)
     return stack_items(rec, [src[int(i)] for i in idx], idx, check_values)
+
+
+def _located(
+    rec: type[Record],
+    src: Any,
+    batch: Mapping[str, Any],
+    idx: np.ndarray,
+    check_values: bool,
+    err: FeedlineError,
+) -> FeedlineError:
+    """``err`` (a batch's check) naming where its first failing item lies in the
+    source's files, for a source that says (``locate``: a Parquet file's row group and
+    row); ``err`` itself otherwise. The error path only: the rows are checked again one
+    by one until one fails as the batch did."""
+    locate = getattr(src, "locate", None)
+    if locate is None:
+        return err
+    for r in range(len(idx)):
+        one = {
+            k: v.take(np.array([r])) if isinstance(v, Ragged) else v[r : r + 1]
+            for k, v in batch.items()
+        }
+        try:
+            rec.check_columns(one, idx[r : r + 1], check_values=check_values)
+        except type(err):
+            try:
+                return type(err)(f"{err}; the item is {locate(int(idx[r]))}")
+            except TypeError:  # an error type made otherwise than from its message
+                return err
+    return err
 
 
 def stack_items(

@@ -309,6 +309,13 @@ class ParquetSource:
                 parts.append((rows, self._gather(group[rows], local[rows])))
             return self._merge(parts, len(idx), out)
 
+    def locate(self, index: int) -> str:
+        """Where row ``index`` of the source lies: its file, row group and row there
+        (named by errors about the row)."""
+        g = int(np.searchsorted(self.starts, index, "right")) - 1
+        k, rg = self.groups[g]
+        return f"row {index - int(self.starts[g]):,} of row group {rg} of {self.paths[k]}"
+
     def _empty(self) -> dict[str, Any]:
         """A batch of no rows."""
         out: dict[str, Any] = {}
