@@ -424,3 +424,64 @@ def test_a_value_the_record_cannot_hold_names_its_file_row_group_and_row(tmp_pat
     ):
         for _ in fl.Loader(src, 64, seed=1, workers=workers):
             pass
+
+
+class TwoNarrow(fl.Record):
+    a = fl.field((), "int32")
+    b = fl.field((), "int32")
+
+
+class TokensAndLabel(fl.Record, dims={"T": fl.Varying(max=4), "C": 10}):
+    tokens = fl.field("T", "int64")
+    label = fl.field((), "int64", domain=fl.Index("C"))
+
+
+class Label(fl.Record, dims={"C": 10}):
+    label = fl.field((), "int64", domain=fl.Index("C"))
+
+
+def test_the_location_is_the_row_the_error_names(tmp_path):
+    """Field `a` fails at row 5 and `b` at row 2: the error is `a`'s, and so is its row;
+    a field failing in another way at an earlier row (a domain) does not displace it."""
+    p = tmp_path / "two.parquet"
+    a = np.arange(1000, dtype=np.int64)
+    b = a.copy()
+    a[5] = b[2] = 2**40
+    pq.write_table(pa.table({"a": a, "b": b}), p, row_group_size=100)
+    with pytest.raises(fl.ShapeError, match=r"field `a` of item 5: .*; the item is row 5 of row"):
+        list(fl.Loader(fl.sources.parquet(str(p), record=TwoNarrow), 64))
+    p = tmp_path / "m.parquet"
+    toks = [[1, 2]] * 1000
+    toks[5] = [1] * 9
+    lab = np.zeros(1000, np.int64)
+    lab[2] = 99
+    tokens = pa.array(toks, pa.list_(pa.int64()))
+    pq.write_table(pa.table({"tokens": tokens, "label": lab}), p, row_group_size=100)
+    src = fl.sources.parquet(str(p), record=TokensAndLabel)
+    with pytest.raises(
+        fl.ShapeError, match=r"item 5 has T = 9.*; the item is row 5 of row group 0"
+    ):
+        list(fl.Loader(src, 64, check_values=True))
+
+
+def test_a_domain_error_is_located_when_the_file_has_the_records_types(tmp_path):
+    """The file's types are the record's (its batches are trusted as they decode): the
+    domain check's error is located too."""
+    p = tmp_path / "dom.parquet"
+    lab = np.arange(1000, dtype=np.int64) % 10
+    lab[730] = 15
+    pq.write_table(pa.table({"label": lab}), p, row_group_size=100)
+    src = fl.sources.parquet(str(p), record=Label)
+    with pytest.raises(
+        fl.DomainError, match=r"item 730 .*got 15; the item is row 30 of row group 7"
+    ):
+        list(fl.Loader(src, 64, check_values=True))
+
+
+def test_locate_names_a_row_in_range_or_refuses_it(path):
+    src = fl.sources.parquet(path)
+    assert src.locate(0) == f"row 0 of row group 0 of {path}"
+    assert src.locate(999) == f"row 99 of row group 9 of {path}"
+    for bad in (-1, 1000):
+        with pytest.raises(fl.BoundsError, match="outside"):
+            src.locate(bad)

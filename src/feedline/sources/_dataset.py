@@ -36,7 +36,7 @@ from ..order import salt as name_salt
 from ..records import Record
 from ..records._ragged import Ragged, example_of
 from ._arrow import table_source
-from ._items import apply_maps, map_entry, read_items
+from ._items import apply_maps, checked, map_entry, read_items
 from ._kinds import (
     _as_indices,
     _column,
@@ -394,7 +394,7 @@ class Dataset:
             # A feedline file of this record: its layout fixes every shape and dtype.
             batch = src.getitems(idx, out=out)
             if check_values:
-                self.record.check_columns(batch, idx, check_values=True)
+                checked(self.record, src, batch, idx, True)
             return batch
         else:
             batch = read_items(self.record, src, self._hf, idx, check_values)

@@ -55,16 +55,24 @@ def read_items(
             for k, f in rec.fields.items()
         }
     if hasattr(src, "getitems"):
-        batch = src.getitems(idx)
-        try:
-            return rec.check_columns(batch, idx, check_values=check_values)
-        except (ShapeError, DomainError) as e:
-            raise _located(rec, src, batch, idx, check_values, e) from e
+        return checked(rec, src, src.getitems(idx), idx, check_values)
     if hf is not None:
         return stack_items(rec, None, idx, check_values, hf[idx.tolist()])
     if hasattr(src, "__getitems__"):
         return stack_items(rec, src.__getitems__(idx.tolist()), idx, check_values)
     return stack_items(rec, [src[int(i)] for i in idx], idx, check_values)
+
+
+def checked(
+    rec: type[Record], src: Any, batch: Mapping[str, Any], idx: np.ndarray, check_values: bool
+) -> dict[str, Any]:
+    """``rec.check_columns`` of a source's batch of items ``idx``; an error names where
+    its item lies in the source's files, for a source that says (``locate``: a Parquet
+    file's row group and row)."""
+    try:
+        return rec.check_columns(batch, idx, check_values=check_values)
+    except (ShapeError, DomainError) as e:
+        raise _located(rec, src, batch, idx, check_values, e) from e
 
 
 def _located(
@@ -75,26 +83,38 @@ def _located(
     check_values: bool,
     err: FeedlineError,
 ) -> FeedlineError:
-    """``err`` (a batch's check) naming where its first failing item lies in the
-    source's files, for a source that says (``locate``: a Parquet file's row group and
-    row); ``err`` itself otherwise. The error path only: the rows are checked again one
-    by one until one fails as the batch did."""
+    """``err`` (a batch's check) with where its item lies, of the same type; ``err``
+    itself for a source without ``locate``. The item is the batch's first row whose
+    prefix fails with the same message, found by bisection: a check reports the first
+    failing field's first failing row, so the prefixes past that row fail as the batch
+    did and the shorter ones do not (about log2(rows) checks, on the error path only)."""
     locate = getattr(src, "locate", None)
-    if locate is None:
+    if locate is None or not len(idx):
         return err
-    for r in range(len(idx)):
-        one = {
-            k: v.take(np.array([r])) if isinstance(v, Ragged) else v[r : r + 1]
-            for k, v in batch.items()
-        }
+    text = str(err)
+
+    def fails_alike(k: int) -> bool:
+        rows = np.arange(k)
+        part = {n: v.take(rows) if isinstance(v, Ragged) else v[:k] for n, v in batch.items()}
         try:
-            rec.check_columns(one, idx[r : r + 1], check_values=check_values)
-        except type(err):
-            try:
-                return type(err)(f"{err}; the item is {locate(int(idx[r]))}")
-            except TypeError:  # an error type made otherwise than from its message
-                return err
-    return err
+            rec.check_columns(part, idx[:k], check_values=check_values)
+        except FeedlineError as e:
+            return str(e) == text
+        return False
+
+    lo, hi = 0, len(idx)  # fails_alike(hi) holds (the batch's error), fails_alike(0) not
+    if not fails_alike(hi):
+        return err
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fails_alike(mid):
+            hi = mid
+        else:
+            lo = mid
+    try:
+        return type(err)(f"{err}; the item is {locate(int(idx[hi - 1]))}")
+    except TypeError:  # an error type made otherwise than from its message
+        return err
 
 
 def stack_items(

@@ -312,6 +312,8 @@ class ParquetSource:
     def locate(self, index: int) -> str:
         """Where row ``index`` of the source lies: its file, row group and row there
         (named by errors about the row)."""
+        if not 0 <= index < self.n:
+            raise BoundsError(f"{self.paths[0]}: row {index} is outside [0, {self.n:,})")
         g = int(np.searchsorted(self.starts, index, "right")) - 1
         k, rg = self.groups[g]
         return f"row {index - int(self.starts[g]):,} of row group {rg} of {self.paths[k]}"
