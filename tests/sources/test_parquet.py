@@ -485,3 +485,58 @@ def test_locate_names_a_row_in_range_or_refuses_it(path):
     for bad in (-1, 1000):
         with pytest.raises(fl.BoundsError, match="outside"):
             src.locate(bad)
+
+
+def test_after_a_refused_read_the_next_reads_are_refused_alike(tmp_path):
+    """A read that fails loses no cache slot: the next ones fail the same way (they were
+    KeyErrors once the slots ran out), and a Loader goes on reporting it per batch."""
+    p = tmp_path / "w.parquet"
+    _write_same_size(p, 0)
+    src = fl.sources.parquet(str(p), cache_groups=1)
+    src.getitems(np.arange(3))
+    _write_same_size(p, 10_000)
+    for _ in range(3):
+        with pytest.raises(fl.FormatError, match="written over in place"):
+            src.getitems(np.arange(500, 503))
+    loader = fl.Loader(src, 100)
+    for _ in range(3):
+        with pytest.raises(fl.FormatError, match="written over in place"):
+            next(loader)
+
+
+def test_a_source_holds_one_descriptor_a_file(tmp_path):
+    import os
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc/self/fd")
+    import gc
+
+    for k in range(40):
+        _write_same_size(tmp_path / f"p{k:02}.parquet", k)
+    gc.collect()  # descriptors of earlier tests' dropped objects
+    before = len(os.listdir("/proc/self/fd"))
+    src = fl.sources.parquet(str(tmp_path / "p*.parquet"))
+    assert len(os.listdir("/proc/self/fd")) - before == 40
+    del src
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_file_replaced_while_open_is_refused_where_a_worker_opens_it_again(tmp_path):
+    """The source's own process reads the old rows on; a pickled copy (a worker's) would
+    read the new file, and says the file was replaced, even one of the same size and
+    modification time."""
+    import os
+
+    p = tmp_path / "r.parquet"
+    _write_same_size(p, 0)
+    src = fl.sources.parquet(str(p), cache_groups=1)
+    src.getitems(np.arange(3))
+    _write_same_size(tmp_path / "new.parquet", 10_000)
+    st = os.stat(p)
+    os.utime(tmp_path / "new.parquet", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(tmp_path / "new.parquet", p)
+    assert src.getitems(np.arange(500, 503))["y"].tolist() == [500, 501, 502]
+    copy = pickle.loads(pickle.dumps(src))
+    with pytest.raises(fl.FormatError, match=r"r\.parquet: .*another at its path \(replaced"):
+        copy.getitems(np.arange(3))

@@ -24,7 +24,7 @@ columns fit in memory, or shuffle within blocks of rows so each batch touches fe
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import threading
 from collections import OrderedDict
@@ -50,8 +50,8 @@ CACHE_BYTES = 1 << 30
 def _open(path: str, storage_options: Any = None, seen: tuple | None = None) -> Any:
     """A ``pyarrow.parquet.ParquetFile`` (read by ranges through fsspec at a URL; a
     local one as ``_LocalParquet``); a ``FormatError`` naming the file when it is not
-    Parquet or its footer is cut off, or when it is not the file ``seen`` (its size and
-    modification time when the source was made) any more."""
+    Parquet or its footer is cut off, or when it is not the file ``seen`` (``seen()``
+    when the source was made) any more."""
     pa = pyarrow()
     import pyarrow.parquet as pq
 
@@ -61,66 +61,73 @@ def _open(path: str, storage_options: Any = None, seen: tuple | None = None) -> 
     if not os.path.exists(path):
         raise MissingFileError(f"{path}: no such Parquet file")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError as e:
-        raise MissingFileError(f"{path}: no such Parquet file") from e
-    try:
-        local = _LocalParquet(path, fd)
-        fd = -1  # the wrapper's now
-        try:
-            local.pf = pq.ParquetFile(path, memory_map=True)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
-            size = os.path.getsize(path)
-            raise FormatError(
-                f"expected a Parquet file (PAR1 at both ends, a footer of metadata), "
-                f"found {size:,} bytes that pyarrow cannot read as one (truncated, or not "
-                f"Parquet): {e}",
+        mapped = pa.memory_map(path, "r")
+    except OSError as e:
+        if not os.path.exists(path):
+            raise MissingFileError(f"{path}: no such Parquet file") from e
+        if getattr(e, "errno", None) in (errno.EMFILE, errno.ENFILE):
+            raise OSError(
+                e.errno,
+                f"{path}: too many open files (a Parquet source keeps each of its files "
+                f"open: raise the limit, `ulimit -n`, or read fewer files at once)",
                 path,
             ) from e
-        if os.stat(path).st_ino != os.fstat(local.fd).st_ino:
-            raise FormatError("the file was replaced while it was opened: open it again", path)
-        if seen is not None:
-            local.check(seen)
-        return local
-    finally:
-        if fd >= 0:
-            os.close(fd)
+        raise
+    local = _LocalParquet(path, mapped)
+    try:
+        local.pf = pq.ParquetFile(mapped)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        mapped.close()
+        size = os.path.getsize(path)
+        raise FormatError(
+            f"expected a Parquet file (PAR1 at both ends, a footer of metadata), "
+            f"found {size:,} bytes that pyarrow cannot read as one (truncated, or not "
+            f"Parquet): {e}",
+            path,
+        ) from e
+    if seen is not None:
+        local.check(seen)
+    return local
 
 
 class _LocalParquet:
-    """A local Parquet file as pyarrow opened it (memory-mapped), with a descriptor of
-    its own on the same file: ``check`` sees the file written over in place since, which
-    would mix row groups of two versions (or, cut short, kill the process on a read
-    through the map). A file replaced by another (a rename, as writers should) keeps its
-    old contents under both, and reads on."""
+    """A local Parquet file as pyarrow reads it, through its memory map: ``check`` sees
+    the file written over in place since ``seen()`` (its size or modification time
+    changed; a touch counts), which would mix row groups of two versions (or, cut
+    short, kill the process on a read through the map), and, in a process that opened
+    it again, a file replaced since (another inode at the path). A process that made
+    the source reads on from a replaced file's old contents."""
 
-    def __init__(self, path: str, fd: int) -> None:
-        self.path, self.fd = path, fd
+    def __init__(self, path: str, mapped: Any) -> None:
+        self.path, self.mapped = path, mapped
         self.pf: Any = None
 
     def __getattr__(self, name: str) -> Any:  # metadata, schema_arrow, read_row_group(s)
         return getattr(self.pf, name)
 
-    def seen(self) -> tuple[int, int]:
-        st = os.fstat(self.fd)
-        return st.st_size, st.st_mtime_ns
+    def seen(self) -> tuple[int, int, int, int]:
+        """(device, inode, size, modification time in ns) of the open file."""
+        st = os.fstat(self.mapped.fileno())
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
-    def check(self, seen: tuple[int, int]) -> None:
-        """A ``FormatError`` unless the file has the size and modification time
-        ``seen`` (one ``fstat``)."""
+    def check(self, seen: tuple[int, int, int, int]) -> None:
+        """A ``FormatError`` unless the open file is the one ``seen`` (one ``fstat``)."""
         now = self.seen()
+        if now[:2] != seen[:2]:
+            raise FormatError(
+                "expected the file the source was made from, found another at its path "
+                "(replaced since): this process would read the new version and the "
+                "source's own process the old; make the source again",
+                self.path,
+            )
         if now != seen:
             raise FormatError(
-                f"expected the file as it was when the source was made ({seen[0]:,} bytes, "
-                f"modified at {seen[1]} ns), found it written over in place ({now[0]:,} "
-                f"bytes, modified at {now[1]} ns): its row groups would mix two versions; "
+                f"expected the file as it was when the source was made ({seen[2]:,} bytes, "
+                f"modified at {seen[3]} ns), found it written over in place ({now[2]:,} "
+                f"bytes, modified at {now[3]} ns): its row groups would mix two versions; "
                 f"make the source again (and write files by replacing them)",
                 self.path,
             )
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            os.close(self.fd)
 
 
 def _layout_fixed(record: type[Record], schema: Any) -> bool:
@@ -348,7 +355,12 @@ class ParquetSource:
             else:
                 old, slot = self._lru.popitem(last=False)
                 self._slot_of[old] = -1
-            self._fill(g, slot, tables.get(g))
+            try:
+                self._fill(g, slot, tables.get(g))
+            except BaseException:
+                self._free.append(slot)  # empty now (its old group was let go): no slot lost
+                self._direct = None
+                raise
             self._lru[g] = slot
             self._slot_of[g] = slot
             self._direct = None
@@ -557,7 +569,11 @@ def parquet(
     (``"s3://bucket/data/*.parquet"``, fsspec's ``storage_options``: credentials, the
     endpoint), read through ``fl.remote``'s block cache (the footer, then the byte
     ranges of the row groups a batch touches; retried; an object replaced while open a
-    ``FormatError`` naming it). ``record`` chooses the fields (each a
+    ``FormatError`` naming it). A local file written over in place while the source is
+    open (its size or modification time changed: a touch counts) is a ``FormatError``
+    at the next read of its row groups, and so is one replaced by another where a
+    worker opens it again; the source's own process reads on from a replaced file's
+    old contents. ``record`` chooses the fields (each a
     column of that name; only those columns are decoded); without one, it is inferred
     from the Arrow schema, of every column or of ``columns``: numbers and bools are
     scalars, fixed-size lists fixed dims, lists a varying dim (``T``, ``T1``, ...),
