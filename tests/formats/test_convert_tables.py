@@ -143,6 +143,9 @@ def test_a_csv_of_a_header_only_is_refused_as_having_no_rows(tmp_path):
     ):
         convert(tmp_path / "h.csv", tmp_path / "h.flr")
     assert not (tmp_path / "h.flr").exists()
+    (tmp_path / "h2.csv").write_text("a,b")  # no line break after the header
+    with pytest.raises(fl.FormatError, match=r"h2\.csv: expected a header and rows, found no rows"):
+        convert(tmp_path / "h2.csv", tmp_path / "h2.flr")
     # a column empty in every row of a file that has rows keeps its own explanation
     (tmp_path / "n.csv").write_text("a,b\n1,\n2,\n")
     with pytest.raises(fl.FormatError, match="column 'b' is null"):

@@ -89,6 +89,9 @@ def _csv_error(e: Exception, bad: list[Any], path: str) -> FormatError:
             path,
         )
     text = str(e)
+    if "cannot infer number of columns" in text and not text.startswith("Empty CSV file"):
+        # one line with no line break after it (or blank lines): no header pyarrow reads
+        return FormatError("expected a header and rows, found no rows (a header at most)", path)
     if "conversion error" in text:
         return FormatError(
             f"a value does not convert to its column's type, inferred from the first "
