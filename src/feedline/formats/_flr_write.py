@@ -42,9 +42,10 @@ CHUNK_ITEMS = 4096
 # this size, which a memory map maps as huge pages (one TLB entry per 2 MiB, not per 4
 # KiB). On the reference machine (Linux 6.18, ext4): a random gather of 256-byte rows
 # from a 1 GB file so written ran 1.3x faster than from the same bytes written in
-# unaligned 8 MiB writes (75% huge pages) or in one write from offset 4096 (none); and
-# 1 GB went into the page cache in 0.25 - 0.29 s this way, against 1.3 - 1.4 s in
-# aligned 8 MiB writes and 2.0 - 5.8 s in unaligned ones.
+# unaligned 8 MiB writes (75% huge pages) or in one write from offset 4096 (none). The
+# write itself: a 1 GB .flr took 2.2 - 3.9 s against 1.2 - 1.4 s before (4 alternating
+# runs), where plain writes of 2 MiB and 8 MiB pieces outside feedline took 0.3 - 1.8 s
+# either way; this VM's writes vary several times from one to the next.
 _FOLIO = 2 << 20
 
 

@@ -3,7 +3,8 @@
 The order is read about 256k positions at a time (rounded to whole batches): one lookup
 amortised over many batches, and few numpy calls a position on the numpy order path
 (each takes the GIL from the threads gathering rows; 64k blocks ran 8 - 14% slower in
-a fresh process's pass of 2 gather threads, issue 20), at 4 MiB a block. The block after the
+a fresh process's pass of 2 gather threads, issue 20), at 4 MiB a block; a pass's
+first block is 64k (``_FIRST_BLOCK``). The block after the
 current one is made on the look-ahead thread (``_ahead``) while batches are gathered
 from this one. A block is a pure function of the pass's order and its first position,
 and it carries the ledger's generation: a block of another pass (or of the same pass
