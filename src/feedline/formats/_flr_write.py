@@ -43,9 +43,9 @@ CHUNK_ITEMS = 4096
 # KiB). On the reference machine (Linux 6.18, ext4): a random gather of 256-byte rows
 # from a 1 GB file so written ran 1.3x faster than from the same bytes written in
 # unaligned 8 MiB writes (75% huge pages) or in one write from offset 4096 (none). The
-# write itself: a 1 GB .flr took 2.2 - 3.9 s against 1.2 - 1.4 s before (4 alternating
-# runs), where plain writes of 2 MiB and 8 MiB pieces outside feedline took 0.3 - 1.8 s
-# either way; this VM's writes vary several times from one to the next.
+# write itself: a 1 GB .flr took 1.1 - 4.8 s this way and 1.1 - 36.7 s the old way (two
+# sets of 4 alternating runs: 2.2 - 3.9 against 1.2 - 8.0 s, then 1.1 - 4.8 against 1.1
+# - 36.7 s): this VM's writes vary too much from one to the next to tell them apart.
 _FOLIO = 2 << 20
 
 
