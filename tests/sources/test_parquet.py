@@ -540,3 +540,22 @@ def test_a_file_replaced_while_open_is_refused_where_a_worker_opens_it_again(tmp
     copy = pickle.loads(pickle.dumps(src))
     with pytest.raises(fl.FormatError, match=r"r\.parquet: .*another at its path \(replaced"):
         copy.getitems(np.arange(3))
+
+
+def test_an_error_of_a_source_without_locate_is_raised_as_it_was():
+    """Only a source that says where its items lie changes the error: another's is the
+    check's own, not a copy caused by itself."""
+
+    class Plain:
+        record = Narrow
+
+        def __len__(self):
+            return 4
+
+        def getitems(self, idx):
+            return {"y": np.array([1, 2, 2**40, 3], dtype=np.int64)[np.asarray(idx)]}
+
+    ds = fl.Dataset(Narrow, Plain())
+    with pytest.raises(fl.ShapeError, match="item 2: 1099511627776 does not fit int32") as got:
+        ds.getitems(np.arange(4))
+    assert got.value.__cause__ is None and "the item is" not in str(got.value)

@@ -72,7 +72,10 @@ def checked(
     try:
         return rec.check_columns(batch, idx, check_values=check_values)
     except (ShapeError, DomainError) as e:
-        raise _located(rec, src, batch, idx, check_values, e) from e
+        located = _located(rec, src, batch, idx, check_values, e)
+        if located is e:
+            raise  # as it was: no location to add (not its own cause)
+        raise located from e
 
 
 def _located(
