@@ -34,7 +34,7 @@ from ..formats._arrowtypes import pyarrow, schema_record
 from ..formats._remote import local_path
 from ..formats._tabular import ipc_open
 from ..records import Ragged, Record
-from ._parquet import _layout_fixed
+from ._parquet_files import layout_fixed
 
 
 def _batches(path: str, storage_options: Any) -> tuple[Any, list[Any]]:
@@ -85,7 +85,7 @@ class ArrowSource:
                 )
             check_field(f, schema.field(name).type, self.path)
         self.record = record
-        self.fixed_layout = _layout_fixed(record, schema)
+        self.fixed_layout = layout_fixed(record, schema)
         self.salt = 0
         self._open(batches)
 

@@ -24,7 +24,6 @@ columns fit in memory, or shuffle within blocks of rows so each batch touches fe
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
 from collections import OrderedDict
@@ -32,115 +31,18 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BoundsError, FormatError, MissingFileError, RecordError
-from ..formats._arrowtypes import column_field, pyarrow, schema_record
+from ..errors import BoundsError, FormatError, RecordError
+from ..formats._arrowtypes import pyarrow, schema_record
 from ..formats._fsinput import expand
-from ..formats._remote import is_url
-from ..formats._tabular import parquet_file
 from ..records import Ragged, Record
 from ._arrow import check_field, decode
+from ._parquet_files import LocalParquet, layout_fixed, open_file
 
 # Decoded row groups kept by default: as many as fit in this many bytes (by the files'
 # own uncompressed sizes of the columns read), at least one. A shuffle of a file that
 # fits is then decoded once per process; at 5k rows/s, a cache smaller than the groups
 # a batch touches is 150x slower than one that holds them (benchmarks/parquet.py).
 CACHE_BYTES = 1 << 30
-
-
-def _open(path: str, storage_options: Any = None, seen: tuple | None = None) -> Any:
-    """A ``pyarrow.parquet.ParquetFile`` (read by ranges through fsspec at a URL; a
-    local one as ``_LocalParquet``); a ``FormatError`` naming the file when it is not
-    Parquet or its footer is cut off, or when it is not the file ``seen`` (``seen()``
-    when the source was made) any more."""
-    pa = pyarrow()
-    import pyarrow.parquet as pq
-
-    if is_url(path):  # through the remote layer: its block cache, retries and pinning
-        return parquet_file(path, storage_options, cached=True)
-
-    if not os.path.exists(path):
-        raise MissingFileError(f"{path}: no such Parquet file")
-    try:
-        mapped = pa.memory_map(path, "r")
-    except OSError as e:
-        if not os.path.exists(path):
-            raise MissingFileError(f"{path}: no such Parquet file") from e
-        if getattr(e, "errno", None) in (errno.EMFILE, errno.ENFILE):
-            raise OSError(
-                e.errno,
-                f"{path}: too many open files (a Parquet source keeps each of its files "
-                f"open: raise the limit, `ulimit -n`, or read fewer files at once)",
-                path,
-            ) from e
-        raise
-    local = _LocalParquet(path, mapped)
-    try:
-        local.pf = pq.ParquetFile(mapped)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
-        mapped.close()
-        size = os.path.getsize(path)
-        raise FormatError(
-            f"expected a Parquet file (PAR1 at both ends, a footer of metadata), "
-            f"found {size:,} bytes that pyarrow cannot read as one (truncated, or not "
-            f"Parquet): {e}",
-            path,
-        ) from e
-    if seen is not None:
-        local.check(seen)
-    return local
-
-
-class _LocalParquet:
-    """A local Parquet file as pyarrow reads it, through its memory map: ``check`` sees
-    the file written over in place since ``seen()`` (its size or modification time
-    changed; a touch counts), which would mix row groups of two versions (or, cut
-    short, kill the process on a read through the map), and, in a process that opened
-    it again, a file replaced since (another inode at the path). A process that made
-    the source reads on from a replaced file's old contents."""
-
-    def __init__(self, path: str, mapped: Any) -> None:
-        self.path, self.mapped = path, mapped
-        self.pf: Any = None
-
-    def __getattr__(self, name: str) -> Any:  # metadata, schema_arrow, read_row_group(s)
-        return getattr(self.pf, name)
-
-    def seen(self) -> tuple[int, int, int, int]:
-        """(device, inode, size, modification time in ns) of the open file."""
-        st = os.fstat(self.mapped.fileno())
-        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-    def check(self, seen: tuple[int, int, int, int]) -> None:
-        """A ``FormatError`` unless the open file is the one ``seen`` (one ``fstat``)."""
-        now = self.seen()
-        if now[:2] != seen[:2]:
-            raise FormatError(
-                "expected the file the source was made from, found another at its path "
-                "(replaced since): this process would read the new version and the "
-                "source's own process the old; make the source again",
-                self.path,
-            )
-        if now != seen:
-            raise FormatError(
-                f"expected the file as it was when the source was made ({seen[2]:,} bytes, "
-                f"modified at {seen[3]} ns), found it written over in place ({now[2]:,} "
-                f"bytes, modified at {now[3]} ns): its row groups would mix two versions; "
-                f"make the source again (and write files by replacing them)",
-                self.path,
-            )
-
-
-def _layout_fixed(record: type[Record], schema: Any) -> bool:
-    """Whether every batch decodes to the record's dtypes and shapes as they are (no
-    cast left to make, no bound to check): a ``Dataset`` then trusts its batches."""
-    for name, f in record.fields.items():
-        if f.max_bytes is not None or any(record.varying[d].max is not None for d in f.varying):
-            return False
-        if f.kind == "array":
-            _, leaf = column_field(name, schema.field(name).type, "")
-            if not np.can_cast(np.dtype(leaf), f.dtype, "safe"):
-                return False
-    return True
 
 
 class ParquetSource:
@@ -174,9 +76,9 @@ class ParquetSource:
             raise TypeError(f"record is a fl.Record subclass, got {record!r}")
         self.storage_options = storage_options
         self.paths = expand(path, "Parquet file", storage_options)
-        files = [_open(p, storage_options) for p in self.paths]
+        files = [open_file(p, storage_options) for p in self.paths]
         # each local file's (size, modification time): every read checks it is unchanged
-        self.seen = [f.seen() if isinstance(f, _LocalParquet) else None for f in files]
+        self.seen = [f.seen() if isinstance(f, LocalParquet) else None for f in files]
         first = files[0].schema_arrow
         if record is None:
             record = schema_record(first, "ParquetRow", self.paths[0], columns)
@@ -214,7 +116,7 @@ class ParquetSource:
                 if cache_groups is None:
                     got = sum(rg.column(i).total_uncompressed_size for i in read)
                     largest = max(largest, got)
-        self.fixed_layout = _layout_fixed(record, first)
+        self.fixed_layout = layout_fixed(record, first)
         self.groups = groups
         self.starts = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(np.asarray(sizes, dtype=np.int64), out=self.starts[1:])
@@ -248,7 +150,7 @@ class ParquetSource:
     def _reopen(self) -> list[Any]:
         """The files opened again in this process (a worker, a forked child), each
         checked to be the file the source was made from."""
-        return [_open(p, self.storage_options, seen) for p, seen in zip(self.paths, self.seen)]
+        return [open_file(p, self.storage_options, seen) for p, seen in zip(self.paths, self.seen)]
 
     def _intact(self, k: int) -> None:
         """Before reading file ``k``: a ``FormatError`` if it was written over in place."""
