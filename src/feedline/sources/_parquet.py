@@ -77,7 +77,7 @@ class ParquetSource:
         self.storage_options = storage_options
         self.paths = expand(path, "Parquet file", storage_options)
         files = [open_file(p, storage_options) for p in self.paths]
-        # each local file's (size, modification time): every read checks it is unchanged
+        # each local file's identity (LocalParquet.seen): every read checks it is unchanged
         self.seen = [f.seen() if isinstance(f, LocalParquet) else None for f in files]
         first = files[0].schema_arrow
         if record is None:

@@ -1,5 +1,5 @@
 """Opening a Parquet source's files: a local file through pyarrow's memory map, held
-as ``_LocalParquet`` so that every read can check it is the file the source was made
+as ``LocalParquet`` so that every read can check it is the file the source was made
 from; a URL through the remote layer. And whether a file's batches decode to a record's
 layout as they are (``layout_fixed``)."""
 
