@@ -5,8 +5,9 @@ amortised over many batches, and few numpy calls a position on the numpy order p
 (each takes the GIL from the threads gathering rows; 64k blocks ran 8 - 14% slower in
 a fresh process's pass of 2 gather threads, issue 20), at 4 MiB a block; a pass's
 first block is 64k (``_FIRST_BLOCK``). The block after the
-current one is made on the look-ahead thread (``_ahead``) while batches are gathered
-from this one. A block is a pure function of the pass's order and its first position,
+current one is made ahead (``_ahead``) while batches are gathered from this one: on the
+look-ahead thread, or where helper threads gather the rows, by a helper between its
+chunks. A block is a pure function of the pass's order and its first position,
 and it carries the ledger's generation: a block of another pass (or of the same pass
 before a reset or a restore) is never read.
 """
@@ -35,6 +36,9 @@ class OrderBlocks:
         # (first position, ordinals, records, pass length, end, generation)
         self.block: tuple | None = None
         self.ahead: Ahead | None = None
+        # the next block is made by the loader's own threads (``Ahead``'s ``here``), not
+        # the look-ahead thread: set while helper threads gather its chunks (``_gather_ahead``)
+        self.here = False
 
     def clear(self) -> None:
         self.block = None
@@ -66,7 +70,7 @@ class OrderBlocks:
 
     def _fetch(self, order: Order, start: int, led: Ledger) -> tuple:
         """The block starting at ``start`` (made ahead, if the last fetch made it), and
-        the next one started on the look-ahead thread."""
+        the next one started ahead (``Ahead``: on the look-ahead thread, or ``here``)."""
         b = self.batch_size
         length = max(b, -(-_BLOCK // b) * b)
         ahead, self.ahead = self.ahead, None
@@ -83,5 +87,5 @@ class OrderBlocks:
         after = -(-(start + len(ords)) // b)
         after = (after + (w - after) % k) * b
         if after < order.length:
-            self.ahead = Ahead(order, after, length, cursor)
+            self.ahead = Ahead(order, after, length, cursor, self.here)
         return self.block

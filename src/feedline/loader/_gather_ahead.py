@@ -181,7 +181,9 @@ class GatherAhead:
                 _chunk_starts(self.batch_size, row, False),
             )
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
+            self.blocks.here = False  # the look-ahead thread makes the next order block
             return None
+        self.blocks.here = self.spared[1]  # a helper makes it, where helpers gather
         start = block[0]
         c = bisect.bisect_right(self.starts[start > 0], claim.start - start) - 1
         key = (claim.gen, start, c)
@@ -329,8 +331,14 @@ class GatherAhead:
             chunk.done.set()
 
     def _help(self) -> None:
-        """A helper thread: gather the window's unclaimed chunks until none is left."""
+        """A helper thread: gather the window's unclaimed chunks until none is left, and
+        make the next order block where the helpers make it (``Ahead``'s ``here``) and
+        no thread is making it yet: one more piece of the pass's work, which the caller
+        meets already made, while it gathers the chunks that this thread does not."""
         while True:
+            ahead = self.blocks.ahead
+            if ahead is not None and ahead.pending and ahead.pid == os.getpid():
+                ahead.run(wait=False)  # an error is kept for the caller that needs it
             with self.lock:
                 got = self._unclaimed() if self.pid == os.getpid() else None
                 if got is None:

@@ -12,20 +12,22 @@ Semantics
 
 The flow
     ledger (the only state: ``_ledger``) -> order blocks (``_ahead``: the next block made
-    on a look-ahead thread) -> read (``_gather``: one gather per field per source) ->
-    map (``Dataset.map``, seeded by position) -> collate (rows padded to the batch) ->
-    deliver (numpy, torch, the device; ``fl.jax``). Every stage is a function of the
-    claimed positions and the seeds. How batches are made is one plan, chosen when the
-    loader is built (``_plan``): a plain gather in this thread, a gather on the device,
-    worker processes, or the general path in this thread.
+    ahead, on a look-ahead thread or by a gather helper) -> read (``_gather``: one
+    gather per field per source) -> map (``Dataset.map``, seeded by position) -> collate
+    (rows padded to the batch) -> deliver (numpy, torch, the device; ``fl.jax``). Every
+    stage is a function of the claimed positions and the seeds. How batches are made is
+    one plan, chosen when the loader is built (``_plan``): a plain gather in this
+    thread, a gather on the device, worker processes, or the general path in this
+    thread.
 
 Options (``_options``) have one meaning whatever the source: ``seed`` seeds the order's
 shuffles, ``shard`` deals the pass's positions to ranks after shuffling, ``split`` takes
 data.nu's contiguous slice before it.
 
 Cost
-    The order is read in blocks of about 256k positions, the next made on a look-ahead
-    thread while batches are gathered from the current one: one gather per field per
+    The order is read in blocks of about 256k positions, the next made ahead (on a
+    look-ahead thread, or by a gather helper) while batches are gathered from the current
+    one: one gather per field per
     source, outside the lock, so threads sharing a loader gather in parallel and each
     batch goes to exactly one; a memory-mapped file's by ``threads`` (``_gather_ahead``).
 """
