@@ -98,10 +98,11 @@ class _Chunk:
     once ``done`` is set; ``fields`` stays None when the gather failed (the caller
     gathers its batch itself, and meets the error where it is reported)."""
 
-    __slots__ = ("buffers", "cols", "done", "fields", "lo", "recs")
+    __slots__ = ("buffers", "cols", "done", "fields", "lo", "owner", "recs")
 
     def __init__(self, lo: int, recs: np.ndarray, cols: dict[str, np.ndarray]) -> None:
         self.lo, self.recs, self.cols = lo, recs, cols
+        self.owner = threading.get_ident()  # the thread that took it, to gather it
         self.fields: dict[str, np.ndarray] | None = None
         self.buffers: dict[str, np.ndarray] | None = None  # what ``fields`` are views of
         self.done = threading.Event()
@@ -169,16 +170,18 @@ class GatherAhead:
         batches (a torch DataLoader worker's), columns that can be written (a chunk
         gathered ahead would miss a write that the batch must see), a failed gather."""
         if cols is not self.seen[0]:  # new columns (the first, or a refresh)
+            row = sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in cols.values())
+            # the chunks' starts before the columns are marked seen: another user thread's
+            # first batch that sees these columns finds their chunks (it met empty starts)
+            self.starts = (
+                _chunk_starts(self.batch_size, row, True),
+                _chunk_starts(self.batch_size, row, False),
+            )
             # numpy arrays that cannot be written (memory maps); a remote file's columns
             # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
             self.seen = (
                 cols,
                 all(isinstance(a, np.ndarray) and not a.flags.writeable for a in cols.values()),
-            )
-            row = sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in cols.values())
-            self.starts = (
-                _chunk_starts(self.batch_size, row, True),
-                _chunk_starts(self.batch_size, row, False),
             )
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
@@ -188,33 +191,49 @@ class GatherAhead:
         c = bisect.bisect_right(self.starts[start > 0], claim.start - start) - 1
         key = (claim.gen, start, c)
         chunk = self.chunks.get(key)
-        mine = False
-        if key != self.current or chunk is None or chunk.cols is not cols:
-            with self.lock:  # a new chunk: the window moves on
-                if self.pid != os.getpid():  # a forked child: no helper of its parent's
-                    self._reset()
-                chunk = self.chunks.get(key)
-                mine = chunk is None or chunk.cols is not cols
-                if mine:
-                    chunk = self._new(key, *self._rows(key, block[2]), cols)
-                self._advance(key, block, cols)
-        assert chunk is not None
-        if mine:
-            self._gather(key, chunk)
-        elif not chunk.done.is_set():
-            # A helper gathers it: gather the next unclaimed chunk meanwhile, not wait.
-            with self.lock:
-                other = self._unclaimed()
-            if other is not None:
-                # an error is met by the caller that needs that chunk, gathering it
-                with contextlib.suppress(Exception):
-                    self._gather(*other)
-            chunk.done.wait()
+        taken: tuple[Key, _Chunk] | None = None  # a chunk this thread took, to gather
+        try:
+            if key != self.current or chunk is None or chunk.cols is not cols:
+                with self.lock:  # a new chunk: the window moves on
+                    if self.pid != os.getpid():  # a forked child: no helper of its parent's
+                        self._reset()
+                    chunk = self.chunks.get(key)
+                    if chunk is None or chunk.cols is not cols:
+                        chunk = self._new(key, *self._rows(key, block[2]), cols)
+                        taken = (key, chunk)
+                    self._advance(key, block, cols)
+            assert chunk is not None
+            if taken is not None:
+                self._gather(*taken)
+            elif not chunk.done.is_set():
+                # A helper gathers it: gather the next unclaimed chunk meanwhile, not wait.
+                with self.lock:
+                    taken = self._unclaimed()
+                if taken is not None:
+                    # an error is met by the caller that needs that chunk, gathering it
+                    with contextlib.suppress(Exception):
+                        self._gather(*taken)
+                chunk.done.wait()
+        except BaseException:
+            self._give_back()
+            raise
         got = chunk.fields
         if got is None:
             return None
         lo, hi = claim.start - start - chunk.lo, claim.stop - start - chunk.lo
         return {n: a[lo:hi] for n, a in got.items()}
+
+    def _give_back(self) -> None:
+        """After an interrupt (or a helper's ``SystemExit``) between taking a chunk and
+        gathering it: the chunks this thread took and did not gather are dropped (a later
+        batch takes them again), and the threads waiting for them woken to gather their
+        batches themselves. No thread then waits for a chunk that no thread gathers."""
+        me = threading.get_ident()
+        with self.lock:
+            for key, chunk in list(self.chunks.items()):
+                if chunk.owner == me and not chunk.done.is_set():
+                    del self.chunks[key]
+                    chunk.done.set()
 
     # -- under the lock ------------------------------------------------------------------
     def _rows(self, key: Key, recs: np.ndarray) -> tuple[int, np.ndarray]:
@@ -335,23 +354,24 @@ class GatherAhead:
         make the next order block where the helpers make it (``Ahead``'s ``here``) and
         no thread is making it yet: one more piece of the pass's work, which the caller
         meets already made, while it gathers the chunks that this thread does not."""
-        while True:
-            ahead = self.blocks.ahead
-            if ahead is not None and ahead.pending and ahead.pid == os.getpid():
-                ahead.run(wait=False)  # an error is kept for the caller that needs it
-            with self.lock:
-                got = self._unclaimed() if self.pid == os.getpid() else None
-                if got is None:
-                    self.helping -= 1  # in the same step: a caller may start another
-                    return
-            try:
-                self._gather(*got)
-            except Exception:
-                pass  # the caller that needs this chunk gathers it and meets the error
-            except BaseException:
+        try:
+            while True:
+                ahead = self.blocks.ahead
+                if ahead is not None and ahead.pending and ahead.pid == os.getpid():
+                    ahead.run(wait=False)  # an error is kept for the caller that needs it
                 with self.lock:
-                    self.helping -= 1
-                raise
+                    got = self._unclaimed() if self.pid == os.getpid() else None
+                    if got is None:
+                        self.helping -= 1  # in the same step: a caller may start another
+                        return
+                # the caller that needs this chunk gathers it and meets the error
+                with contextlib.suppress(Exception):
+                    self._gather(*got)
+        except BaseException:  # (SystemExit): this helper's chunks and place given back
+            self._give_back()
+            with self.lock:
+                self.helping -= 1
+            raise
 
 
 def _keys(gen: int, start: int, first: int, stop: int) -> list[Key]:

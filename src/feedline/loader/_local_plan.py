@@ -31,21 +31,26 @@ class LocalPlan:
         return self.next()
 
     def _step(self, make: Any) -> tuple[Any, Any] | None:
-        """The next claim and ``make(claim)``, delivered (``Loader.deliver``) and timed for
-        ``loader.stats()``; None at the end of the pass."""
+        """The next claim and ``make(claim)``, timed for ``loader.stats()`` and delivered
+        (``Loader.deliver``); None at the end of the pass. Nothing runs after the ledger
+        records the delivery: an interrupt before it gives the batch back."""
         loader = self.loader
         stats = loader._stats
         t0 = stats.start()
         acc = clock.tally()
+
+        def made(claim: Any) -> Any:
+            result = make(claim)
+            stats.batch(t0, acc, claim.size)
+            return result
+
         try:
             claim = loader.claim()
             if claim is None:
                 return None
-            result = loader.deliver(claim, make)
+            return claim, loader.deliver(claim, made)
         finally:
             clock.untally()
-        stats.batch(t0, acc, claim.size)
-        return claim, result
 
     def next(self) -> Any:
         step = self._step(self._make)
@@ -60,15 +65,14 @@ class LocalPlan:
     def next_into(
         self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
     ) -> int:
-        def fill(claim: Any) -> None:
+        def fill(claim: Any) -> int:
             t = perf_counter_ns()
             self._fill(claim, out)
             clock.add("read", perf_counter_ns() - t)
+            return _into.finish(self.loader, claim, out, meta, padded)  # before delivery
 
         step = self._step(fill)
-        if step is None:
-            return 0
-        return _into.finish(self.loader, step[0], out, meta, padded)
+        return 0 if step is None else step[1]
 
     def _fill(self, claim: Any, out: Mapping[str, np.ndarray]) -> None:
         """Write the claim's rows into ``out``'s first rows."""
@@ -120,16 +124,18 @@ class PlainPlan(LocalPlan):
                 fields = loader.gather(claim, claim.size)
             elif ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
                 fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
+            size = claim.stop - claim.start
+            batch = Batch(fields, size, size, claim.start, claim.ords, recs)
+            # before the delivery, so that an interrupt here gives the batch back
+            loader._stats.plain(t0, t1, perf_counter_ns(), size)
         except Exception:
             led.deliver(claim, None)
             raise
         except BaseException:
             led.release(claim)
             raise
-        size = claim.stop - claim.start
         led.deliver(claim, size)
-        loader._stats.plain(t0, t1, perf_counter_ns(), size)
-        return Batch(fields, size, size, claim.start, claim.ords, recs)
+        return batch
 
     __next__ = next
 

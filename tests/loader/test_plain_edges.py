@@ -1,0 +1,208 @@
+"""The plain path's edges, found by the hostile review of issue 20's change: an
+interrupt at any point of a batch loses nothing and hangs nothing, several user threads
+starting a pass at once lose no batch, and a helper thread that dies gives its place
+back. Every record is counted (its row value is its index), not batches."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.loader import _ahead, _gather_ahead
+
+
+class Row(fl.Record):
+    y = fl.field((), "int64")
+
+
+N = 700_000
+B = 1000
+
+
+@pytest.fixture(scope="module")
+def flr(tmp_path_factory):
+    path = tmp_path_factory.mktemp("edges") / "rows.flr"
+    fl.recfile.write(path, Row, {"y": np.arange(N, dtype=np.int64)})
+    return path
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    monkeypatch.setattr(_gather_ahead, "_CHUNK_BYTES", 50_000)
+
+
+def whole(flr) -> np.ndarray:
+    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=1) as loader:
+        return np.concatenate([b.y.copy() for b in loader])
+
+
+def in_thread(fn, timeout=60.0):
+    """``fn()`` on a thread, failing (not hanging the suite) if it does not finish."""
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the test below
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"still running after {timeout} s (a hang)"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def interrupted_pass(loader) -> np.ndarray:
+    """A pass in which every ``KeyboardInterrupt`` is caught and the next batch asked
+    for, as a training loop that saves and goes on would."""
+    got, it = [], iter(loader)
+    while True:
+        try:
+            got.append(next(it).y.copy())
+        except KeyboardInterrupt:
+            continue
+        except StopIteration:
+            return np.concatenate(got)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_interrupt_after_the_batch_is_made_loses_no_batch(flr, small_chunks, threads):
+    want = whole(flr)
+    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=threads) as loader:
+        real = loader._stats.plain
+        calls = {"n": 0}
+
+        def plain(*a):
+            real(*a)
+            calls["n"] += 1
+            if calls["n"] in (10, 300):
+                raise KeyboardInterrupt  # in the bookkeeping after the batch's rows
+
+        loader._stats.plain = plain
+        got = interrupted_pass(loader)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_an_interrupt_after_next_into_fills_the_arrays_loses_no_batch(flr, small_chunks):
+    want = whole(flr)
+    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        real = loader._stats.batch
+        calls = {"n": 0}
+
+        def batch(*a):
+            real(*a)
+            calls["n"] += 1
+            if calls["n"] in (10, 300):
+                raise KeyboardInterrupt
+
+        loader._stats.batch = batch
+        out = {"y": np.empty(B, np.int64)}
+        got = []
+        while True:
+            try:
+                n = loader.next_into(out)
+            except KeyboardInterrupt:
+                continue
+            if n == 0:
+                break
+            got.append(out["y"][:n].copy())
+    np.testing.assert_array_equal(np.concatenate(got), want)
+
+
+def test_an_interrupt_before_the_callers_chunk_is_gathered_hangs_nothing(
+    flr, small_chunks, monkeypatch
+):
+    want = whole(flr)
+    real = _gather_ahead.GatherAhead._new
+    calls = {"n": 0}
+
+    def new(self, key, lo, recs, cols):
+        chunk = real(self, key, lo, recs, cols)
+        if sys._getframe(1).f_code.co_name == "fields":  # the caller's own new chunk
+            calls["n"] += 1
+            if calls["n"] in (5, 40):
+                raise KeyboardInterrupt  # registered, not yet gathered
+        return chunk
+
+    monkeypatch.setattr(_gather_ahead.GatherAhead, "_new", new)
+
+    def run():
+        with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+            return interrupted_pass(loader)
+
+    np.testing.assert_array_equal(in_thread(run), want)
+
+
+def test_user_threads_starting_a_pass_together_lose_no_batch(flr, small_chunks, monkeypatch):
+    real = _gather_ahead._chunk_starts
+
+    def slow(*a):  # widens the moment the first batch sets up the chunks
+        time.sleep(0.05)
+        return real(*a)
+
+    monkeypatch.setattr(_gather_ahead, "_chunk_starts", slow)
+    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        got, errors = [], []
+        lock = threading.Lock()
+
+        def read():
+            for b in loader:
+                with lock:
+                    got.append(b.y.copy())
+
+        def guarded():
+            try:
+                read()
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        iter(loader)
+        readers = [threading.Thread(target=guarded) for _ in range(3)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join(60)
+    assert not errors
+    rows = np.concatenate(got)
+    assert len(rows) == N
+    np.testing.assert_array_equal(np.sort(rows), np.arange(N))
+
+
+def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(flr, small_chunks, monkeypatch):
+    want = whole(flr)
+    real = _ahead.Ahead.make
+    stopped = {"n": 0}
+
+    def make(cursor, length):
+        if threading.current_thread().name.startswith("feedline-gather") and not stopped["n"]:
+            stopped["n"] = 1
+            raise SystemExit("a helper asked to stop")
+        return real(cursor, length)
+
+    monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(make))
+    gathered = {"helpers": 0}
+    gather = _gather_ahead.GatherAhead._gather
+
+    def counted(self, key, chunk):
+        if stopped["n"] and threading.current_thread().name.startswith("feedline-gather"):
+            gathered["helpers"] += 1
+        return gather(self, key, chunk)
+
+    monkeypatch.setattr(_gather_ahead.GatherAhead, "_gather", counted)
+    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        first = np.concatenate([b.y.copy() for b in loader])
+        assert stopped["n"]
+        gathered["helpers"] = 0
+        second = np.concatenate([b.y.copy() for b in loader])
+        assert loader._plan.ahead.helping == 0
+    np.testing.assert_array_equal(first, want)
+    np.testing.assert_array_equal(np.sort(second), np.arange(N))
+    assert gathered["helpers"] > 0  # the helpers came back after the one that stopped
