@@ -232,3 +232,24 @@ def test_close_from_another_thread_stops_a_batch_that_never_ends_at_once():
     assert not closer.is_alive() and not t.is_alive()
     assert time.monotonic() - t0 < 10
     assert got and isinstance(got[-1], Exception) and "closed" in str(got[-1])
+
+
+def test_an_interrupt_after_a_workers_batch_is_made_loses_no_batch():
+    # The batch came back from a worker and was finished; an interrupt in the step's
+    # bookkeeping (here the stats, raised at two batches) must give it back, not leave it
+    # recorded as delivered.
+    loader = fl.Loader(mapped(40, slow_item), 2, workers=2, prefetch=2, seed=1)
+    real = loader._stats.batch
+    calls = {"n": 0}
+
+    def batch(*a):
+        real(*a)
+        calls["n"] += 1
+        if calls["n"] in (3, 9):
+            raise KeyboardInterrupt
+
+    loader._stats.batch = batch
+    seen, interrupts = pass_through_interrupts(loader)
+    assert interrupts == 2
+    assert seen == Counter((0, i) for i in range(40))
+    loader.close()

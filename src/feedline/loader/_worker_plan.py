@@ -9,7 +9,7 @@ import sys
 import threading
 import warnings
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from time import perf_counter_ns
 from types import FrameType
 from typing import Any
@@ -232,26 +232,33 @@ class WorkerPlan:
 
         return collate
 
-    def next(self, raw: bool = False) -> Any:
+    def next(self, raw: bool = False, then: Callable[[Any], Any] | None = None) -> Any:
+        """The next batch (``raw``: before ``Loader.finish``), or ``then(batch)``. The
+        stats and ``then`` run before the ledger records the delivery, which is the last
+        step: an interrupt anywhere before it gives the batch back."""
         if self._spec() is None:
             return self.local.next()
         stats = self.loader._stats
         t0 = stats.start()
         acc = clock.tally()
+
+        def account(batch: Any) -> Any:
+            out = batch if then is None else then(batch)
+            stats.batch(t0, acc, acc.pop("rows", 0))
+            return out
+
         try:
-            batch = self._next(raw)
+            return self._next(raw, account)
         finally:
             clock.untally()
-        stats.batch(t0, acc, acc.pop("rows", 0))
-        return batch
 
-    def _next(self, raw: bool) -> Any:
+    def _next(self, raw: bool, account: Callable[[Any], Any]) -> Any:
         loader = self.loader
         with self.lock:
             claim, fields = self._take()
         if self.transform_in_workers and not raw:
-            loader._ledger.deliver(claim, claim.size)
-            return fields  # the transform's result, made in a worker
+            # the transform's result, made in a worker
+            return loader.deliver(claim, lambda c: account(fields))
         rows = loader.rows_for(claim.size)
         lengths = None
         if self.ragged:  # collated out of the slot (``_collator``)
@@ -264,7 +271,7 @@ class WorkerPlan:
                 out = to_torch(out, loader.options.device)
                 clock.add("copy", perf_counter_ns() - t)
             batch = Batch.with_meta(out, c.size, rows, c.pos0, c.ords, c.recs, lengths=lengths)
-            return batch if raw else loader.finish(batch)
+            return account(batch if raw else loader.finish(batch))
 
         return loader.deliver(claim, finish)
 
@@ -282,16 +289,19 @@ class WorkerPlan:
                     "start of a pass"
                 )
             return self.local.next_into(out, meta, padded)
+
+        def copy(batch: Any) -> int:  # into the caller's arrays, before the delivery
+            rows, size = len(batch), batch._size
+            for n in self.loader.record.fields:
+                a = batch[n]
+                out[n][:rows] = a.cpu().numpy() if hasattr(a, "cpu") else a
+            _into.fill_meta(meta, size, rows, batch._pos0, batch._ordinals, batch._records)
+            return rows if padded else size
+
         try:
-            batch = self.next(raw=True)
+            return int(self.next(raw=True, then=copy))
         except StopIteration:
             return 0
-        rows, size = len(batch), batch._size
-        for n in self.loader.record.fields:
-            a = batch[n]
-            out[n][:rows] = a.cpu().numpy() if hasattr(a, "cpu") else a
-        _into.fill_meta(meta, size, rows, batch._pos0, batch._ordinals, batch._records)
-        return rows if padded else size
 
     def drain(self) -> None:
         """Discard batches the workers are making ahead (before a reset or a resume);
