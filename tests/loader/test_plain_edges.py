@@ -206,3 +206,83 @@ def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(flr, small_ch
     np.testing.assert_array_equal(first, want)
     np.testing.assert_array_equal(np.sort(second), np.arange(N))
     assert gathered["helpers"] > 0  # the helpers came back after the one that stopped
+
+
+def test_a_batch_given_back_after_an_interrupt_is_counted_once(flr, small_chunks):
+    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        real = loader._ledger.deliver
+        calls = {"n": 0}
+
+        def deliver(claim, rows):
+            calls["n"] += 1
+            if calls["n"] in (10, 300):
+                raise KeyboardInterrupt  # counted in the stats, not yet delivered
+            return real(claim, rows)
+
+        loader._ledger.deliver = deliver
+        got = interrupted_pass(loader)
+        stats = loader.stats()
+    np.testing.assert_array_equal(np.sort(got), np.arange(N))
+    assert (stats.batches, stats.rows) == (len(loader), N)
+
+
+def test_an_interrupt_while_a_chunk_is_given_back_hangs_nothing(flr, small_chunks, monkeypatch):
+    want = whole(flr)
+    real_new = _gather_ahead.GatherAhead._new
+    real_back = _gather_ahead.GatherAhead._give_back
+    calls = {"new": 0, "back": 0}
+
+    def new(self, key, lo, recs, cols):
+        chunk = real_new(self, key, lo, recs, cols)
+        if sys._getframe(1).f_code.co_name == "fields":
+            calls["new"] += 1
+            if calls["new"] == 5:
+                raise KeyboardInterrupt  # taken, not gathered
+        return chunk
+
+    def give_back(self):
+        calls["back"] += 1
+        if calls["back"] == 1:
+            raise KeyboardInterrupt  # a second interrupt, before it gives anything back
+        return real_back(self)
+
+    monkeypatch.setattr(_gather_ahead.GatherAhead, "_new", new)
+    monkeypatch.setattr(_gather_ahead.GatherAhead, "_give_back", give_back)
+
+    def run():
+        with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+            return interrupted_pass(loader)
+
+    np.testing.assert_array_equal(in_thread(run), want)
+
+
+def test_an_interrupt_while_a_helper_is_started_gives_its_place_back(
+    flr, small_chunks, monkeypatch
+):
+    real = _gather_ahead._executor
+    calls = {"n": 0}
+
+    def executor():
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real()
+
+    monkeypatch.setattr(_gather_ahead, "_executor", executor)
+    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        got = interrupted_pass(loader)
+        ahead = loader._plan.ahead
+        assert ahead.helping == 0
+        helpers = {"n": 0}
+        gather = ahead._gather
+
+        def counted(key, chunk):
+            if threading.current_thread().name.startswith("feedline-gather"):
+                helpers["n"] += 1
+            return gather(key, chunk)
+
+        ahead._gather = counted
+        again = np.concatenate([b.y.copy() for b in loader])
+    np.testing.assert_array_equal(np.sort(got), np.arange(N))
+    np.testing.assert_array_equal(np.sort(again), np.arange(N))
+    assert helpers["n"] > 0

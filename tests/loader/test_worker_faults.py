@@ -252,4 +252,6 @@ def test_an_interrupt_after_a_workers_batch_is_made_loses_no_batch():
     seen, interrupts = pass_through_interrupts(loader)
     assert interrupts == 2
     assert seen == Counter((0, i) for i in range(40))
+    stats = loader.stats()  # each batch counted once: the given-back ones taken back
+    assert (stats.batches, stats.rows) == (20, 40)
     loader.close()

@@ -205,6 +205,11 @@ class GatherAhead:
             assert chunk is not None
             if taken is not None:
                 self._gather(*taken)
+            elif not chunk.done.is_set() and chunk.owner == threading.get_ident():
+                # this thread took it and was stopped before it gathered it (an interrupt
+                # that also stopped the giving back): gathered now
+                taken = (key, chunk)
+                self._gather(*taken)
             elif not chunk.done.is_set():
                 # A helper gathers it: gather the next unclaimed chunk meanwhile, not wait.
                 with self.lock:
@@ -232,8 +237,8 @@ class GatherAhead:
         with self.lock:
             for key, chunk in list(self.chunks.items()):
                 if chunk.owner == me and not chunk.done.is_set():
+                    chunk.done.set()  # first: its waiters wake whatever comes next
                     del self.chunks[key]
-                    chunk.done.set()
 
     # -- under the lock ------------------------------------------------------------------
     def _rows(self, key: Key, recs: np.ndarray) -> tuple[int, np.ndarray]:
@@ -269,7 +274,11 @@ class GatherAhead:
         self.window = window
         if self.helping < self.threads - 1 and window:
             self.helping += 1
-            future = _executor().submit(self._help)
+            try:
+                future = _executor().submit(self._help)
+            except BaseException:  # no helper started: its place is given back
+                self.helping -= 1
+                raise
             _running.add(future)
             future.add_done_callback(_running.discard)
 

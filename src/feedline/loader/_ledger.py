@@ -120,12 +120,17 @@ class Ledger:
             elif i > self.delivered:
                 self.ahead.add(i)
 
-    def release(self, claim: Claim) -> None:
-        """``claim`` did not reach the caller (an interrupt): it is made again."""
+    def release(self, claim: Claim) -> bool:
+        """``claim`` did not reach the caller (an interrupt): it is made again. True when
+        it was given back; a claim of an older generation, one given back already, or one
+        delivered (the interrupt came after the delivery) is not."""
         with self.lock:
-            if claim.gen == self.gen and claim.index not in self.redo:
-                heapq.heappush(self.redo, claim.index)
-                self.ended = False
+            i = claim.index
+            if claim.gen != self.gen or i in self.redo or i < self.delivered or i in self.ahead:
+                return False
+            heapq.heappush(self.redo, i)
+            self.ended = False
+            return True
 
     def start_next_pass(self, steps: int) -> bool:
         """Under the lock: after a finished pass (every claim of it delivered: batches a

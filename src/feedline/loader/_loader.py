@@ -315,19 +315,26 @@ class Loader:
         pool = getattr(self._plan, "pool", None)
         return self._stats.snapshot(len(pool.workers) if pool is not None else 0, reset)
 
-    def deliver(self, claim: Claim, make: Callable[[Claim], Any]) -> Any:
+    def deliver(
+        self,
+        claim: Claim,
+        make: Callable[[Claim], Any],
+        undo: Callable[[], None] | None = None,
+    ) -> Any:
         """``make(claim)``, recorded in the ledger: delivered when it returns, passed
         over when it raises an error (the error reached the caller), made again when an
-        interrupt stops it (the caller got nothing)."""
+        interrupt stops it (the caller got nothing; then ``undo()``, where given, takes
+        back what ``make`` counted of it)."""
         try:
             result = make(claim)
+            self._ledger.deliver(claim, claim.size)
         except Exception:
             self._ledger.deliver(claim, None)
             raise
         except BaseException:
-            self._ledger.release(claim)
+            if self._ledger.release(claim) and undo is not None:
+                undo()
             raise
-        self._ledger.deliver(claim, claim.size)
         return result
 
     def _workers_pool(self) -> Any:

@@ -39,16 +39,22 @@ class LocalPlan:
         t0 = stats.start()
         acc = clock.tally()
 
+        counted: list[int] = []
+
         def made(claim: Any) -> Any:
             result = make(claim)
-            stats.batch(t0, acc, claim.size)
+            stats.batch(t0, acc, claim.size, counted)
             return result
+
+        def undo() -> None:
+            if counted:
+                stats.undo(counted[0])
 
         try:
             claim = loader.claim()
             if claim is None:
                 return None
-            return claim, loader.deliver(claim, made)
+            return claim, loader.deliver(claim, made, undo)
         finally:
             clock.untally()
 
@@ -117,6 +123,7 @@ class PlainPlan(LocalPlan):
             ahead = self.ahead
             block = loader._blocks.block if ahead is not None else None
         t1 = perf_counter_ns()
+        counted: list[int] = []  # the rows, once the stats count the batch
         try:
             cols = self._cols()
             recs = claim.recs
@@ -126,15 +133,17 @@ class PlainPlan(LocalPlan):
                 fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
             size = claim.stop - claim.start
             batch = Batch(fields, size, size, claim.start, claim.ords, recs)
-            # before the delivery, so that an interrupt here gives the batch back
-            loader._stats.plain(t0, t1, perf_counter_ns(), size)
+            # counted before the delivery, the last step: an interrupt before it gives
+            # the batch back (and takes back its count)
+            loader._stats.plain(t0, t1, perf_counter_ns(), size, counted)
+            led.deliver(claim, size)
         except Exception:
             led.deliver(claim, None)
             raise
         except BaseException:
-            led.release(claim)
+            if led.release(claim) and counted:
+                loader._stats.undo(counted[0])
             raise
-        led.deliver(claim, size)
         return batch
 
     __next__ = next

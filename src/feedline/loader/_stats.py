@@ -114,7 +114,7 @@ class Stats:
             self.t_start = t
         return t
 
-    def batch(self, t0: int, acc: Mapping[str, int], rows: int) -> None:
+    def batch(self, t0: int, acc: Mapping[str, int], rows: int, token: list | None = None) -> None:
         """A batch of ``rows`` delivered by a ``next`` that started at ``t0``, its stages
         in ``acc``: the read includes the map (taken out here); ``worker <stage>`` keys
         are a worker's, ``worker busy`` its whole time on the batch."""
@@ -131,18 +131,31 @@ class Stats:
                     ns[k] = ns.get(k, 0) + v
             ns["read"] -= acc.get("map", 0)
             wns["read"] -= acc.get("worker map", 0)
-            self._count(t, t - t0, rows)
+            self._count(t, t - t0, rows, token)
 
-    def plain(self, t0: int, t1: int, t2: int, rows: int) -> None:
-        """A batch of the plain path: its claim from ``t0`` to ``t1``, its take to ``t2``."""
+    def plain(self, t0: int, t1: int, t2: int, rows: int, token: list | None = None) -> None:
+        """A batch of the plain path: its claim from ``t0`` to ``t1``, its take to ``t2``.
+        ``token`` (of ``batch`` too), where given, gets the rows once they are counted:
+        what ``undo`` takes back if the batch is then given back."""
         with self.lock:
             self.ns["order"] += t1 - t0
             self.ns["read"] += t2 - t1
-            self._count(t2, t2 - t0, rows)
+            self._count(t2, t2 - t0, rows, token)
 
-    def _count(self, t: int, wait: int, rows: int) -> None:
+    def undo(self, rows: int) -> None:
+        """A batch counted, then given back before it reached the caller (an interrupt
+        between the two): it is counted again when it is made again. Its time stays."""
+        with self.lock:
+            self.batches -= 1
+            self.rows -= rows
+            if self.bar is not None and self.bar.n > 0:
+                self.bar.update(-1)
+
+    def _count(self, t: int, wait: int, rows: int, token: list | None = None) -> None:
         self.batches += 1
         self.rows += rows
+        if token is not None:
+            token.append(rows)
         self.wait_ns += wait
         self.t_last = t
         if self.first_ns is None and self.t_start is not None:

@@ -242,23 +242,29 @@ class WorkerPlan:
         t0 = stats.start()
         acc = clock.tally()
 
+        counted: list[int] = []
+
         def account(batch: Any) -> Any:
             out = batch if then is None else then(batch)
-            stats.batch(t0, acc, acc.pop("rows", 0))
+            stats.batch(t0, acc, acc.pop("rows", 0), counted)
             return out
 
+        def undo() -> None:
+            if counted:
+                stats.undo(counted[0])
+
         try:
-            return self._next(raw, account)
+            return self._next(raw, account, undo)
         finally:
             clock.untally()
 
-    def _next(self, raw: bool, account: Callable[[Any], Any]) -> Any:
+    def _next(self, raw: bool, account: Callable[[Any], Any], undo: Callable[[], None]) -> Any:
         loader = self.loader
         with self.lock:
             claim, fields = self._take()
         if self.transform_in_workers and not raw:
             # the transform's result, made in a worker
-            return loader.deliver(claim, lambda c: account(fields))
+            return loader.deliver(claim, lambda c: account(fields), undo)
         rows = loader.rows_for(claim.size)
         lengths = None
         if self.ragged:  # collated out of the slot (``_collator``)
@@ -273,7 +279,7 @@ class WorkerPlan:
             batch = Batch.with_meta(out, c.size, rows, c.pos0, c.ords, c.recs, lengths=lengths)
             return account(batch if raw else loader.finish(batch))
 
-        return loader.deliver(claim, finish)
+        return loader.deliver(claim, finish, undo)
 
     def next_into(
         self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
