@@ -13,40 +13,22 @@ import pytest
 import feedline as fl
 from feedline.loader import _ahead, _blocks, _gather_ahead
 
-
-class Row(fl.Record):
-    y = fl.field((), "int64")
-
-
-N = 700_000  # a first block of 64k positions, then three of 256k (the last short)
-B = 1000
-
-
-@pytest.fixture(scope="module")
-def flr(tmp_path_factory):
-    path = tmp_path_factory.mktemp("here") / "rows.flr"
-    fl.recfile.write(path, Row, {"y": np.arange(N, dtype=np.int64)})
-    return path
-
-
-@pytest.fixture
-def small_chunks(monkeypatch):
-    monkeypatch.setattr(_gather_ahead, "_CHUNK_BYTES", 50_000)
+from ._rows import B, N
 
 
 def records(loader) -> np.ndarray:
     return np.concatenate([b.y.copy() for b in loader])
 
 
-def whole(flr) -> np.ndarray:
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=1) as loader:
+def whole(rows_flr) -> np.ndarray:
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=1) as loader:
         return records(loader)
 
 
 def test_the_helpers_make_the_order_blocks_and_the_stream_is_one_threads(
-    flr, small_chunks, monkeypatch
+    rows_flr, small_chunks, monkeypatch
 ):
-    want = whole(flr)
+    want = whole(rows_flr)
     made: list[tuple[int, str]] = []
     real = _ahead.Ahead.make
 
@@ -55,7 +37,7 @@ def test_the_helpers_make_the_order_blocks_and_the_stream_is_one_threads(
         return real(cursor, length)
 
     monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(named))
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         got = records(loader)
     np.testing.assert_array_equal(got, want)
     first = -(-_blocks._FIRST_BLOCK // B) * B
@@ -87,9 +69,9 @@ def test_columns_gathered_batch_by_batch_keep_the_look_ahead_thread(small_chunks
 
 
 def test_an_error_making_a_block_here_reaches_the_caller_and_loses_no_batch(
-    flr, small_chunks, monkeypatch
+    rows_flr, small_chunks, monkeypatch
 ):
-    want = whole(flr)
+    want = whole(rows_flr)
     real = _ahead.Ahead.make
     calls = {"n": 0}
 
@@ -102,7 +84,7 @@ def test_an_error_making_a_block_here_reaches_the_caller_and_loses_no_batch(
     monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(flaky))
     first = -(-_blocks._FIRST_BLOCK // B)  # batches of the first block
     second = -(-_blocks._BLOCK // B)  # and of each later one
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         got = [next(loader).y.copy() for _ in range(first + second)]
         with pytest.raises(OSError, match="went away"):
             next(loader)  # the third block's first batch
@@ -110,11 +92,11 @@ def test_an_error_making_a_block_here_reaches_the_caller_and_loses_no_batch(
     np.testing.assert_array_equal(np.concatenate(got), want)
 
 
-def test_an_interrupt_while_the_caller_makes_a_block_loses_nothing(flr, monkeypatch):
+def test_an_interrupt_while_the_caller_makes_a_block_loses_nothing(rows_flr, monkeypatch):
     """With no helper running (a window of no chunks), the caller makes the block when it
     needs it; an interrupt there leaves nothing claimed, and the block is made again
     from its position (the interrupted cursor is not trusted)."""
-    want = whole(flr)
+    want = whole(rows_flr)
     monkeypatch.setattr(_gather_ahead, "_AHEAD", 0)
     real = _ahead.Ahead.make
     calls = {"n": 0}
@@ -129,7 +111,7 @@ def test_an_interrupt_while_the_caller_makes_a_block_loses_nothing(flr, monkeypa
     monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(interrupted))
     first = -(-_blocks._FIRST_BLOCK // B)
     second = -(-_blocks._BLOCK // B)
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         got = [next(loader).y.copy() for _ in range(first + second)]
         assert loader._ahead.here and loader._ahead.pending  # made by the caller, later
         with pytest.raises(KeyboardInterrupt):

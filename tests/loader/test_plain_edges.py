@@ -15,29 +15,11 @@ import pytest
 import feedline as fl
 from feedline.loader import _ahead, _gather_ahead
 
-
-class Row(fl.Record):
-    y = fl.field((), "int64")
+from ._rows import B, N, interrupting
 
 
-N = 700_000
-B = 1000
-
-
-@pytest.fixture(scope="module")
-def flr(tmp_path_factory):
-    path = tmp_path_factory.mktemp("edges") / "rows.flr"
-    fl.recfile.write(path, Row, {"y": np.arange(N, dtype=np.int64)})
-    return path
-
-
-@pytest.fixture
-def small_chunks(monkeypatch):
-    monkeypatch.setattr(_gather_ahead, "_CHUNK_BYTES", 50_000)
-
-
-def whole(flr) -> np.ndarray:
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=1) as loader:
+def whole(rows_flr) -> np.ndarray:
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=1) as loader:
         return np.concatenate([b.y.copy() for b in loader])
 
 
@@ -74,36 +56,19 @@ def interrupted_pass(loader) -> np.ndarray:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_an_interrupt_after_the_batch_is_made_loses_no_batch(flr, small_chunks, threads):
-    want = whole(flr)
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=threads) as loader:
-        real = loader._stats.plain
-        calls = {"n": 0}
-
-        def plain(*a):
-            real(*a)
-            calls["n"] += 1
-            if calls["n"] in (10, 300):
-                raise KeyboardInterrupt  # in the bookkeeping after the batch's rows
-
-        loader._stats.plain = plain
+def test_an_interrupt_after_the_batch_is_made_loses_no_batch(rows_flr, small_chunks, threads):
+    want = whole(rows_flr)
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=threads) as loader:
+        # in the bookkeeping after the batch's rows
+        loader._stats.plain = interrupting(loader._stats.plain, (10, 300))
         got = interrupted_pass(loader)
     np.testing.assert_array_equal(got, want)
 
 
-def test_an_interrupt_after_next_into_fills_the_arrays_loses_no_batch(flr, small_chunks):
-    want = whole(flr)
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
-        real = loader._stats.batch
-        calls = {"n": 0}
-
-        def batch(*a):
-            real(*a)
-            calls["n"] += 1
-            if calls["n"] in (10, 300):
-                raise KeyboardInterrupt
-
-        loader._stats.batch = batch
+def test_an_interrupt_after_next_into_fills_the_arrays_loses_no_batch(rows_flr, small_chunks):
+    want = whole(rows_flr)
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        loader._stats.batch = interrupting(loader._stats.batch, (10, 300))
         out = {"y": np.empty(B, np.int64)}
         got = []
         while True:
@@ -118,9 +83,9 @@ def test_an_interrupt_after_next_into_fills_the_arrays_loses_no_batch(flr, small
 
 
 def test_an_interrupt_before_the_callers_chunk_is_gathered_hangs_nothing(
-    flr, small_chunks, monkeypatch
+    rows_flr, small_chunks, monkeypatch
 ):
-    want = whole(flr)
+    want = whole(rows_flr)
     real = _gather_ahead.GatherAhead._new
     calls = {"n": 0}
 
@@ -135,13 +100,13 @@ def test_an_interrupt_before_the_callers_chunk_is_gathered_hangs_nothing(
     monkeypatch.setattr(_gather_ahead.GatherAhead, "_new", new)
 
     def run():
-        with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
             return interrupted_pass(loader)
 
     np.testing.assert_array_equal(in_thread(run), want)
 
 
-def test_user_threads_starting_a_pass_together_lose_no_batch(flr, small_chunks, monkeypatch):
+def test_user_threads_starting_a_pass_together_lose_no_batch(rows_flr, small_chunks, monkeypatch):
     real = _gather_ahead._chunk_starts
 
     def slow(*a):  # widens the moment the first batch sets up the chunks
@@ -149,7 +114,7 @@ def test_user_threads_starting_a_pass_together_lose_no_batch(flr, small_chunks, 
         return real(*a)
 
     monkeypatch.setattr(_gather_ahead, "_chunk_starts", slow)
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         got, errors = [], []
         lock = threading.Lock()
 
@@ -176,8 +141,10 @@ def test_user_threads_starting_a_pass_together_lose_no_batch(flr, small_chunks, 
     np.testing.assert_array_equal(np.sort(rows), np.arange(N))
 
 
-def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(flr, small_chunks, monkeypatch):
-    want = whole(flr)
+def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(
+    rows_flr, small_chunks, monkeypatch
+):
+    want = whole(rows_flr)
     real = _ahead.Ahead.make
     stopped = {"n": 0}
 
@@ -197,7 +164,7 @@ def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(flr, small_ch
         return gather(self, key, chunk)
 
     monkeypatch.setattr(_gather_ahead.GatherAhead, "_gather", counted)
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         first = np.concatenate([b.y.copy() for b in loader])
         assert stopped["n"]
         gathered["helpers"] = 0
@@ -208,8 +175,8 @@ def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(flr, small_ch
     assert gathered["helpers"] > 0  # the helpers came back after the one that stopped
 
 
-def test_a_batch_given_back_after_an_interrupt_is_counted_once(flr, small_chunks):
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+def test_a_batch_given_back_after_an_interrupt_is_counted_once(rows_flr, small_chunks):
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         real = loader._ledger.deliver
         calls = {"n": 0}
 
@@ -226,8 +193,10 @@ def test_a_batch_given_back_after_an_interrupt_is_counted_once(flr, small_chunks
     assert (stats.batches, stats.rows) == (len(loader), N)
 
 
-def test_an_interrupt_while_a_chunk_is_given_back_hangs_nothing(flr, small_chunks, monkeypatch):
-    want = whole(flr)
+def test_an_interrupt_while_a_chunk_is_given_back_hangs_nothing(
+    rows_flr, small_chunks, monkeypatch
+):
+    want = whole(rows_flr)
     real_new = _gather_ahead.GatherAhead._new
     real_back = _gather_ahead.GatherAhead._give_back
     calls = {"new": 0, "back": 0}
@@ -250,14 +219,14 @@ def test_an_interrupt_while_a_chunk_is_given_back_hangs_nothing(flr, small_chunk
     monkeypatch.setattr(_gather_ahead.GatherAhead, "_give_back", give_back)
 
     def run():
-        with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
             return interrupted_pass(loader)
 
     np.testing.assert_array_equal(in_thread(run), want)
 
 
 def test_an_interrupt_while_a_helper_is_started_gives_its_place_back(
-    flr, small_chunks, monkeypatch
+    rows_flr, small_chunks, monkeypatch
 ):
     real = _gather_ahead._executor
     calls = {"n": 0}
@@ -269,7 +238,7 @@ def test_an_interrupt_while_a_helper_is_started_gives_its_place_back(
         return real()
 
     monkeypatch.setattr(_gather_ahead, "_executor", executor)
-    with fl.recfile.open(flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         got = interrupted_pass(loader)
         ahead = loader._plan.ahead
         assert ahead.helping == 0

@@ -14,6 +14,7 @@ import pytest
 
 import feedline as fl
 
+from ._rows import interrupting
 from .test_ledger import pairs, pass_through_interrupts
 from .test_workers import ItemSource, Rows
 
@@ -239,16 +240,7 @@ def test_an_interrupt_after_a_workers_batch_is_made_loses_no_batch():
     # bookkeeping (here the stats, raised at two batches) must give it back, not leave it
     # recorded as delivered.
     loader = fl.Loader(mapped(40, slow_item), 2, workers=2, prefetch=2, seed=1)
-    real = loader._stats.batch
-    calls = {"n": 0}
-
-    def batch(*a):
-        real(*a)
-        calls["n"] += 1
-        if calls["n"] in (3, 9):
-            raise KeyboardInterrupt
-
-    loader._stats.batch = batch
+    loader._stats.batch = interrupting(loader._stats.batch, (3, 9))
     seen, interrupts = pass_through_interrupts(loader)
     assert interrupts == 2
     assert seen == Counter((0, i) for i in range(40))

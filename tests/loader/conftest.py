@@ -1,0 +1,26 @@
+"""Fixtures of the loader's tests: a file of 700,000 int64 rows whose values are their
+record indices (several order blocks, many chunks), and chunks of a few batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.loader import _gather_ahead
+
+from ._rows import N, Row
+
+
+@pytest.fixture(scope="module")
+def rows_flr(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rows") / "rows.flr"
+    fl.recfile.write(path, Row, {"y": np.arange(N, dtype=np.int64)})
+    return path
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few batches, so that a pass has hundreds of them (a module may set
+    its own)."""
+    monkeypatch.setattr(_gather_ahead, "_CHUNK_BYTES", 50_000)
