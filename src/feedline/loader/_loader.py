@@ -27,9 +27,9 @@ data.nu's contiguous slice before it.
 Cost
     The order is read in blocks of about 256k positions, the next made ahead (on a
     look-ahead thread, or by a gather helper) while batches are gathered from the current
-    one: one gather per field per
-    source, outside the lock, so threads sharing a loader gather in parallel and each
-    batch goes to exactly one; a memory-mapped file's by ``threads`` (``_gather_ahead``).
+    one: one gather per field per source, outside the lock, so threads sharing a loader
+    gather in parallel and each batch goes to exactly one; a memory-mapped file's by
+    ``threads`` (``_gather_ahead``).
 """
 
 from __future__ import annotations
