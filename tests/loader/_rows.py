@@ -1,9 +1,11 @@
-"""The rows of the plain path's edge tests (``conftest.rows_flr``) and a wrapper that
-raises an interrupt at chosen calls."""
+"""The rows of the plain path's edge tests (``conftest.rows_flr``), their one-thread
+stream, and a wrapper that raises an interrupt at chosen calls."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
 
 import feedline as fl
 
@@ -14,6 +16,17 @@ class Row(fl.Record):
 
 N = 700_000  # a first block of 64k positions, then three of 256k (the last short)
 B = 1000
+
+
+def records(loader) -> np.ndarray:
+    """The row values (the record indices) of one pass of ``loader``, in order."""
+    return np.concatenate([b.y.copy() for b in loader])
+
+
+def whole(path) -> np.ndarray:
+    """``records`` of one pass over the file at ``path`` by one thread (seed 8)."""
+    with fl.recfile.open(path) as f, fl.Loader(f, B, seed=8, threads=1) as loader:
+        return records(loader)
 
 
 def interrupting(real: Any, at: tuple[int, ...]) -> Any:

@@ -13,16 +13,7 @@ import pytest
 import feedline as fl
 from feedline.loader import _ahead, _blocks, _gather_ahead
 
-from ._rows import B, N
-
-
-def records(loader) -> np.ndarray:
-    return np.concatenate([b.y.copy() for b in loader])
-
-
-def whole(rows_flr) -> np.ndarray:
-    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=1) as loader:
-        return records(loader)
+from ._rows import B, N, records, whole
 
 
 def test_the_helpers_make_the_order_blocks_and_the_stream_is_one_threads(

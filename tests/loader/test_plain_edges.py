@@ -15,12 +15,7 @@ import pytest
 import feedline as fl
 from feedline.loader import _ahead, _gather_ahead
 
-from ._rows import B, N, interrupting
-
-
-def whole(rows_flr) -> np.ndarray:
-    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=1) as loader:
-        return np.concatenate([b.y.copy() for b in loader])
+from ._rows import B, N, interrupting, whole
 
 
 def in_thread(fn, timeout=60.0):

@@ -1,5 +1,6 @@
 """The loader's look-ahead: the next order block, made on a thread of its own or, where
-helper threads gather the rows, by the calling thread between its chunks."""
+helper threads gather the rows, by a helper between its chunks (or the caller that needs
+it first)."""
 
 from __future__ import annotations
 

@@ -319,12 +319,12 @@ class Loader:
         self,
         claim: Claim,
         make: Callable[[Claim], Any],
-        undo: Callable[[], None] | None = None,
+        counted: list | None = None,
     ) -> Any:
         """``make(claim)``, recorded in the ledger: delivered when it returns, passed
         over when it raises an error (the error reached the caller), made again when an
-        interrupt stops it (the caller got nothing; then ``undo()``, where given, takes
-        back what ``make`` counted of it)."""
+        interrupt stops it (the caller got nothing; then the stats take back what
+        ``make`` counted of it in the ``counted`` token, see ``Stats.undo``)."""
         try:
             result = make(claim)
             self._ledger.deliver(claim, claim.size)
@@ -332,8 +332,8 @@ class Loader:
             self._ledger.deliver(claim, None)
             raise
         except BaseException:
-            if self._ledger.release(claim) and undo is not None:
-                undo()
+            if self._ledger.release(claim) and counted is not None:
+                self._stats.undo(counted)
             raise
         return result
 

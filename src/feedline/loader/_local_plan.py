@@ -39,22 +39,18 @@ class LocalPlan:
         t0 = stats.start()
         acc = clock.tally()
 
-        counted: list[int] = []
+        counted: list[int] = []  # the rows, once the stats count the batch
 
         def made(claim: Any) -> Any:
             result = make(claim)
             stats.batch(t0, acc, claim.size, counted)
             return result
 
-        def undo() -> None:
-            if counted:
-                stats.undo(counted[0])
-
         try:
             claim = loader.claim()
             if claim is None:
                 return None
-            return claim, loader.deliver(claim, made, undo)
+            return claim, loader.deliver(claim, made, counted)
         finally:
             clock.untally()
 
@@ -141,8 +137,8 @@ class PlainPlan(LocalPlan):
             led.deliver(claim, None)
             raise
         except BaseException:
-            if led.release(claim) and counted:
-                loader._stats.undo(counted[0])
+            if led.release(claim):
+                loader._stats.undo(counted)
             raise
         return batch
 

@@ -142,12 +142,15 @@ class Stats:
             self.ns["read"] += t2 - t1
             self._count(t2, t2 - t0, rows, token)
 
-    def undo(self, rows: int) -> None:
-        """A batch counted, then given back before it reached the caller (an interrupt
-        between the two): it is counted again when it is made again. Its time stays."""
+    def undo(self, token: list) -> None:
+        """The batch of ``token`` (given to ``batch`` or ``plain``) was counted, if the
+        token says so, then given back before it reached the caller (an interrupt between
+        the two): it is counted again when it is made again. Its time stays."""
         with self.lock:
+            if not token:
+                return
             self.batches -= 1
-            self.rows -= rows
+            self.rows -= token.pop()
             if self.bar is not None and self.bar.n > 0:
                 self.bar.update(-1)
 

@@ -242,29 +242,25 @@ class WorkerPlan:
         t0 = stats.start()
         acc = clock.tally()
 
-        counted: list[int] = []
+        counted: list[int] = []  # the rows, once the stats count the batch
 
         def account(batch: Any) -> Any:
             out = batch if then is None else then(batch)
             stats.batch(t0, acc, acc.pop("rows", 0), counted)
             return out
 
-        def undo() -> None:
-            if counted:
-                stats.undo(counted[0])
-
         try:
-            return self._next(raw, account, undo)
+            return self._next(raw, account, counted)
         finally:
             clock.untally()
 
-    def _next(self, raw: bool, account: Callable[[Any], Any], undo: Callable[[], None]) -> Any:
+    def _next(self, raw: bool, account: Callable[[Any], Any], counted: list) -> Any:
         loader = self.loader
         with self.lock:
             claim, fields = self._take()
         if self.transform_in_workers and not raw:
             # the transform's result, made in a worker
-            return loader.deliver(claim, lambda c: account(fields), undo)
+            return loader.deliver(claim, lambda c: account(fields), counted)
         rows = loader.rows_for(claim.size)
         lengths = None
         if self.ragged:  # collated out of the slot (``_collator``)
@@ -279,7 +275,7 @@ class WorkerPlan:
             batch = Batch.with_meta(out, c.size, rows, c.pos0, c.ords, c.recs, lengths=lengths)
             return account(batch if raw else loader.finish(batch))
 
-        return loader.deliver(claim, finish, undo)
+        return loader.deliver(claim, finish, counted)
 
     def next_into(
         self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
