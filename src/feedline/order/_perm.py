@@ -193,9 +193,9 @@ def _permute_tabled(
 ) -> np.ndarray:
     """``permute_array`` through the round tables: the rounds in cache-sized chunks
     (``_TABLED_CHUNK``) into this thread's three scratch arrays, then the cycle walk once
-    over the whole array. Each numpy call here takes the GIL on the loader's look-ahead
-    thread, away from the threads gathering rows, so the calls are few: about 16 a chunk
-    and 80 a walk, whatever the array's length."""
+    over the whole array. Each numpy call here takes the GIL on the thread making the
+    loader's next order block, away from the threads gathering rows, so the calls are
+    few: about 16 a chunk and 80 a walk, whatever the array's length."""
     src = idx.view(np.int64)  # indices below n <= 2**32
     out = src if in_place else np.empty_like(src)
     scratch = _scratch(min(len(src), _TABLED_CHUNK))
