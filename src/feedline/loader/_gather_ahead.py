@@ -160,6 +160,9 @@ class GatherAhead:
         self.window: list[tuple[Key, int, np.ndarray, dict]] = []
         self.current: Key | None = None  # the chunk the window follows
         self.helping = 0
+        # (generation, first and end position in the pass, columns, fields) of the chunk
+        # that the last batch was cut from, gathered: the next batches' fast path
+        self.last: tuple[int, int, int, dict, dict[str, np.ndarray]] | None = None
         # Buffers of dropped chunks, to gather into again once no batch views them: a
         # fresh 4 MB array a chunk cost page faults that halved the threads' gathers.
         self.spare: list[dict[str, np.ndarray]] = []
@@ -169,6 +172,20 @@ class GatherAhead:
         yet), or None where the caller gathers the batch itself: a share of the
         batches (a torch DataLoader worker's), columns that can be written (a chunk
         gathered ahead would miss a write that the batch must see), a failed gather."""
+        # A claim inside the chunk of the last batch, once gathered: its rows are views of
+        # it, with nothing else to decide. The chunk's rows are a pure function of the
+        # generation and their positions in the pass; the views held here keep its
+        # buffers from being gathered into again (``_views``).
+        last = self.last
+        if (
+            last is not None
+            and last[0] == claim.gen
+            and last[1] <= claim.start
+            and claim.stop <= last[2]
+            and last[3] is cols
+        ):
+            lo, hi = claim.start - last[1], claim.stop - last[1]
+            return {n: a[lo:hi] for n, a in last[4].items()}
         if cols is not self.seen[0]:  # new columns (the first, or a refresh)
             row = sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in cols.values())
             # the chunks' starts before the columns are marked seen: another user thread's
@@ -225,7 +242,9 @@ class GatherAhead:
         got = chunk.fields
         if got is None:
             return None
-        lo, hi = claim.start - start - chunk.lo, claim.stop - start - chunk.lo
+        first = start + chunk.lo  # the chunk's first position in the pass
+        self.last = (claim.gen, first, first + len(chunk.recs), cols, got)
+        lo, hi = claim.start - first, claim.stop - first
         return {n: a[lo:hi] for n, a in got.items()}
 
     def _give_back(self) -> None:

@@ -111,17 +111,19 @@ class PlainPlan(LocalPlan):
             index = led.take_number()
             if index is None:
                 raise StopIteration
+            blocks = loader._blocks
             try:
-                claim = loader._claim_positions(index)
+                claim = blocks.claim(led, index, loader._pass_order)  # _claim_positions
             except BaseException:
                 led.untake(index)  # the order raised: nothing is claimed
                 raise
             ahead = self.ahead
-            block = loader._blocks.block if ahead is not None else None
+            block = blocks.block if ahead is not None else None
         t1 = perf_counter_ns()
         counted: list[int] = []  # the rows, once the stats count the batch
         try:
-            cols = self._cols()
+            ds = self.dataset  # _cols
+            cols = ds._columns if ds._columns is not None else ds._mapped_columns
             recs = claim.recs
             if not cols:
                 fields = loader.gather(claim, claim.size)
