@@ -122,8 +122,10 @@ class PlainPlan(LocalPlan):
         t1 = perf_counter_ns()
         counted: list[int] = []  # the rows, once the stats count the batch
         try:
-            ds = self.dataset  # _cols
-            cols = ds._columns if ds._columns is not None else ds._mapped_columns
+            ds = self.dataset  # _cols, with the ``_columns`` property written out
+            if ds._seen is not None:  # a TensorDataset: read again if it changed
+                ds._read_if_changed()
+            cols = ds._cols if ds._cols is not None else ds._mapped_columns
             recs = claim.recs
             if not cols:
                 fields = loader.gather(claim, claim.size)
