@@ -95,17 +95,34 @@ _REUSE = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled"
 
 class _Chunk:
     """Rows ``lo ..`` of an order block (their records ``recs``), gathered (``fields``)
-    once ``done`` is set; ``fields`` stays None when the gather failed (the caller
-    gathers its batch itself, and meets the error where it is reported)."""
+    once ``ready``; ``fields`` stays None when the gather failed (the caller gathers its
+    batch itself, and meets the error where it is reported)."""
 
-    __slots__ = ("buffers", "cols", "done", "fields", "lo", "owner", "recs")
+    __slots__ = ("buffers", "cols", "fields", "gate", "lo", "owner", "ready", "recs")
 
     def __init__(self, lo: int, recs: np.ndarray, cols: dict[str, np.ndarray]) -> None:
         self.lo, self.recs, self.cols = lo, recs, cols
         self.owner = threading.get_ident()  # the thread that took it, to gather it
         self.fields: dict[str, np.ndarray] | None = None
         self.buffers: dict[str, np.ndarray] | None = None  # what ``fields`` are views of
-        self.done = threading.Event()
+        # Set by ``finish``, after ``fields``; the gate, held until then, is what waiters
+        # block on (a lock of its own, not a ``threading.Event``: a chunk is made by the
+        # caller's Python, and an Event's condition cost 3 - 4 us of it, under the GIL
+        # that the helpers wait for)
+        self.ready = False
+        self.gate = threading.Lock()
+        self.gate.acquire()
+
+    def finish(self) -> None:
+        """Mark it gathered (or given up), waking its waiters: only by its owner."""
+        if not self.ready:
+            self.ready = True
+            self.gate.release()
+
+    def wait(self) -> None:
+        if not self.ready:
+            with self.gate:
+                pass
 
 
 def for_plain(loader: Any) -> GatherAhead | None:
@@ -222,12 +239,12 @@ class GatherAhead:
             assert chunk is not None
             if taken is not None:
                 self._gather(*taken)
-            elif not chunk.done.is_set() and chunk.owner == threading.get_ident():
+            elif not chunk.ready and chunk.owner == threading.get_ident():
                 # this thread took it and was stopped before it gathered it (an interrupt
                 # that also stopped the giving back): gathered now
                 taken = (key, chunk)
                 self._gather(*taken)
-            elif not chunk.done.is_set():
+            elif not chunk.ready:
                 # A helper gathers it: gather the next unclaimed chunk meanwhile, not wait.
                 with self.lock:
                     taken = self._unclaimed()
@@ -235,7 +252,7 @@ class GatherAhead:
                     # an error is met by the caller that needs that chunk, gathering it
                     with contextlib.suppress(Exception):
                         self._gather(*taken)
-                chunk.done.wait()
+                chunk.wait()
         except BaseException:
             self._give_back()
             raise
@@ -255,8 +272,8 @@ class GatherAhead:
         me = threading.get_ident()
         with self.lock:
             for key, chunk in list(self.chunks.items()):
-                if chunk.owner == me and not chunk.done.is_set():
-                    chunk.done.set()  # first: its waiters wake whatever comes next
+                if chunk.owner == me and not chunk.ready:
+                    chunk.finish()  # first: its waiters wake whatever comes next
                     del self.chunks[key]
 
     # -- under the lock ------------------------------------------------------------------
@@ -276,8 +293,13 @@ class GatherAhead:
         the helpers, and start a helper if one is free."""
         gen, start, c = key
         self.current = key
-        chunks = bisect.bisect_right(self.starts[start > 0], block[4] - start - 1)
-        window = [(k, *self._rows(k, block[2]), cols) for k in _keys(gen, start, c + 1, chunks)]
+        st, recs = self.starts[start > 0], block[2]
+        chunks = bisect.bisect_right(st, block[4] - start - 1)
+        # the next chunks of this block (``_rows`` written out: a call less each)
+        window = [
+            ((gen, start, i), st[i], recs[st[i] : st[i + 1]], cols)
+            for i in range(c + 1, min(chunks, c + 1 + _AHEAD))
+        ]
         if len(window) < _AHEAD:
             window += self._next_block(gen, block, cols)
         del window[_AHEAD:]
@@ -375,7 +397,7 @@ class GatherAhead:
                     del self.chunks[key]
             raise
         finally:
-            chunk.done.set()
+            chunk.finish()
 
     def _help(self) -> None:
         """A helper thread: gather the window's unclaimed chunks until none is left, and
