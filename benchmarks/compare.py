@@ -1,7 +1,8 @@
 """feedline beside other data loaders, in one run on this machine.
 
-Two workloads on local disk (a temporary directory; the page cache warm), read in
-shuffled batches:
+Two workloads on local disk (a temporary directory; the page cache warm: each file's
+pages dropped once after it is written and read back, so that all are cached alike,
+``warm``), read in shuffled batches:
 
 - A: 4,000,000 examples of 64 float32 and an int64 label, batches of 512;
 - B: 500,000 32x32x3 uint8 images and an int64 label, batches of 256.
@@ -12,8 +13,9 @@ Systems (``--only`` takes these names, comma-separated):
   the memory-mapped ``.npy`` files into preallocated arrays, with a permutation computed
   before the loop;
 - ``feedline``: ``fl.Loader(fl.recfile.open(path), batch, seed=1, workers=0 or 2)`` at
-  its defaults (the calling thread gathers each batch); ``feedline-2threads``: the same
-  with ``threads=2`` (a helper thread gathers chunks of batches ahead);
+  its defaults (two gather threads while a core is spare, ``default_threads``);
+  ``feedline-2threads``: the same with ``threads=2`` (a helper thread gathers chunks of
+  batches ahead whatever the load);
 - ``torch-item``: ``torch.utils.data.DataLoader`` over a map-style dataset that returns
   one example from the memory maps, default collate, ``shuffle=True``, 0 and 2 workers;
 - ``torch-batch``: the same DataLoader with ``batch_size=None`` and
@@ -396,8 +398,22 @@ def make_workload(wdir: str, name: str, n: int) -> int:
     return int(y.sum())
 
 
+# Files whose pages were dropped once and read back (``warm``).
+_REREAD: set[str] = set()
+
+
 def warm(path: str) -> None:
-    """Read every file under ``path`` once, so its pages are in the page cache."""
+    """Read every file under ``path`` once, so its pages are in the page cache; the first
+    time, after dropping the pages its writer left there, so that every system's files
+    are cached alike, as read back from the disk.
+
+    A file's cached pages keep the shape its writer gave them (this machine's kernel
+    caches a file in large folios, their sizes set by the writes or by the read-ahead),
+    and a fresh memory map's page faults cost by that shape: numpy's one-thread gather
+    from the .npy that numpy wrote ran 1.21x slower than the same gather from the same
+    bytes in the .flr (fresh processes, 8 rounds, B), and 1.02x once both were dropped
+    and read back.
+    """
     files = (
         [path]
         if os.path.isfile(path)
@@ -405,6 +421,16 @@ def warm(path: str) -> None:
     )
     buf = bytearray(1 << 24)
     for p in files:
+        if p not in _REREAD and hasattr(os, "posix_fadvise"):
+            _REREAD.add(p)
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # written back first: only clean pages are dropped
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                pass  # kept as written: the table's note says nothing else then
+            finally:
+                os.close(fd)
         with open(p, "rb", buffering=0) as f:
             while f.readinto(buf):
                 pass
