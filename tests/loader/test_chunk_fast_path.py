@@ -77,10 +77,12 @@ def test_other_columns_are_never_cut_from_a_chunk_of_the_old_ones(rows_flr, smal
             first = next(it)
         ds = loader._datasets[0]
         old = ds._mapped_columns
-        # the same rows in other read-only arrays (what a refresh of the source gives)
-        other = {n: np.negative(a).view() for n, a in old.items()}
-        for a in other.values():
-            a.flags.writeable = False
+        # the same rows in other arrays that nothing writes (what a refresh of the
+        # source gives): over ``bytes``, so their chunks are gathered ahead too
+        other = {
+            n: np.frombuffer(np.negative(a).tobytes(), a.dtype).reshape(a.shape)
+            for n, a in old.items()
+        }
         ds._mapped_columns = other
         second = next(it)  # inside the first batch's chunk, but of the new columns
     assert (first.y >= 0).all() and (second.y <= 0).all() and second.y.any()

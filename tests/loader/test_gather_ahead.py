@@ -145,6 +145,35 @@ def test_writable_columns_are_gathered_batch_by_batch_so_writes_show(small_chunk
     assert all(b.x.all() for b in it)
 
 
+@pytest.mark.parametrize("how", ["view", "owner"])
+def test_read_only_arrays_over_writable_memory_are_gathered_batch_by_batch(small_chunks, how):
+    # flagged read-only, yet written through another reference (a read-only view of the
+    # caller's array) or by lifting the flag (an array owning its memory): as with one
+    # thread, the write shows in the next batch
+    x = np.zeros((10_000, 4), dtype=np.float32)
+    col = x.view() if how == "view" else x
+    col.flags.writeable = False
+    loader = fl.Loader(fl.Dataset.from_arrays(x=col), 100, threads=2)
+    it = iter(loader)
+    # chunks of 1, 1, 2 and 4 batches: the fifth batch opens the fourth, the sixth is in it
+    assert not any(next(it).x.any() for _ in range(5))
+    if how == "owner":
+        x.flags.writeable = True
+    x[:] = 1.0
+    assert all(b.x.all() for b in it)
+
+
+def test_a_file_mapped_read_only_is_gathered_in_chunks(flr, small_chunks, monkeypatch):
+    chunks = []
+    real = _gather_ahead.GatherAhead._gather
+    monkeypatch.setattr(
+        _gather_ahead.GatherAhead, "_gather", lambda s, k, c: chunks.append(k) or real(s, k, c)
+    )
+    with fl.recfile.open(flr) as f:
+        stream(fl.Loader(f, 100, seed=3, threads=2))
+    assert chunks
+
+
 def test_a_share_of_the_batches_is_gathered_batch_by_batch(flr, small_chunks):
     with fl.recfile.open(flr) as f:
         whole = stream(fl.Loader(f, 100, seed=3, threads=1))

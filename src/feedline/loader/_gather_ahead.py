@@ -93,6 +93,26 @@ _UNVIEWED = _views({"a": np.empty(0)})
 _REUSE = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
+def _unwritten(a: Any) -> bool:
+    """Whether no reference can write ``a``'s rows while chunks of them are gathered
+    ahead: a numpy array flagged read-only over bases all flagged so, down to a buffer
+    that cannot be written (a file mapped read-only, ``bytes``). A read-only view of
+    writable memory, or an array owning its memory (its flag can be lifted), is not: a
+    write through it would show in a batch gathered batch by batch, as one thread
+    gathers it, and be missed by a chunk gathered before it."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    if a is None:
+        return False
+    try:
+        with memoryview(a) as m:
+            return bool(m.readonly)
+    except TypeError:  # no buffer (an object numpy wraps): not known to be unwritten
+        return False
+
+
 class _Chunk:
     """Rows ``lo ..`` of an order block (their records ``recs``), gathered (``fields``)
     once ``ready``; ``fields`` stays None when the gather failed (the caller gathers its
@@ -211,12 +231,9 @@ class GatherAhead:
                 _chunk_starts(self.batch_size, row, True),
                 _chunk_starts(self.batch_size, row, False),
             )
-            # numpy arrays that cannot be written (memory maps); a remote file's columns
+            # numpy arrays over memory nothing writes (memory maps); a remote file's columns
             # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
-            self.seen = (
-                cols,
-                all(isinstance(a, np.ndarray) and not a.flags.writeable for a in cols.values()),
-            )
+            self.seen = (cols, all(_unwritten(a) for a in cols.values()))
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
             return None
