@@ -5,6 +5,7 @@ compiled kernels loaded or not."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -292,3 +293,50 @@ def test_next_into_and_next_mixed_give_one_thread_stream(flr, small_chunks, thre
             loader.load_state_dict(state)
             got += stream_into(loader)
     assert_same(got, whole)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_fork_while_another_thread_gathers_a_chunk_does_not_hang_the_child(flr, small_chunks):
+    # the chunk that thread took is never gathered in the child (the thread is not there):
+    # the child's batches in it are gathered by the child's own threads
+    entered, release = threading.Event(), threading.Event()
+    real = _gather_ahead.GatherAhead._gather
+
+    def stalled(self, key, chunk):
+        # the chunk of that thread's own batch (not one it gathers while a helper gathers
+        # its own): the child's next batches wait for it
+        if threading.current_thread().name == "stalled" and key == self.current:
+            entered.set()
+            release.wait(30)
+        return real(self, key, chunk)
+
+    with fl.recfile.open(flr) as f:
+        loader = fl.Loader(f, 100, seed=3, threads=2)
+        it = iter(loader)
+        next(it)
+
+        def other():
+            while not entered.is_set() and next(it, None) is not None:
+                pass
+
+        _gather_ahead.GatherAhead._gather = stalled
+        try:
+            th = threading.Thread(target=other, name="stalled")
+            th.start()
+            assert entered.wait(30)
+            pid = os.fork()
+            if pid == 0:  # the child: the rest of the pass, or exit 3 after 20 s
+                code = 5
+                try:
+                    threading.Timer(20, os._exit, (3,)).start()
+                    rows = np.concatenate([b.y for b in it])
+                    code = 0 if len(np.unique(rows)) == len(rows) > N // 2 else 4
+                finally:
+                    os._exit(code)
+            release.set()
+            th.join(30)
+            _, status = os.waitpid(pid, 0)
+        finally:
+            _gather_ahead.GatherAhead._gather = real
+            release.set()
+    assert os.waitstatus_to_exitcode(status) == 0

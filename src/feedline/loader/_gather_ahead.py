@@ -238,6 +238,10 @@ class GatherAhead:
             self.blocks.here = False  # the look-ahead thread makes the next order block
             return None
         self.blocks.here = self.spared[1]  # a helper makes it, where helpers gather
+        if self.pid != os.getpid():
+            # a forked child: no thread of its parent's is here to gather a chunk it took
+            # (another user thread's, in flight at the fork), nor any helper of its
+            self._reset()
         start = block[0]
         c = bisect.bisect_right(self.starts[start > 0], claim.start - start) - 1
         key = (claim.gen, start, c)
@@ -246,8 +250,6 @@ class GatherAhead:
         try:
             if key != self.current or chunk is None or chunk.cols is not cols:
                 with self.lock:  # a new chunk: the window moves on
-                    if self.pid != os.getpid():  # a forked child: no helper of its parent's
-                        self._reset()
                     chunk = self.chunks.get(key)
                     if chunk is None or chunk.cols is not cols:
                         chunk = self._new(key, *self._rows(key, block[2]), cols)
