@@ -8,6 +8,7 @@ reset during a gather, a read-only output. Exactly-once is checked by counting
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -362,3 +363,36 @@ def test_a_state_of_another_length_names_the_lengths():
     state = loader.state_dict()
     with pytest.raises(fl.StateError, match="length 37 saved, 38 here"):
         fl.Loader(dataset(38), 4, workers=0).load_state_dict(state)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_a_fork_while_another_thread_holds_the_ledger_waits_for_it():
+    # the child would find the lock held by a thread it does not have: its next batch
+    # would wait forever; the fork waits for the change to end instead
+    ds = fl.Dataset.from_arrays(y=np.arange(10_000))
+    want = np.concatenate([b.y for b in fl.Loader(ds, 100, seed=3, threads=1)])
+    loader = fl.Loader(ds, 100, seed=3, threads=1)
+    it = iter(loader)
+    next(it)
+    held = threading.Event()
+
+    def hold():
+        with loader._ledger.lock:
+            held.set()
+            time.sleep(0.3)
+
+    th = threading.Thread(target=hold)
+    th.start()
+    assert held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: the rest of the pass, or exit 3 after 20 s
+        code = 5
+        try:
+            threading.Timer(20, os._exit, (3,)).start()
+            rows = np.concatenate([b.y for b in it])
+            code = 0 if np.array_equal(rows, want[100:]) else 4
+        finally:
+            os._exit(code)
+    th.join(30)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -18,8 +18,14 @@ that found it, so a thread can never end the pass another thread just started.
 from __future__ import annotations
 
 import heapq
+import os
 import threading
+import weakref
 from typing import Any, NamedTuple
+
+# The live ledgers, whose locks a fork takes first (``_before_fork``).
+_LEDGERS: weakref.WeakSet[Ledger] = weakref.WeakSet()
+_HELD: list[threading.Lock] = []  # the locks taken for the fork in progress
 
 
 class Claim(NamedTuple):
@@ -52,6 +58,7 @@ class Ledger:
 
     def __init__(self, seed: int | None, steps: int) -> None:
         self.lock = threading.Lock()
+        _LEDGERS.add(self)
         self.gen = 0
         self.seed = seed
         self.epoch = 0
@@ -147,3 +154,25 @@ class Ledger:
     def finished(self) -> bool:
         """The pass ended and every claim of it was delivered."""
         return self.ended and not self.redo and self.delivered >= self.next
+
+
+def _before_fork() -> None:
+    """Before a fork: take every live ledger's lock, so that no other thread is in the
+    middle of a change when the child is made (the child would find the lock held by a
+    thread it does not have, and its next batch would wait forever). A lock not had in
+    a few seconds (its holder waits for this thread) is left as it is."""
+    for ledger in list(_LEDGERS):
+        if ledger.lock.acquire(timeout=5):
+            _HELD.append(ledger.lock)
+
+
+def _after_fork() -> None:
+    """After the fork, in the parent and in the child: the locks taken back."""
+    while _HELD:
+        _HELD.pop().release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork
+    )
