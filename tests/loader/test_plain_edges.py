@@ -164,7 +164,9 @@ def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(
         assert stopped["n"]
         gathered["helpers"] = 0
         second = np.concatenate([b.y.copy() for b in loader])
-        assert loader._plan.ahead.helping == 0
+        # the last helper gives its place back once it finds no chunk left: at the end of
+        # the pass, or soon after it on a loaded machine (it may not have run yet)
+        assert _settles(lambda: loader._plan.ahead.helping == 0)
     np.testing.assert_array_equal(first, want)
     np.testing.assert_array_equal(np.sort(second), np.arange(N))
     assert gathered["helpers"] > 0  # the helpers came back after the one that stopped
@@ -246,7 +248,22 @@ def test_an_interrupt_while_a_helper_is_started_gives_its_place_back(
             return gather(key, chunk)
 
         ahead._gather = counted
-        again = np.concatenate([b.y.copy() for b in loader])
+        # passes until a helper gathers a chunk (the first, but for a loaded machine
+        # where a new helper thread may not run before a short pass ends)
+        for _ in range(5):
+            again = np.concatenate([b.y.copy() for b in loader])
+            np.testing.assert_array_equal(np.sort(again), np.arange(N))
+            if helpers["n"]:
+                break
     np.testing.assert_array_equal(np.sort(got), np.arange(N))
-    np.testing.assert_array_equal(np.sort(again), np.arange(N))
     assert helpers["n"] > 0
+
+
+def _settles(check, seconds: float = 10.0) -> bool:
+    """Whether ``check()`` is true within ``seconds``."""
+    end = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
