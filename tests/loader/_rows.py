@@ -41,3 +41,20 @@ def interrupting(real: Any, at: tuple[int, ...]) -> Any:
         return out
 
     return wrapped
+
+
+def fork_checking(check: Any, seconds: float = 20.0) -> int:
+    """Fork; the child exits 0 if ``check()`` is true, 4 if false, 3 if it has not
+    returned after ``seconds`` (a hang), 5 if it raised. Returns the child's pid."""
+    import os
+    import threading
+
+    pid = os.fork()
+    if pid == 0:
+        code = 5
+        try:
+            threading.Timer(seconds, os._exit, (3,)).start()
+            code = 0 if check() else 4
+        finally:
+            os._exit(code)
+    return pid

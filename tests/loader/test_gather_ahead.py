@@ -18,6 +18,8 @@ import feedline as fl
 from feedline._base import kernels as _kernels
 from feedline.loader import _gather_ahead
 
+from ._rows import fork_checking
+
 
 class Row(fl.Record, dims={"D": 6}):
     """A small row: many chunks and several order blocks in a small file."""
@@ -324,15 +326,8 @@ def test_a_fork_while_another_thread_gathers_a_chunk_does_not_hang_the_child(flr
             th = threading.Thread(target=other, name="stalled")
             th.start()
             assert entered.wait(30)
-            pid = os.fork()
-            if pid == 0:  # the child: the rest of the pass, or exit 3 after 20 s
-                code = 5
-                try:
-                    threading.Timer(20, os._exit, (3,)).start()
-                    rows = np.concatenate([b.y for b in it])
-                    code = 0 if len(np.unique(rows)) == len(rows) > N // 2 else 4
-                finally:
-                    os._exit(code)
+            # the child: the rest of the pass, each row once
+            pid = fork_checking(lambda: _once(np.concatenate([b.y for b in it])))
             release.set()
             th.join(30)
             _, status = os.waitpid(pid, 0)
@@ -340,3 +335,7 @@ def test_a_fork_while_another_thread_gathers_a_chunk_does_not_hang_the_child(flr
             _gather_ahead.GatherAhead._gather = real
             release.set()
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _once(rows: np.ndarray) -> bool:
+    return len(np.unique(rows)) == len(rows) > N // 2
