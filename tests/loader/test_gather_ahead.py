@@ -339,3 +339,15 @@ def test_a_fork_while_another_thread_gathers_a_chunk_does_not_hang_the_child(flr
 
 def _once(rows: np.ndarray) -> bool:
     return len(np.unique(rows)) == len(rows) > N // 2
+
+
+def test_an_array_over_a_read_only_view_of_writable_memory_is_gathered_batch_by_batch(
+    small_chunks,
+):
+    raw = bytearray(np.zeros((10_000, 4), dtype=np.float32).tobytes())
+    col = np.frombuffer(memoryview(raw).toreadonly(), np.float32).reshape(10_000, 4)
+    loader = fl.Loader(fl.Dataset.from_arrays(x=col), 100, threads=2)
+    it = iter(loader)
+    assert not any(next(it).x.any() for _ in range(5))
+    raw[:] = np.ones((10_000, 4), dtype=np.float32).tobytes()  # through the writable buffer
+    assert all(b.x.all() for b in it)

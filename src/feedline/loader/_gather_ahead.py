@@ -104,10 +104,14 @@ def _unwritten(a: Any) -> bool:
         if a.flags.writeable:
             return False
         a = a.base
+    while isinstance(a, memoryview):  # a read-only view of a buffer may be over a writable one
+        if not a.readonly:
+            return False
+        a = a.obj
     if a is None:
         return False
     try:
-        with memoryview(a) as m:
+        with memoryview(a) as m:  # the buffer's owner (a memory map opened to read, bytes)
             return bool(m.readonly)
     except TypeError:  # no buffer (an object numpy wraps): not known to be unwritten
         return False
