@@ -17,6 +17,7 @@ that found it, so a thread can never end the pass another thread just started.
 
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401  (its fork hook is registered before ours)
 import heapq
 import os
 import threading
@@ -160,7 +161,10 @@ def _before_fork() -> None:
     """Before a fork: take every live ledger's lock, so that no other thread is in the
     middle of a change when the child is made (the child would find the lock held by a
     thread it does not have, and its next batch would wait forever). A lock not had in
-    a few seconds (its holder waits for this thread) is left as it is."""
+    a few seconds (its holder waits for this thread) is left as it is. The thread pools'
+    own hook (``concurrent.futures.thread``, imported above so that it is registered
+    first) runs after this one: a holder starting a look-ahead thread gets the pools'
+    lock and lets go of the ledger's."""
     for ledger in list(_LEDGERS):
         if ledger.lock.acquire(timeout=5):
             _HELD.append(ledger.lock)
