@@ -3,6 +3,8 @@ stream, and a wrapper that raises an interrupt at chosen calls."""
 
 from __future__ import annotations
 
+import os
+import threading
 from typing import Any
 
 import numpy as np
@@ -46,9 +48,6 @@ def interrupting(real: Any, at: tuple[int, ...]) -> Any:
 def fork_checking(check: Any, seconds: float = 20.0) -> int:
     """Fork; the child exits 0 if ``check()`` is true, 4 if false, 3 if it has not
     returned after ``seconds`` (a hang), 5 if it raised. Returns the child's pid."""
-    import os
-    import threading
-
     pid = os.fork()
     if pid == 0:
         code = 5

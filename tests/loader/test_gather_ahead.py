@@ -148,14 +148,19 @@ def test_writable_columns_are_gathered_batch_by_batch_so_writes_show(small_chunk
     assert all(b.x.all() for b in it)
 
 
-@pytest.mark.parametrize("how", ["view", "owner"])
+@pytest.mark.parametrize("how", ["view", "owner", "buffer"])
 def test_read_only_arrays_over_writable_memory_are_gathered_batch_by_batch(small_chunks, how):
     # flagged read-only, yet written through another reference (a read-only view of the
-    # caller's array) or by lifting the flag (an array owning its memory): as with one
-    # thread, the write shows in the next batch
+    # caller's array, or of a writable buffer through a read-only memoryview) or by
+    # lifting the flag (an array owning its memory): as with one thread, the write shows
+    # in the next batch
     x = np.zeros((10_000, 4), dtype=np.float32)
-    col = x.view() if how == "view" else x
-    col.flags.writeable = False
+    raw = bytearray(x.tobytes())
+    if how == "buffer":
+        col = np.frombuffer(memoryview(raw).toreadonly(), np.float32).reshape(x.shape)
+    else:
+        col = x.view() if how == "view" else x
+        col.flags.writeable = False
     loader = fl.Loader(fl.Dataset.from_arrays(x=col), 100, threads=2)
     it = iter(loader)
     # chunks of 1, 1, 2 and 4 batches: the fifth batch opens the fourth, the sixth is in it
@@ -163,6 +168,7 @@ def test_read_only_arrays_over_writable_memory_are_gathered_batch_by_batch(small
     if how == "owner":
         x.flags.writeable = True
     x[:] = 1.0
+    raw[:] = x.tobytes()
     assert all(b.x.all() for b in it)
 
 
@@ -298,7 +304,9 @@ def test_next_into_and_next_mixed_give_one_thread_stream(flr, small_chunks, thre
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
-def test_a_fork_while_another_thread_gathers_a_chunk_does_not_hang_the_child(flr, small_chunks):
+def test_a_fork_while_another_thread_gathers_a_chunk_does_not_hang_the_child(
+    flr, small_chunks, monkeypatch
+):
     # the chunk that thread took is never gathered in the child (the thread is not there):
     # the child's batches in it are gathered by the child's own threads
     entered, release = threading.Event(), threading.Event()
@@ -321,33 +329,19 @@ def test_a_fork_while_another_thread_gathers_a_chunk_does_not_hang_the_child(flr
             while not entered.is_set() and next(it, None) is not None:
                 pass
 
-        _gather_ahead.GatherAhead._gather = stalled
+        monkeypatch.setattr(_gather_ahead.GatherAhead, "_gather", stalled)
+        th = threading.Thread(target=other, name="stalled")
+        th.start()
         try:
-            th = threading.Thread(target=other, name="stalled")
-            th.start()
             assert entered.wait(30)
             # the child: the rest of the pass, each row once
             pid = fork_checking(lambda: _once(np.concatenate([b.y for b in it])))
+        finally:
             release.set()
             th.join(30)
-            _, status = os.waitpid(pid, 0)
-        finally:
-            _gather_ahead.GatherAhead._gather = real
-            release.set()
+        _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
 
 
 def _once(rows: np.ndarray) -> bool:
     return len(np.unique(rows)) == len(rows) > N // 2
-
-
-def test_an_array_over_a_read_only_view_of_writable_memory_is_gathered_batch_by_batch(
-    small_chunks,
-):
-    raw = bytearray(np.zeros((10_000, 4), dtype=np.float32).tobytes())
-    col = np.frombuffer(memoryview(raw).toreadonly(), np.float32).reshape(10_000, 4)
-    loader = fl.Loader(fl.Dataset.from_arrays(x=col), 100, threads=2)
-    it = iter(loader)
-    assert not any(next(it).x.any() for _ in range(5))
-    raw[:] = np.ones((10_000, 4), dtype=np.float32).tobytes()  # through the writable buffer
-    assert all(b.x.all() for b in it)
