@@ -345,3 +345,46 @@ def test_a_fork_while_another_thread_gathers_a_chunk_does_not_hang_the_child(
 
 def _once(rows: np.ndarray) -> bool:
     return len(np.unique(rows)) == len(rows) > N // 2
+
+
+def test_a_chunk_of_a_shorter_block_at_the_same_start_is_not_cut_past_its_rows(small_chunks):
+    """A block's chunks are keyed by the block's first position, and two blocks of one
+    generation can start at the same position with other lengths (a block made for a
+    given-back claim or a seek is short, the one made ahead is long): the last chunk of
+    the short one holds fewer rows than the long one's chunk of the same key. A claim of
+    the long block must get every one of its rows, not the short chunk's rows cut short."""
+    from feedline.loader._ledger import Claim
+
+    class Blocks:  # the order-blocks stage as GatherAhead reads it
+        ahead = None
+        here = False
+
+    class Ledger:
+        share = (0, 1)
+
+    b, n = 8, 4096
+    col = np.frombuffer(np.arange(n, dtype=np.int64).tobytes(), dtype=np.int64)  # unwritten
+    cols = {"y": col}
+    ahead = _gather_ahead.GatherAhead(2, b, Ledger(), Blocks())
+    recs = np.random.default_rng(3).permutation(n).astype(np.uint64)
+    ords = np.zeros(n, np.int64)
+    start, short, long = b * 16, b * 7, b * 300  # chunks of 20_000 bytes: 313 batches
+    starts = _gather_ahead._chunk_starts(b, 8, False)
+    assert starts[1] > short  # the short block's only chunk is cut at its end
+
+    def block(length):
+        return (start, ords[:length], recs[:length], n, start + length, 0)
+
+    def claim(i, blk):
+        lo = i * b
+        rows = slice(lo, lo + b)
+        return Claim(0, start // b + i, start + lo, start + lo + b, ords[rows], recs[rows])
+
+    s = block(short)
+    got = ahead.fields(claim(6, s), s, cols)  # the short block's last batch
+    np.testing.assert_array_equal(got["y"], recs[6 * b : 7 * b].astype(np.int64))
+    ahead.last = None  # another user thread's claim came between (the fast path missed)
+    g = block(long)
+    for i in (7, 20):  # past the short block's end, in chunk 0 of the long one
+        got = ahead.fields(claim(i, g), g, cols)
+        np.testing.assert_array_equal(got["y"], recs[i * b : (i + 1) * b].astype(np.int64))

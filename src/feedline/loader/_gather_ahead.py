@@ -250,12 +250,22 @@ class GatherAhead:
         c = bisect.bisect_right(self.starts[start > 0], claim.start - start) - 1
         key = (claim.gen, start, c)
         chunk = self.chunks.get(key)
+        # The key leaves out the block's length: two blocks of a generation may start at
+        # one position with other lengths (a block made for a given-back claim, or after a
+        # seek, is short), and the short one's last chunk ends at its end. A chunk that
+        # ends before the claim is made again, of this block's rows.
+        need = claim.stop - start
         taken: tuple[Key, _Chunk] | None = None  # a chunk this thread took, to gather
         try:
-            if key != self.current or chunk is None or chunk.cols is not cols:
+            if (
+                key != self.current
+                or chunk is None
+                or chunk.cols is not cols
+                or chunk.lo + len(chunk.recs) < need
+            ):
                 with self.lock:  # a new chunk: the window moves on
                     chunk = self.chunks.get(key)
-                    if chunk is None or chunk.cols is not cols:
+                    if chunk is None or chunk.cols is not cols or chunk.lo + len(chunk.recs) < need:
                         chunk = self._new(key, *self._rows(key, block[2]), cols)
                         taken = (key, chunk)
                     self._advance(key, block, cols)
