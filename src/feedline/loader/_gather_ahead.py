@@ -9,9 +9,11 @@ it needs is still being gathered, gathers the next unclaimed one meanwhile: so w
 threads both cores copy rows, and no thread waits for another to be woken per batch.
 
 A chunk is a pure function of the order block's records and the dataset's columns, and
-its key carries the ledger's generation and the block's first position: a batch holds
-the same rows whichever thread gathered them, with any number of threads. Nothing here
-is state of the loader: a chunk dropped or never made is gathered again.
+its key carries the ledger's generation and the block's first position (a chunk found
+under its key that ends before the claim, the last of a shorter block at the same first
+position, is made again): a batch holds the same rows whichever thread gathered them,
+with any number of threads. Nothing here is state of the loader: a chunk dropped or
+never made is gathered again.
 
 Cost: ``threads - 1`` helper threads (a process-wide pool), at most ``_AHEAD + 2``
 chunks of about ``_CHUNK_BYTES`` held per loader.
