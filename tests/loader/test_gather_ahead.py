@@ -375,16 +375,16 @@ def test_a_chunk_of_a_shorter_block_at_the_same_start_is_not_cut_past_its_rows(s
     def block(length):
         return (start, ords[:length], recs[:length], n, start + length, 0)
 
-    def claim(i, blk):
+    def claim(i):
         lo = i * b
         rows = slice(lo, lo + b)
         return Claim(0, start // b + i, start + lo, start + lo + b, ords[rows], recs[rows])
 
     s = block(short)
-    got = ahead.fields(claim(6, s), s, cols)  # the short block's last batch
+    got = ahead.fields(claim(6), s, cols)  # the short block's last batch
     np.testing.assert_array_equal(got["y"], recs[6 * b : 7 * b].astype(np.int64))
     ahead.last = None  # another user thread's claim came between (the fast path missed)
     g = block(long)
     for i in (7, 20):  # past the short block's end, in chunk 0 of the long one
-        got = ahead.fields(claim(i, g), g, cols)
+        got = ahead.fields(claim(i), g, cols)
         np.testing.assert_array_equal(got["y"], recs[i * b : (i + 1) * b].astype(np.int64))

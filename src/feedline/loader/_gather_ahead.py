@@ -119,6 +119,11 @@ def _unwritten(a: Any) -> bool:
         return False
 
 
+def _holds(chunk: _Chunk | None, cols: dict, need: int) -> bool:
+    """Whether ``chunk`` is of ``cols`` and holds its block's first ``need`` rows."""
+    return chunk is not None and chunk.cols is cols and chunk.lo + len(chunk.recs) >= need
+
+
 class _Chunk:
     """Rows ``lo ..`` of an order block (their records ``recs``), gathered (``fields``)
     once ``ready``; ``fields`` stays None when the gather failed (the caller gathers its
@@ -259,15 +264,10 @@ class GatherAhead:
         need = claim.stop - start
         taken: tuple[Key, _Chunk] | None = None  # a chunk this thread took, to gather
         try:
-            if (
-                key != self.current
-                or chunk is None
-                or chunk.cols is not cols
-                or chunk.lo + len(chunk.recs) < need
-            ):
+            if key != self.current or not _holds(chunk, cols, need):
                 with self.lock:  # a new chunk: the window moves on
                     chunk = self.chunks.get(key)
-                    if chunk is None or chunk.cols is not cols or chunk.lo + len(chunk.recs) < need:
+                    if not _holds(chunk, cols, need):
                         chunk = self._new(key, *self._rows(key, block[2]), cols)
                         taken = (key, chunk)
                     self._advance(key, block, cols)
