@@ -238,7 +238,9 @@ def test_an_interrupt_while_a_helper_is_started_gives_its_place_back(
     with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         got = interrupted_pass(loader)
         ahead = loader._plan.ahead
-        assert ahead.helping == 0
+        # a helper started after the interrupted one may still be returning when the pass
+        # ends (a loaded machine): the count settles to 0, a place lost would stay 1
+        assert _settles(lambda: ahead.helping == 0), ahead.helping
         helpers = {"n": 0}
         gather = ahead._gather
 
