@@ -236,7 +236,10 @@ def _padded(values: np.ndarray, rows: int) -> np.ndarray:
 def _tensor_on(array: np.ndarray, device: Any) -> Any:
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+    # a tensor's memory can be written: a read-only array (one source's ordinals, views
+    # of the order's shared zeros) is copied
+    a = np.ascontiguousarray(array) if array.flags.writeable else array.copy()
+    return torch.from_numpy(a).to(device)
 
 
 def _converter_like(fields: dict[str, Any]) -> Callable[[np.ndarray], Any] | None:

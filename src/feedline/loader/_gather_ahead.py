@@ -25,13 +25,13 @@ import bisect
 import contextlib
 import itertools
 import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+from .._base import recycle
 from ._blocks import _BLOCK, OrderBlocks
 from ._config import _in_torch_worker, usable_cpus
 
@@ -80,19 +80,6 @@ def _executor() -> ThreadPoolExecutor:
                 os.register_at_fork(before=_finish_running)
             pool = _pool = (os.getpid(), ThreadPoolExecutor(_MAX_HELPERS, "feedline-gather"))
         return pool[1]
-
-
-def _views(bufs: dict[str, np.ndarray]) -> int:
-    """References to ``bufs``' arrays beyond the dict's own: views that batches hold
-    (a view's ``base`` is the array it was cut from, whatever it was cut from)."""
-    return sum(sys.getrefcount(a) for a in bufs.values()) - _UNVIEWED * len(bufs)
-
-
-# What an array that nothing views counts in ``_views``, measured by the same code; only
-# where reference counts are exact (CPython with its GIL) is a buffer reused.
-_UNVIEWED = 0
-_UNVIEWED = _views({"a": np.empty(0)})
-_REUSE = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 def _unwritten(a: Any) -> bool:
@@ -223,7 +210,7 @@ class GatherAhead:
         # A claim inside the chunk of the last batch, once gathered: its rows are views of
         # it, with nothing else to decide. The chunk's rows are a pure function of the
         # generation and their positions in the pass; the views held here keep its
-        # buffers from being gathered into again (``_views``).
+        # buffers from being gathered into again (``recycle.views``).
         last = self.last
         if (
             last is not None
@@ -387,8 +374,8 @@ class GatherAhead:
                     n in bufs and bufs[n].dtype == c.dtype and bufs[n].shape[1:] == c.shape[1:]
                     for n, c in cols.items()
                 )
-                and _REUSE
-                and _views(bufs) == 0
+                and recycle.REUSE
+                and recycle.views(bufs) == 0
             ):
                 return self.spare.pop(i)
         rows = max(b - a for st in self.starts for a, b in itertools.pairwise(st))

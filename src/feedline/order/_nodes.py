@@ -74,7 +74,25 @@ class Leaf(Node):
     def locate(self, pos, seed, epoch, cache):
         # Without an offset the positions are the records (callers never write into them).
         rec = pos + np.uint64(self.offset) if self.offset else pos
-        return np.full(len(pos), self.ordinal, dtype=np.int64), rec
+        return _ordinals(self.ordinal, len(pos)), rec
+
+
+# The ordinals of up to this many positions of source 0 (an order of one source: the
+# ordinals an order block carries) are a read-only view of one array of zeros, made once:
+# no fill and no page faults a block (see ``_order._positions``).
+_ZEROS_LEN = 1 << 19
+_zeros: list[np.ndarray] = []
+
+
+def _ordinals(ordinal: int, m: int) -> np.ndarray:
+    """``m`` ordinals ``ordinal`` as int64 (read-only where they are the shared zeros)."""
+    if ordinal != 0 or m > _ZEROS_LEN:
+        return np.full(m, ordinal, dtype=np.int64)
+    if not _zeros:
+        z = np.zeros(_ZEROS_LEN, dtype=np.int64)
+        z.flags.writeable = False
+        _zeros.append(z)
+    return _zeros[0][:m]
 
 
 @dataclass(eq=False)
