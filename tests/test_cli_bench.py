@@ -49,3 +49,35 @@ def test_bench_refuses_a_file_it_cannot_read(tmp_path, capsys):
     path.write_text("hello")
     assert main(["bench", str(path)]) != 0
     assert "feedline bench FILE takes" in capsys.readouterr().err
+
+
+def test_bench_compares_like_with_like():
+    """The first pass beside numpy's first over a fresh opening, the later passes'
+    median beside numpy's later ones: a loader as fast as numpy in each reads 1.00x in
+    each (the mean of its passes, the first among them, against numpy's best said 0.75x)."""
+    from feedline.cli._bench_file import compared
+
+    n = 1_000_000
+    line = compared(n, [2.0, 1.0, 1.0], 2.0, [1.0, 1.1])
+    assert "numpy's gather of the same batches: 952,381 rows/s" in line  # 1.05 s, the median
+    assert "later passes' median is 1.05x that" in line
+    assert "first pass is 1.00x numpy's first (500,000 rows/s over a fresh opening)" in line
+    one = compared(n, [4.0], 2.0, [1.0])
+    assert "first pass is 0.50x numpy's first" in one and "later" not in one
+
+
+def test_bench_runs_numpy_over_a_fresh_opening_first(flr, monkeypatch, capsys):
+    from feedline.cli import _bench_file
+
+    opened = []
+    real = _bench_file.open_source
+
+    def counting(path):
+        opened.append(path)
+        return real(path)
+
+    monkeypatch.setattr(_bench_file, "open_source", counting)
+    assert main(["bench", str(flr), "--batch", "100", "--passes", "3", "--threads", "1"]) == 0
+    assert opened == [str(flr), str(flr)]  # the loader's, then numpy's own
+    out = capsys.readouterr().out
+    assert re.search(r"later passes' median is [\d.]+x that, its first pass is [\d.]+x", out)
