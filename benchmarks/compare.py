@@ -663,13 +663,18 @@ def run_workload(
 
     # A fast full epoch is noisy: the systems whose epoch took under FAST_S run again, a
     # fresh process each time, in rounds (numpy, feedline, ..., numpy, feedline, ...), so
-    # that this machine's drift over minutes falls on every system alike.
+    # that this machine's drift over minutes falls on every system alike. Every other
+    # round runs them in the reverse order (... feedline, numpy; numpy, feedline ...):
+    # a run's place in a round moved its rate by up to 15% on this kind of machine (the
+    # run before it leaves the caches and the page cache's state behind), and so each
+    # system's median is taken over both places alike.
     def fast(o: Outcome) -> bool:
         r = o.result
         return bool(r and r["complete"] and r["rate"] and r["seconds"] < FAST_S)
 
-    for _ in range(repeat - 1):
-        for key in [k for k, ts in tries.items() if fast(ts[0])]:
+    for r in range(repeat - 1):
+        keys = [k for k, ts in tries.items() if fast(ts[0])]
+        for key in keys[::-1] if r % 2 == 0 else keys:
             measure(*key)
 
     outcomes: list[Outcome] = []
