@@ -1,6 +1,6 @@
-"""An order block's arrays: positions written into arrays of the cursor's again once no
-earlier block's records view them (``_base.recycle``), and the ordinals of one source a
-read-only view of shared zeros. A block held (or any view of it) is never written into."""
+"""An order block's arrays: positions and one source's ordinals written into arrays of the
+cursor's again once no earlier block views them (``_base.recycle``). A block held (or
+any view of it) is never written into."""
 
 from __future__ import annotations
 
@@ -96,15 +96,25 @@ def test_a_free_blocks_array_is_written_into_again(numpy_path):
     assert len(addresses) == 1
 
 
-def test_one_sources_ordinals_are_read_only_zeros():
+def test_one_sources_ordinals_are_the_callers_to_write():
+    """A block's ordinals are an array of the cursor's, filled anew each block: written
+    into by the caller (as a tensor by DLPack is, whatever numpy's flag), they change no
+    later block, of this cursor or of another order."""
     cur = _order_of(fl.Seq.source(N).shuffle(3)).cursor(0)
     o, r = cur.next_block(1000)
     assert o.dtype == np.int64 and not o.any() and len(o) == 1000
     assert len(np.unique(r)) == 1000 and int(r.max()) < N  # the records are written
-    assert r.flags.writeable  # (the positions' own array: the caller's to keep)
-    assert not o.flags.writeable
-    with pytest.raises(ValueError, match="read-only"):
-        o[0] = 1
+    assert o.flags.writeable and r.flags.writeable
+    o[:] = 7
+    del o, r
+    gc.collect()
+    for _ in range(3):  # the same arrays again, now that nothing views them
+        o2, _r2 = cur.next_block(1000)
+        assert not o2.any()
+        o2 += 5
+        del o2, _r2
+    other = _order_of(fl.Seq.source(50)).cursor(0).next_block(5)[0]
+    assert other.tolist() == [0] * 5
 
 
 def test_positions_past_the_shared_range_are_made_as_before(numpy_path):

@@ -236,8 +236,7 @@ def _padded(values: np.ndarray, rows: int) -> np.ndarray:
 def _tensor_on(array: np.ndarray, device: Any) -> Any:
     import torch
 
-    # a tensor's memory can be written: a read-only array (one source's ordinals, views
-    # of the order's shared zeros) is copied
+    # a tensor's memory can be written: a read-only array (a memory map's) is copied
     a = np.ascontiguousarray(array) if array.flags.writeable else array.copy()
     return torch.from_numpy(a).to(device)
 

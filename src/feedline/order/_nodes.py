@@ -7,7 +7,8 @@ or a ``uint64`` array, one per position. A repeat of ``t`` passes turns epoch ``
 into ``E * t + e`` for its pass ``e``; a shuffle keys with ``(seed, epoch)``; every
 other node passes the context through. It returns ``(ordinals, records)`` as ``int64``
 and ``uint64`` arrays. ``cache`` is a per-cursor dict where mixes keep the state of
-their last walk, so consecutive blocks continue without a new seek.
+their last walk, so consecutive blocks continue without a new seek, and leaves the
+arrays they write ordinals into.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._base import hashing, kernels
+from .._base.recycle import Recycler
 from . import _perm
 from ._mixplan import MixPlan, MixState
 
@@ -74,25 +76,26 @@ class Leaf(Node):
     def locate(self, pos, seed, epoch, cache):
         # Without an offset the positions are the records (callers never write into them).
         rec = pos + np.uint64(self.offset) if self.offset else pos
-        return _ordinals(self.ordinal, len(pos)), rec
+        return _ordinals(self.ordinal, len(pos), cache), rec
 
 
-# The ordinals of up to this many positions of source 0 (an order of one source: the
-# ordinals an order block carries) are a read-only view of one array of zeros, made once:
-# no fill and no page faults a block (see ``_order._positions``).
-_ZEROS_LEN = 1 << 19
-_zeros: list[np.ndarray] = []
+# A cursor's ordinals are written into arrays of its own (kept in its ``cache``, which is
+# the cursor's alone) once no block's ordinals view them any more: a fresh array a block
+# cost its page faults, under the GIL, more than the fill (see ``_order._positions``).
+# Each is its caller's to write into, as a fresh array was: an array shared by every
+# order, read-only, was written all the same through ``torch.from_dlpack``, which does
+# not keep numpy's flag.
+_ORDINALS = "ordinals"  # the cache's key (node keys are ints)
 
 
-def _ordinals(ordinal: int, m: int) -> np.ndarray:
-    """``m`` ordinals ``ordinal`` as int64 (read-only where they are the shared zeros)."""
-    if ordinal != 0 or m > _ZEROS_LEN:
-        return np.full(m, ordinal, dtype=np.int64)
-    if not _zeros:
-        z = np.zeros(_ZEROS_LEN, dtype=np.int64)
-        z.flags.writeable = False
-        _zeros.append(z)
-    return _zeros[0][:m]
+def _ordinals(ordinal: int, m: int, cache: dict) -> np.ndarray:
+    """``m`` ordinals ``ordinal`` as int64, in an array from the cursor's ``cache``."""
+    arrays = cache.get(_ORDINALS)
+    if arrays is None:
+        arrays = cache[_ORDINALS] = Recycler(np.int64, keep=3)
+    out = arrays.get(m)
+    out.fill(ordinal)
+    return out
 
 
 @dataclass(eq=False)

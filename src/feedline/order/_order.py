@@ -194,8 +194,8 @@ _ITER_BLOCK = 4096
 # then the array is the block's records), are written into an array of the cursor's
 # that no earlier block's records view any more: a new array each block cost its page
 # faults, under the GIL, as much as the shuffle's rounds did (a 4,000,000-record pass in
-# blocks of 256k: 49 ms an epoch against 25 ms with these and the shared zeros of a
-# leaf's ordinals, ``_nodes.Leaf``). Blocks of up to ``_IOTA_LEN`` positions are
+# blocks of 256k: 49 ms an epoch against 25 ms with these and a leaf's ordinals in
+# recycled arrays too, ``_nodes._ordinals``). Blocks of up to ``_IOTA_LEN`` positions are
 # ``_iota`` plus their first.
 _IOTA_LEN = 1 << 19
 _iota: list[np.ndarray] = []
