@@ -44,16 +44,16 @@ class Recycler:
         self.dtype, self.keep = np.dtype(dtype), keep
         self.arrays: list[np.ndarray] = []
 
-    def get(self, n: int, least: int = 0) -> np.ndarray:
-        """``n`` elements (their values left as they were) of an array of at least
-        ``max(n, least)``: one handed out before that nothing views any more, or a new
-        one, kept to hand out again once it is free."""
+    def get(self, n: int) -> np.ndarray:
+        """``n`` elements (their values left as they were) of an array of at least ``n``:
+        one handed out before that nothing views any more, or a new one, kept to hand
+        out again once it is free."""
         arrays = self.arrays
         if REUSE:
             for i in range(len(arrays) - 1, -1, -1):
                 if len(arrays[i]) >= n and _refs(arrays, i) == _FREE:
                     return arrays[i][:n]
-        a = np.empty(max(n, least), self.dtype)
+        a = np.empty(n, self.dtype)
         if len(arrays) >= self.keep:
             arrays.pop(0)  # the oldest: it is the likeliest still viewed
         arrays.append(a)

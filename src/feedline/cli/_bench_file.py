@@ -66,7 +66,9 @@ def _numpy_pass(cols: dict[str, Any], batches: list[np.ndarray]) -> float:
     return time.perf_counter() - t
 
 
-def numpy_passes(path: str, n: int, batches: list[np.ndarray], later: int) -> tuple[float, list]:
+def numpy_passes(
+    path: str, n: int, batches: list[np.ndarray], later: int
+) -> tuple[float, list[float]]:
     """Seconds of numpy's gather of ``batches``: its first pass over a fresh opening of
     the file (a new memory map, whose pages fault in as the loader's first pass's did),
     then ``later`` passes over the same columns (mapped by then, as the loader's later
