@@ -179,7 +179,8 @@ class ArrowSource:
         if isinstance(col, Ragged):
             return col.take(rows)
         if out is not None and k in out:
-            return np.take(col, rows, axis=0, out=out[k][: len(rows)])
+            # in range (checked by ``getitems``): "clip" spares numpy a buffered copy of out
+            return np.take(col, rows, axis=0, out=out[k][: len(rows)], mode="clip")
         return col.take(rows, axis=0)
 
     def __repr__(self) -> str:
