@@ -673,6 +673,34 @@ def test_a_header_that_lies_about_ragged_columns_is_a_format_error(doc_file, cas
     assert open_error(path).offset in (8, 40, 64)
 
 
+def test_a_header_saying_a_varying_dims_maximum_is_true_is_a_format_error(tmp_path):
+    # JSON's true is refused wherever the header holds an integer: a dim's maximum too
+    path = tmp_path / "grid.flr"
+    fl.recfile.write(path, Grid, list(grid_items(5)))
+    data = path.read_bytes()
+    assert header(data)[1]["record"]["dims"]["H"] == {"max": 6, "truncate": False}
+    path.write_bytes(_reseal(data, lambda d: d["record"]["dims"]["H"].update(max=True)))
+    err = open_error(path)
+    assert "H" in str(err) and "true" in str(err).lower()
+
+
+def test_a_header_whose_first_field_is_fixed_over_a_ragged_column_names_the_kind(doc_file):
+    # the first field made fixed ([7]) while its column entry stays ragged: the error says
+    # the column's kind disagrees with the field, not that the data offset is "None"
+    path, data, _ = doc_file
+
+    def fixed_tokens(d):
+        d["record"]["dims"]["T"] = 7
+        for f in d["record"]["fields"]:
+            if f["dims"] == ["T"]:
+                f["shape"] = [7]
+
+    path.write_bytes(_reseal(data, fixed_tokens))
+    message = str(open_error(path))
+    assert "None" not in message
+    assert "tokens" in message and "ragged" in message and "fixed" in message
+
+
 def test_a_file_truncated_at_any_length_is_a_format_error(doc_file):
     path, data, _ = doc_file
     for size in sorted({*range(0, len(data), 37), len(data) - 1}):

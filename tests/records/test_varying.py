@@ -96,7 +96,12 @@ def test_an_index_bounded_by_a_varying_dim_is_refused():
 
 @pytest.mark.parametrize(
     ("kwargs", "error"),
-    [({"max": 0}, ValueError), ({"max": 2.5}, TypeError), ({"truncate": True}, ValueError)],
+    [
+        ({"max": 0}, ValueError),
+        ({"max": 2.5}, TypeError),
+        ({"max": True}, TypeError),  # a bool is an int to operator.index, not a length
+        ({"truncate": True}, ValueError),
+    ],
 )
 def test_a_varying_dim_with_a_bad_maximum_is_refused(kwargs, error):
     with pytest.raises(error):

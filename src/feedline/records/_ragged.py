@@ -37,10 +37,13 @@ class Varying:
     def __post_init__(self) -> None:
         if self.max is not None:
             try:
+                if isinstance(self.max, bool):  # an int to operator.index, not a length
+                    raise TypeError
                 value = operator.index(self.max)
             except TypeError:
                 raise TypeError(
-                    f"Varying: max must be an int or None, got {type(self.max).__name__}"
+                    f"Varying: max must be an int or None, got {self.max!r:.40} "
+                    f"({type(self.max).__name__})"
                 ) from None
             if value < 1:
                 raise ValueError(f"Varying: max must be at least 1, got {value}")
