@@ -222,6 +222,7 @@ class RecFile(OpenFile):
         self._crcs: dict[str, tuple[int, int, int]] = {}
         self._strings: list[str] = []
         low = align(PREAMBLE + h_len)
+        self._check_entry(fields[0], columns[0], h_off)  # its kind tells where its data starts
         first = columns[0].get("offset" if column_kind(fields[0]) == "fixed" else "values")
         if isinstance(first, dict):
             first = first.get("offset")
@@ -230,15 +231,8 @@ class RecFile(OpenFile):
                 f"the preamble's data offset {d_off} is not the first column's {first!r}", 40
             )
         for f, c in zip(fields, columns):
-            if c.get("field") != f.name:
-                raise self._fail(f"column for field `{f.name}` expected, found {c!r:.200}", h_off)
+            self._check_entry(f, c, h_off)
             kind = column_kind(f)
-            if c.get("kind") != kind:
-                raise self._fail(
-                    f"field `{f.name}` is {f.declared} {f.type_name}: its column is of kind "
-                    f"{kind!r}, found {c.get('kind')!r:.40}",
-                    h_off,
-                )
             if kind != "fixed" and version == VERSION:
                 raise self._fail(
                     f"column `{f.name}` is of kind {kind!r}; .flr version {VERSION} stores "
@@ -257,6 +251,18 @@ class RecFile(OpenFile):
         offsets_at = {k[:-8]: v[0] for k, v in self._crcs.items() if k.endswith(".offsets")}
         check_shared_dims(self.path, self.record, self._columns, offsets_at, n)
         self.salt = 0
+
+    def _check_entry(self, f: Any, c: dict, h_off: int) -> None:
+        """A column entry is of its field, and of the field's kind of column."""
+        if c.get("field") != f.name:
+            raise self._fail(f"column for field `{f.name}` expected, found {c!r:.200}", h_off)
+        kind = column_kind(f)
+        if c.get("kind") != kind:
+            raise self._fail(
+                f"field `{f.name}` is {f.declared} {f.type_name}: its column is of kind "
+                f"{kind!r}, found {c.get('kind')!r:.40}",
+                h_off,
+            )
 
     def _open_fixed(self, f: Any, c: dict, n: int, low: int, size: int, h_off: int) -> int:
         """Check a fixed column's entry and map it; returns where the next may start."""
