@@ -4,11 +4,13 @@ and ``str`` fields, pad values, maxima, and the columns (``Ragged``) that carry 
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
 
 import feedline as fl
+from feedline._base import kernels
 from feedline.records import record_from_schema
 
 
@@ -286,8 +288,6 @@ def test_byte_and_string_columns():
 @pytest.mark.parametrize("dtype", ["int32", "float32", "uint8", "bool", "int64"])
 @pytest.mark.parametrize("inner", [(), (3,)])
 def test_the_compiled_padding_is_the_numpy_padding(monkeypatch, dtype, inner):
-    from feedline._base import kernels
-
     rng = np.random.default_rng(5)
     examples = [rng.integers(0, 2, (n, *inner)).astype(dtype) for n in (4, 0, 9, 1, 6)]
     col = fl.Ragged.from_examples(examples, (None, *inner), np.dtype(dtype))
@@ -310,6 +310,28 @@ def test_the_compiled_padding_is_the_numpy_padding(monkeypatch, dtype, inner):
     for r, i in enumerate([3, 0, 2]):
         expect[r, : len(examples[i])] = examples[i]
     assert np.array_equal(plain[0], expect)
+
+
+def test_a_dtype_the_compiled_kernel_cannot_take_stays_on_the_numpy_path(monkeypatch):
+    # numba has no float16: the thread loading the kernel for it must not die with an
+    # uncaught error (a traceback on stderr, a failure under pytest's -W error), and the
+    # padding stays numpy's, for good
+    if kernels.get() is None:
+        pytest.skip("numba is not installed or is turned off")
+    from feedline.records._ragged import _warm
+
+    died = []
+    monkeypatch.setattr(threading, "excepthook", died.append)
+    key = np.dtype(np.float16).str
+    col = fl.Ragged.from_examples(
+        [np.arange(n, dtype=np.float16) for n in (1, 3, 2)], (None,), np.float16
+    )
+    for _ in range(2):
+        assert kernels.when_ready("pad_spans", key, _warm(np.dtype(np.float16))) is None
+        kernels._warming[("pad_spans", key)].join()
+        out = col.take(np.array([1, 0, 2])).padded(3, {0: 4}, np.float16(-1))
+        assert out.tolist() == [[0, 1, 2, -1], [0, -1, -1, -1], [0, 1, -1, -1]]
+    assert died == []
 
 
 def test_a_view_reads_its_values_once_and_pickles_as_values():

@@ -119,7 +119,10 @@ def when_ready(name: str, key: Any, warm: Any) -> Any:
         if (name, key) not in _warming:
 
             def run() -> None:
-                warm(getattr(k, name))
+                try:
+                    warm(getattr(k, name))
+                except Exception:  # a signature numba cannot compile (float16): numpy's path
+                    return  # for good (the key stays in ``_warming``: no thread again)
                 _ready.add((name, key))
 
             thread = threading.Thread(target=run, name=f"feedline-{name}", daemon=True)
