@@ -10,7 +10,6 @@ string's are UTF-8, checked for each batch read (and by ``verify()`` for the who
 
 from __future__ import annotations
 
-import codecs
 import math
 from typing import Any
 
@@ -18,7 +17,8 @@ import numpy as np
 
 from ..errors import FormatError
 from ..records import Ragged
-from ._flr_layout import INDEX_DTYPE, LIMIT, fixed_size, has_shapes, raw
+from ..records._ragged import utf8_problem
+from ._flr_layout import INDEX_DTYPE, LIMIT, fixed_size, has_shapes
 
 # Offsets and shapes are checked this many rows at a time (memory stays O(step)).
 _STEP = 1 << 20
@@ -73,24 +73,6 @@ class SizeShapes:
             return out
         key = (slice(None), *rest)  # the rest index the other axes
         return out[key]
-
-
-def utf8_problem(values: np.ndarray, offsets: np.ndarray) -> int | None:
-    """The position in ``values`` of the first byte that breaks the UTF-8 of a string
-    column (a bad sequence, or a string starting inside a character), or None."""
-    bad = None
-    try:
-        codecs.utf_8_decode(raw(values), "strict", True)
-    except UnicodeDecodeError as e:
-        bad = int(e.start)
-    starts = np.asarray(offsets[:-1])
-    starts = starts[starts < np.asarray(offsets[1:])]  # strings that hold bytes
-    if len(starts):
-        inside = (np.asarray(values[starts]) & 0xC0) == 0x80
-        if inside.any():
-            at = int(starts[np.argmax(inside)])
-            bad = at if bad is None else min(bad, at)
-    return bad
 
 
 def ragged_problem(

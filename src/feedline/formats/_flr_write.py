@@ -219,17 +219,20 @@ def _checked(
     by one, so that the error names the item."""
     try:
         return record.check_columns(cols, np.arange(first, first + rows), check_values=check_values)
-    except ShapeError:
+    except ShapeError as whole:
         if set(record.fields) <= set(cols) and all(
             isinstance(cols[k], Ragged) or _rows_of(cols[k]) == rows for k in record.fields
         ):
             fields = record.fields
             for r in range(rows):
-                item = {
-                    k: example_of(fields[k], v, r) if isinstance(v, Ragged) else v[r]
-                    for k, v in cols.items()
-                    if k in fields
-                }
+                try:
+                    item = {
+                        k: example_of(fields[k], v, r) if isinstance(v, Ragged) else v[r]
+                        for k, v in cols.items()
+                        if k in fields
+                    }
+                except Exception:  # a column no item can be read from (a Ragged that lies):
+                    raise whole from None  # the whole check's error names the item
                 record.check(item, first + r, check_values=check_values)
         raise
 

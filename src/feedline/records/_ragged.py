@@ -11,6 +11,7 @@ concatenated (each raveled in C order), the offsets of each example's values (in
 
 from __future__ import annotations
 
+import codecs
 import itertools
 import operator
 import sys
@@ -68,6 +69,25 @@ def _warm(dtype: np.dtype) -> Any:
         kernel(values, one, one, np.empty((1, 2), dtype=dtype), dtype.type(0))
 
     return warm
+
+
+def utf8_problem(values: np.ndarray, offsets: np.ndarray) -> int | None:
+    """The position in ``values`` of the first byte that breaks the UTF-8 of a string
+    column (a bad sequence, or a string starting inside a character), or None."""
+    bad = None
+    try:
+        data = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+        codecs.utf_8_decode(memoryview(data), "strict", True)  # type: ignore[arg-type]  # numpy types its buffer protocol for 3.12+ only
+    except UnicodeDecodeError as e:
+        bad = int(e.start)
+    starts = np.asarray(offsets[:-1])
+    starts = starts[starts < np.asarray(offsets[1:])]  # strings that hold bytes
+    if len(starts):
+        inside = (np.asarray(values[starts]) & 0xC0) == 0x80
+        if inside.any():
+            at = int(starts[np.argmax(inside)])
+            bad = at if bad is None else min(bad, at)
+    return bad
 
 
 def _fixed_size(template: tuple[int | None, ...]) -> int:
