@@ -220,6 +220,27 @@ def test_a_truncated_file_is_a_format_error_naming_it(path, tmp_path):
         fl.sources.parquet(cut)
 
 
+def test_a_footer_pyarrow_cannot_interpret_is_a_format_error_naming_the_file(tmp_path):
+    """Every pyarrow error on a bad file is a FormatError (here ArrowNotImplementedError:
+    the footer's Arrow schema declares an integer of 4 bits)."""
+    import base64
+
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"id": np.arange(5)}), good)
+    data = good.read_bytes()
+    old = pq.read_metadata(good).metadata[b"ARROW:schema"]
+    schema = bytearray(base64.b64decode(old))
+    assert schema.count(64) == 1  # the int64's bit width
+    schema[schema.index(64)] = 4
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(data.replace(old, base64.b64encode(bytes(schema))))
+    with pytest.raises(pa.ArrowNotImplementedError):
+        pq.ParquetFile(bad)
+    with pytest.raises(fl.FormatError, match=r"bad\.parquet: expected a Parquet file") as got:
+        fl.sources.parquet(bad)
+    assert isinstance(got.value.__cause__, pa.ArrowException)
+
+
 def test_a_corrupt_row_group_is_a_format_error_naming_the_file_and_the_group(path, tmp_path):
     data = bytearray(Path(path).read_bytes())
     meta = pq.read_metadata(path).row_group(4)
@@ -265,6 +286,68 @@ def test_nulls_are_a_format_error_naming_the_file_group_column_and_row(tmp_path)
     assert src.getitems([0, 1])["x"].tolist() == [1.0, 2.0]
     with pytest.raises(fl.FormatError, match=r"t.parquet: row group 1: column 'x' .*null.*row 0"):
         src.getitems([3])
+
+
+def test_a_failed_whole_file_load_leaves_the_source_reading_on(tmp_path):
+    """A shuffled first batch decodes every group at once; a null in the last field of
+    the last group fails it, and the next batches read as if it had not been tried."""
+    p = tmp_path / "t.parquet"
+    b = list(range(400))
+    b[350] = None
+    s = [f"r{k}" for k in range(400)]
+    pq.write_table(
+        pa.table({"a": np.arange(400), "s": s, "b": pa.array(b, pa.int64())}), p, row_group_size=100
+    )
+    src = fl.sources.parquet(p)
+    with pytest.raises(fl.FormatError, match=r"t\.parquet: row group 3: column 'b' .*null"):
+        src.getitems(np.arange(0, 400, 7))
+    got = src.getitems([1, 2, 3])
+    assert got["a"].tolist() == got["b"].tolist() == [1, 2, 3]
+    assert got["s"].strings() == ["r1", "r2", "r3"]
+    idx = np.arange(0, 300, 7)
+    got = src.getitems(idx)
+    assert got["a"].tolist() == got["b"].tolist() == idx.tolist()
+    assert got["s"].strings() == [f"r{k}" for k in idx]
+    with pytest.raises(fl.FormatError, match=r"row group 3: column 'b' .*null.*row 50;"):
+        src.getitems(np.arange(0, 400, 7))
+
+
+@pytest.mark.parametrize("bad", ["a null", "a list of the wrong length"])
+def test_a_bad_value_in_a_whole_file_read_names_its_file_group_and_row(tmp_path, bad):
+    """A shuffled batch over every group of two files (decoded as one table) names the
+    value's own file, row group and row there, as a read of its group alone does."""
+
+    class Pair(fl.Record):
+        v = fl.field(2, "int64")
+
+    rows = [[k, k] for k in range(200)]
+    pq.write_table(pa.table({"v": rows}), tmp_path / "p0.parquet", row_group_size=100)
+    rows[130] = None if bad == "a null" else [7]  # p1.parquet, row group 1, row 30
+    pq.write_table(pa.table({"v": rows}), tmp_path / "p1.parquet", row_group_size=100)
+    paths = [tmp_path / "p0.parquet", tmp_path / "p1.parquet"]
+    why = (
+        r"has 1 missing \(null\) values, the first at row 30;"
+        if bad == "a null"
+        else (r"row 30 is a list of 1, field `v` takes 2")
+    )
+    for idx in ([330], np.arange(0, 400, 3)):
+        with pytest.raises(fl.FormatError, match=rf"p1\.parquet: row group 1: column 'v' {why}"):
+            fl.sources.parquet(paths, Pair).getitems(idx)
+
+
+def test_a_string_that_is_not_utf8_is_a_format_error_naming_its_group_and_row(tmp_path):
+    p = tmp_path / "t.parquet"
+    raw = [f"row {k}".encode() for k in range(300)]
+    raw[123] = b"bad \xff\xfe"
+    s = pa.array(raw, pa.binary()).view(pa.string())  # pyarrow does not validate
+    pq.write_table(pa.table({"id": np.arange(300), "s": s}), p, row_group_size=100)
+    src = fl.sources.parquet(p)
+    assert src.getitems([5, 250])["s"].strings() == ["row 5", "row 250"]
+    for idx in ([123], np.arange(300)):  # its group alone, then every group at once
+        with pytest.raises(fl.FormatError, match=r"t\.parquet: row group 1: column 's' row 23 "):
+            fl.sources.parquet(p).getitems(idx)
+    with pytest.raises(fl.FormatError, match="not UTF-8"):
+        list(fl.Loader(fl.sources.parquet(p), 50, workers=0))
 
 
 def test_a_record_field_the_file_lacks_or_cannot_fill_is_a_record_error(path):

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import FormatError, RecordError
 from ..records import Field, Ragged
+from ..records._ragged import utf8_problem
 from ._arrowtypes import column_field, is_encoded_file, pyarrow
 
 
@@ -103,8 +104,9 @@ def _nulls_inside(arr: Any, name: str, where: str, first: int) -> None:
 def decode(arr: Any, f: Field, where: str, first: int = 0) -> Any:
     """An Arrow array (or chunked array) as field ``f``'s batch column: a numpy array
     (batch axis first) or a ``Ragged``. ``where`` names the data (the file, the row
-    group) for a ``FormatError`` on nulls or on lists of the wrong length, which names
-    the row as ``first`` plus its index in ``arr`` (the row of the file)."""
+    group) for a ``FormatError`` on nulls, strings that are not UTF-8 or lists of the
+    wrong length, which names the row as ``first`` plus its index in ``arr`` (the row of
+    the file)."""
     pa = pyarrow()
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -124,6 +126,14 @@ def decode(arr: Any, f: Field, where: str, first: int = 0) -> Any:
         values = np.zeros(0, np.uint8) if data is None else np.frombuffer(data, np.uint8)
         values = values[int(offsets[0]) : int(offsets[-1])]
         offsets = offsets - offsets[0]
+        bad = utf8_problem(values, offsets) if f.kind == "str" else None
+        if bad is not None:
+            r = int(np.searchsorted(offsets, bad, "right")) - 1
+            raise FormatError(
+                f"{where}: column {f.name!r} row {first + r:,} is not UTF-8 (byte "
+                f"{bad - int(offsets[r])} of the string); a str field holds UTF-8: read the "
+                f"column as binary (a bytes field) or leave it out"
+            )
         return Ragged(values, offsets, np.diff(offsets)[:, None], (None,))
     t = arr.type
     if not f.shape:

@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BoundsError, FormatError, RecordError
+from ..errors import BoundsError, FormatError
 from ..formats._arrowtypes import pyarrow, schema_record
 from ..formats._fsinput import expand
-from ..records import Ragged, Record
-from ._arrow import check_field, decode
-from ._parquet_files import LocalParquet, layout_fixed, open_file
+from ..records import Field, Ragged, Record
+from ._arrow import decode
+from ._parquet_files import LocalParquet, check_columns, layout_fixed, open_file
 
 # Decoded row groups kept by default: as many as fit in this many bytes (by the files'
 # own uncompressed sizes of the columns read), at least one. A shuffle of a file that
@@ -87,21 +87,7 @@ class ParquetSource:
         groups: list[tuple[int, int]] = []
         largest = 1  # the largest row group's uncompressed bytes of the columns read
         for k, (p, pf) in enumerate(zip(self.paths, files)):
-            schema = pf.schema_arrow
-            for name, f in record.fields.items():
-                if name not in schema.names:
-                    raise RecordError(
-                        f"{p}: {record.__name__} field `{name}` is not a column of the "
-                        f"file (it has {schema.names})"
-                    )
-                t = schema.field(name).type
-                check_field(f, t, p)
-                if k and t != first.field(name).type:
-                    raise FormatError(
-                        f"column {name!r} is {t} here, {first.field(name).type} in "
-                        f"{self.paths[0]}: the files of one source share their columns' types",
-                        p,
-                    )
+            check_columns(record, p, pf.schema_arrow, first, self.paths[0])
             meta = pf.metadata
             if cache_groups is None:  # leaf columns: a list or struct column has its own
                 read = [
@@ -287,22 +273,39 @@ class ParquetSource:
                 f.read_row_groups(list(range(f.metadata.num_row_groups)), names)
                 for f in self._files
             ]
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
+        except (pa.ArrowException, OSError):
             return False
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         where = self.paths[0] if len(self.paths) == 1 else f"{self.paths[0]} (and more)"
+        cols = {}  # every field decoded before any is kept: a failure leaves the cache
         for name, f in self.record.fields.items():
-            col = decode(table.column(name), f, where)
+            try:
+                cols[name] = decode(table.column(name), f, where)
+            except FormatError as e:
+                raise (self._group_error(table.column(name), f) or e) from None
+        for name, f in self.record.fields.items():
             if f.ragged:
-                self._joined[name] = col
+                self._joined[name] = cols[name]
             else:
-                self._fixed[name] = col
+                self._fixed[name] = cols[name]
         self._free.clear()
         for g in groups.tolist():
             self._lru[g] = g
         self._slot_of[:] = groups
         self._direct = True
         return True
+
+    def _group_error(self, column: Any, f: Field) -> FormatError | None:
+        """The error of the first row group whose rows of ``column`` (every group's, in
+        order) do not decode as field ``f``, naming its file, the group and the row there,
+        as a read of that group alone would; None if each decodes (only after a failure)."""
+        for g, (k, rg) in enumerate(self.groups):
+            at, end = int(self.starts[g]), int(self.starts[g + 1])
+            try:
+                decode(column.slice(at, end - at), f, f"{self.paths[k]}: row group {rg}")
+            except FormatError as e:
+                return e
+        return None
 
     def _read_together(self, missing: list[int]) -> dict[int, Any]:
         """The tables of the ``missing`` groups of each file, read in one call per file
@@ -322,7 +325,7 @@ class ParquetSource:
             self._intact(k)
             try:
                 table = self._files[k].read_row_groups([self.groups[g][1] for g in gs], names)
-            except (pa.ArrowInvalid, pa.ArrowIOError, OSError):
+            except (pa.ArrowException, OSError):
                 continue
             at = 0
             for g in gs:
@@ -345,7 +348,7 @@ class ParquetSource:
             if table is None:
                 self._intact(k)
                 table = self._files[k].read_row_group(rg, columns=names)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+        except (pa.ArrowException, OSError) as e:
             raise FormatError(
                 f"row group {rg} (rows {int(self.starts[g]):,} to "
                 f"{int(self.starts[g + 1]):,} of the source, columns {names}) does not "
@@ -475,11 +478,10 @@ def parquet(
     open (its size or modification time changed: a touch counts) is a ``FormatError``
     at the next read of its row groups, and so is one replaced by another where a
     worker opens it again; the source's own process reads on from a replaced file's
-    old contents. ``record`` chooses the fields (each a
-    column of that name; only those columns are decoded); without one, it is inferred
-    from the Arrow schema, of every column or of ``columns``: numbers and bools are
-    scalars, fixed-size lists fixed dims, lists a varying dim (``T``, ``T1``, ...),
-    strings ``str`` and binary ``bytes``. A column with no field (a struct, a date, a
+    old contents. ``record`` chooses the fields (each a column of that name; only those
+    columns are decoded); without one, it is inferred from the Arrow schema, of every
+    column or of ``columns``: numbers and bools are scalars, fixed-size lists fixed
+    dims, lists a varying dim (``T``, ``T1``, ...), strings ``str``, binary ``bytes``. A column with no field (a struct, a date, a
     map) is a ``RecordError`` naming it and saying why; a file that is not Parquet, or
     a row group that does not decode, a ``FormatError`` naming the file (and the row
     group). ``cache_groups`` row groups stay decoded (LRU; by default as many as fit

@@ -1,7 +1,8 @@
 """Opening a Parquet source's files: a local file through pyarrow's memory map, held
 as ``LocalParquet`` so that every read can check it is the file the source was made
 from; a URL through the remote layer. And whether a file's batches decode to a record's
-layout as they are (``layout_fixed``)."""
+layout as they are (``layout_fixed``), and whether a file's columns can fill a record
+(``check_columns``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import FormatError, MissingFileError
+from ..errors import FormatError, MissingFileError, RecordError
+from ..formats._arrowcols import check_field
 from ..formats._arrowtypes import column_field, pyarrow
 from ..formats._remote import is_url
 from ..formats._tabular import parquet_file
@@ -47,7 +49,7 @@ def open_file(path: str, storage_options: Any = None, seen: tuple | None = None)
     local = LocalParquet(path, mapped)
     try:
         local.pf = pq.ParquetFile(mapped)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
+    except (pa.ArrowException, OSError) as e:  # any pyarrow error: a bad file
         mapped.close()
         size = os.path.getsize(path)
         raise FormatError(
@@ -112,3 +114,26 @@ def layout_fixed(record: type[Record], schema: Any) -> bool:
             if not np.can_cast(np.dtype(leaf), f.dtype, "safe"):
                 return False
     return True
+
+
+def check_columns(
+    record: type[Record], path: str, schema: Any, first: Any, first_path: str
+) -> None:
+    """A ``RecordError`` unless file ``path`` (of Arrow schema ``schema``) has a column
+    for each of the record's fields, of a type that fills it (``check_field``); a
+    ``FormatError`` where a column's type is not the one it has in the source's first
+    file (``first``, at ``first_path``): the files of one source share their types."""
+    for name, f in record.fields.items():
+        if name not in schema.names:
+            raise RecordError(
+                f"{path}: {record.__name__} field `{name}` is not a column of the "
+                f"file (it has {schema.names})"
+            )
+        t = schema.field(name).type
+        check_field(f, t, path)
+        if path != first_path and t != first.field(name).type:
+            raise FormatError(
+                f"column {name!r} is {t} here, {first.field(name).type} in "
+                f"{first_path}: the files of one source share their columns' types",
+                path,
+            )
