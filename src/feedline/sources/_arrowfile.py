@@ -19,19 +19,30 @@ memory            the ragged columns' offsets; the rest is the page cache's
 An Arrow stream (``.arrows``, or an HF dataset's data files), a Feather version 1 file
 and a file at a URL are read into memory once (a stream has no footer to map batches
 by; a URL no map).
+
+IPC has no checksums, so the record's columns of each record batch are validated at
+open (pyarrow's full validation: offsets, lengths, null counts; ``decode`` checks the
+strings' UTF-8) before numpy sees their offsets: a corrupt batch is a ``FormatError``
+naming the file and the batch. A local file's identity (device, inode, size,
+modification time) is recorded then and checked at each read (one ``fstat``) and where
+a worker maps the file again: a file written over or truncated in place is a
+``FormatError`` naming it, not the new version's rows, nor a SIGBUS from pages past the
+file's end.
 """
 
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 import numpy as np
 
+from .._base.files import open_regular
 from ..errors import BoundsError, FormatError, RecordError
 from ..formats._arrowcols import check_field, decode
 from ..formats._arrowtypes import pyarrow, schema_record
-from ..formats._remote import local_path
+from ..formats._remote import is_url, local_path
 from ..formats._tabular import ipc_open
 from ..records import Ragged, Record
 from ._parquet_files import layout_fixed
@@ -41,23 +52,58 @@ def _batches(path: str, storage_options: Any) -> tuple[Any, list[Any]]:
     """(schema, record batches) of an Arrow IPC file or stream, or a Feather file
     (``formats._tabular.ipc_open``)."""
     pa = pyarrow()
-    schema, _, every = ipc_open(path, storage_options)
     try:
-        return schema, list(every())
-    except (pa.ArrowInvalid, pa.ArrowIOError) as e:
+        schema, _, every = ipc_open(path, storage_options)
+    except pa.ArrowException as e:  # those ipc_open leaves (counting the batches' rows)
         raise FormatError(
             f"expected an Arrow IPC file whose record batches read, found one that does "
-            f"not (truncated?): {e}",
+            f"not (corrupt?): {e}",
             path,
         ) from e
+    batches: list[Any] = []
+    try:
+        batches.extend(every())
+    except (pa.ArrowException, OSError) as e:
+        raise FormatError(
+            f"expected an Arrow IPC file whose record batches read, found record batch "
+            f"{len(batches)} does not (truncated?): {e}",
+            path,
+        ) from e
+    return schema, batches
+
+
+def _validate(batch: Any, record: type[Record], path: str, k: int) -> None:
+    """The record's columns of record batch ``k`` are whole, as ``decode`` trusts them
+    (pyarrow's full validation: offsets nondecreasing and inside their buffers, buffers
+    as long as the rows need, null counts), a ``FormatError`` naming the batch if not.
+    A string column is validated as the bytes it holds: ``decode`` checks its UTF-8,
+    naming the row. Columns the record leaves out are not read."""
+    pa = pyarrow()
+    for name in record.fields:
+        col = batch.column(name)
+        try:
+            if len(col) != batch.num_rows:
+                raise pa.ArrowInvalid(f"{len(col):,} rows in a batch of {batch.num_rows:,}")
+            if pa.types.is_string(col.type):
+                col = col.view(pa.binary())
+            elif pa.types.is_large_string(col.type):
+                col = col.view(pa.large_binary())
+            col.validate(full=True)
+        except pa.ArrowException as e:
+            raise FormatError(
+                f"record batch {k}: column {name!r} does not validate (corrupt: Arrow IPC "
+                f"has no checksums): {e}",
+                path,
+            ) from e
 
 
 class ArrowSource:
     """An Arrow IPC / Feather file as a typed source: ``len``, ``src[i]``,
     ``src.getitems(indices)`` (columns, batch axis first) and ``.record``.
 
-    Built by ``fl.sources.arrow``. It pickles as its path and record: a worker process
-    maps the file again itself.
+    Built by ``fl.sources.arrow``. It pickles as its path, record and the file's
+    identity: a worker process maps the file again itself, refused if it is not the same
+    file (replaced, or written over in place, since).
     """
 
     def __init__(
@@ -75,6 +121,7 @@ class ArrowSource:
         self.path = local_path(os.fspath(path))
         self.storage_options = storage_options
         schema, batches = _batches(self.path, storage_options)
+        self.seen = self._hold(None)
         if record is None:
             record = schema_record(schema, "ArrowRow", self.path, columns)
         for name, f in record.fields.items():
@@ -87,10 +134,63 @@ class ArrowSource:
         self.record = record
         self.fixed_layout = layout_fixed(record, schema)
         self.salt = 0
-        self._open(batches)
+        self._open(batches, validate=True)
 
-    def _open(self, batches: list[Any]) -> None:
-        """Each record batch's columns decoded (views of the map), and where they start."""
+    def _hold(self, seen: tuple[int, int, int, int] | None) -> tuple[int, int, int, int] | None:
+        """Hold a descriptor on the local file (closed with the source), through which
+        each read checks the file is the one mapped; its identity (device, inode, size,
+        modification time in ns), checked to be ``seen``'s when given. None at a URL."""
+        self._fd: int | None = None
+        if is_url(self.path):
+            return None
+        fd = self._fd = open_regular(self.path)
+        weakref.finalize(self, os.close, fd)
+        st = os.fstat(fd)
+        now = self._opened = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if seen is not None and now[:2] != seen[:2]:
+            raise FormatError(
+                "expected the file the source was made from, found another at its path "
+                "(replaced since): this process would read the new version and the "
+                "source's own process the old; make the source again",
+                self.path,
+            )
+        if seen is not None:
+            self._check(seen, now)
+        return now
+
+    def _check(self, seen: tuple[int, int, int, int], now: tuple[int, int, int, int]) -> None:
+        if now[2] < seen[2]:
+            raise FormatError(
+                f"the file was {seen[2]:,} bytes when the source was made and is now "
+                f"{now[2]:,}: it was truncated in place while open (rewrite files by "
+                f"replacing them, as feedline's writers do)",
+                self.path,
+            )
+        if now != seen:
+            raise FormatError(
+                f"expected the file as it was when the source was made ({seen[2]:,} bytes, "
+                f"modified at {seen[3]} ns), found it written over in place ({now[2]:,} "
+                f"bytes, modified at {now[3]} ns): the source's columns are views of its "
+                f"map and would read the new version's rows; make the source again (and "
+                f"write files by replacing them)",
+                self.path,
+            )
+
+    def _intact(self) -> None:
+        """Before reading through the map: a ``FormatError`` unless the file is as it was
+        mapped (one ``fstat``): written over in place, it would give the new version's
+        rows; cut short, touching the pages past its end would kill the process
+        (SIGBUS)."""
+        if self._fd is not None:
+            st = os.fstat(self._fd)
+            opened = self._opened
+            if st.st_size != opened[2] or st.st_mtime_ns != opened[3]:
+                self._check(opened, (*opened[:2], st.st_size, st.st_mtime_ns))
+
+    def _open(self, batches: list[Any], validate: bool) -> None:
+        """Each record batch's columns decoded (views of the map), and where they start;
+        ``validate``: each checked first (not where the file is the one checked when the
+        source was made)."""
         sizes = [b.num_rows for b in batches]
         self.starts = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(np.asarray(sizes, dtype=np.int64), out=self.starts[1:])
@@ -99,6 +199,8 @@ class ArrowSource:
         for k, b in enumerate(batches):
             where = f"{self.path}: record batch {k}"
             first = int(self.starts[k])
+            if validate:
+                _validate(b, self.record, self.path, k)
             self._parts.append(
                 {
                     name: decode(b.column(name), f, where, first)
@@ -111,7 +213,9 @@ class ArrowSource:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._open(_batches(self.path, self.storage_options)[1])
+        self._hold(self.seen)
+        # a local file is the one validated where the source was made; a URL may not be
+        self._open(_batches(self.path, self.storage_options)[1], validate=self.seen is None)
 
     def __len__(self) -> int:
         return self.n
@@ -132,6 +236,7 @@ class ArrowSource:
         ``out``'s first rows when given), a ``Ragged`` for list, ``str`` and ``bytes``.
         The values are the file's: the record's checks (a dim's maximum, ``truncate=True``,
         domains) apply where a ``Loader`` or an ``fl.Dataset`` reads the source."""
+        self._intact()
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= self.n):
             bad = int(idx.min()) if int(idx.min()) < 0 else int(idx.max())
