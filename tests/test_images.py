@@ -66,6 +66,39 @@ def test_a_jpeg_decodes_at_a_reduced_scale_when_fewer_pixels_are_needed():
     assert np.abs(half.astype(int) - small).mean() < 6
 
 
+def test_a_16_bit_png_decodes_to_its_high_bytes_not_saturated():
+    """Pillow's convert of a 16-bit gray ("I;16") to RGB clips at 255: a ramp over 0 -
+    65535 came out 99.6% white. The 8-bit image is each value's high byte."""
+    ramp = (np.arange(64 * 64).reshape(64, 64) * 16).astype(np.uint16)
+    data = encode(ramp, "PNG")
+    assert Image.open(io.BytesIO(data)).mode == "I;16"
+    got = fl.images.decode(data)
+    want = (ramp // 256).astype(np.uint8)
+    assert got.shape == (64, 64, 3) and got.dtype == np.uint8
+    assert all(np.array_equal(got[..., c], want) for c in range(3))
+
+
+def test_32_bit_and_float_gray_images_decode_to_8_bits_by_their_scale():
+    """Modes no 8-bit convert scales: ``I`` (what older Pillows opened a 16-bit PNG as)
+    holds 16-bit samples, clipped to 0 - 65535 then taken to their high byte;
+    ``F`` is on Pillow's 0 - 255 scale, rounded and clipped."""
+    from feedline.images._decode import pixels_rgb
+
+    wide = np.array([[-5, 0, 255, 256], [40_000, 65_535, 65_536, 1 << 30]], dtype=np.int32)
+    floats = np.array([[-3.0, 0.4, 0.6, 127.5], [200.2, 254.6, 255.0, 1e9]], dtype=np.float32)
+    for a, want in (
+        (wide, np.clip(wide, 0, 65_535) // 256),
+        (wide.astype(np.uint16), wide.astype(np.uint16) // 256),
+        (floats, np.clip(np.round(floats), 0, 255)),
+    ):
+        im = Image.fromarray(a)
+        got = pixels_rgb(im)
+        assert got.shape == (2, 4, 3) and got.dtype == np.uint8, im.mode
+        assert all(np.array_equal(got[..., c], want.astype(np.uint8)) for c in range(3)), im.mode
+    rgb = photo(0)[:8, :8]
+    assert np.array_equal(pixels_rgb(Image.fromarray(rgb)), rgb)  # 8-bit images as they are
+
+
 @pytest.mark.parametrize(
     "data", [b"", b"not an image", b"\xff\xd8\xff\xe0" + b"\x00" * 40, encode(photo(0))[:200]]
 )
@@ -298,6 +331,82 @@ def test_a_webdataset_sample_without_an_image_is_named(tmp_path):
         fl.images.from_webdataset(tmp_path / "bad.tar", out)
 
 
+def cut_shards(tmp_path) -> dict[str, tuple[bytes, str]]:
+    """A shard of 6 samples (.jpg, .cls) cut or broken where tarfile's stream reading
+    takes the damage for the archive's end: each the bytes and the member before it."""
+    import tarfile
+
+    webdataset_shard(tmp_path / "a.tar", 0, 6, captions=False)
+    raw = (tmp_path / "a.tar").read_bytes()
+    with tarfile.open(tmp_path / "a.tar") as tar:
+        members = tar.getmembers()
+    at = [m.offset for m in members]
+    end = members[-1].offset_data + -(-members[-1].size // 512) * 512
+    return {
+        "at a header": (raw[: at[6]], "000002.cls"),  # 3 of 6 samples were kept
+        "inside a header": (raw[: at[6] + 100], "000002.cls"),
+        "before the last .cls": (raw[: at[11]], "000005.jpg"),  # its label was -1
+        "in the end blocks": (raw[: end + 512], "000005.cls"),  # one of the two
+        "a bad header": (raw[: at[8]] + b"\x17" * 512 + raw[at[8] + 512 :], "000003.cls"),
+    }
+
+
+@pytest.mark.parametrize("cut", ["at a header", "inside a header", "before the last .cls"])
+def test_a_webdataset_shard_cut_short_is_a_format_error_naming_it(tmp_path, cut):
+    data, after = cut_shards(tmp_path)[cut]
+    (tmp_path / "cut.tar").write_bytes(data)
+    out = tmp_path / "wds.flr"
+    with pytest.raises(fl.FormatError, match=rf"cut\.tar: .*after member {after}"):
+        fl.images.from_webdataset(tmp_path / "cut.tar", out)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("cut", ["in the end blocks", "a bad header"])
+def test_a_webdataset_shard_without_its_end_or_with_a_bad_header_is_a_format_error(tmp_path, cut):
+    data, after = cut_shards(tmp_path)[cut]
+    (tmp_path / "bad.tar").write_bytes(data)
+    what = "the data's end" if cut == "in the end blocks" else "an invalid tar header"
+    with pytest.raises(fl.FormatError, match=rf"bad\.tar: .*after member {after}, found {what}"):
+        fl.images.from_webdataset(tmp_path / "bad.tar", tmp_path / "wds.flr")
+
+
+def test_a_compressed_shard_converts_and_a_corrupt_one_is_a_format_error(tmp_path):
+    import bz2
+    import gzip
+
+    webdataset_shard(tmp_path / "a.tar", 0, 6, captions=False)
+    raw = (tmp_path / "a.tar").read_bytes()
+    for name, packed in (("a.tar.gz", gzip.compress(raw)), ("a.tar.bz2", bz2.compress(raw))):
+        (tmp_path / name).write_bytes(packed)
+        assert fl.images.from_webdataset(tmp_path / name, tmp_path / "ok.flr").images == 6
+    packed = bytearray(gzip.compress(raw))
+    for at in (len(packed) // 2, len(packed) - 4):  # the data (3 samples read), the length
+        bad = bytearray(packed)
+        bad[at] ^= 0xFF
+        (tmp_path / "bad.tar.gz").write_bytes(bytes(bad))
+        with pytest.raises(fl.FormatError, match=r"bad\.tar\.gz: "):
+            fl.images.from_webdataset(tmp_path / "bad.tar.gz", tmp_path / "wds.flr")
+    (tmp_path / "cut.tar.gz").write_bytes(bytes(packed[: len(packed) // 2]))
+    with pytest.raises(fl.FormatError, match=r"cut\.tar\.gz: "):
+        fl.images.from_webdataset(tmp_path / "cut.tar.gz", tmp_path / "wds.flr")
+
+
+def test_a_webdataset_sample_without_its_class_or_out_of_range_is_named(tmp_path):
+    import tarfile
+
+    webdataset_shard(tmp_path / "a.tar", 0, 2, captions=False)
+    with tarfile.open(tmp_path / "a.tar", "a") as tar:
+        blob = encode(photo(2, 64, 48))
+        info = tarfile.TarInfo("000002.jpg")
+        info.size = len(blob)
+        tar.addfile(info, io.BytesIO(blob))
+    with pytest.raises(fl.FormatError, match=r"a\.tar: 000002\.jpg: .*000002\.cls"):
+        fl.images.from_webdataset(tmp_path / "a.tar", tmp_path / "wds.flr", classes=2)
+    webdataset_shard(tmp_path / "b.tar", 0, 3, captions=False)
+    with pytest.raises(fl.DomainError, match=r"b\.tar: 000001\.jpg: 000001\.cls is 1, .* 1 class"):
+        fl.images.from_webdataset(tmp_path / "b.tar", tmp_path / "wds.flr", classes=1)
+
+
 def test_feedline_convert_takes_a_webdataset_shard(tmp_path, capsys):
     from feedline.cli import main
 
@@ -430,3 +539,29 @@ def test_a_jpeg_without_stored_sizes_is_cropped_and_decoded_as_with_them():
     for train in (True, False):
         want = stream(fl.images.decoded(with_sizes, 40, train=train, seed=6), workers=0)
         assert stream(fl.images.decoded(without, 40, train=train, seed=6), workers=0) == want
+
+
+def test_a_map_s_format_error_names_where_the_source_s_row_lies(tmp_path):
+    """A map's ``FormatError`` (bytes that do not decode) names the item and, for a
+    source that says (``locate``), its file, row group and row, as a ShapeError does."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from feedline.sources._items import apply_maps, map_entry
+
+    images = [d["image"] for d in items(12)]
+    images[7] = images[7][:300]
+    pq.write_table(
+        pa.table({"image": pa.array(images, pa.binary())}),
+        tmp_path / "bad.parquet",
+        row_group_size=5,
+    )
+    src = fl.sources.parquet(tmp_path / "bad.parquet")
+    augment = fl.images.Augment(32)
+    record = augment.record(src.record)
+    maps = (map_entry(augment, 0, record, 1),)
+    idx = np.array([6, 7, 8])
+    with pytest.raises(
+        fl.FormatError,
+        match=r"ParquetRow item 7: <image>: .*; the item is row 2 of row group 1 of .*bad\.parquet",
+    ):
+        apply_maps(src.record, record, maps, src.getitems(idx), idx, None, 0, False, source=src)

@@ -38,6 +38,24 @@ def decode(
     def pixels(im: Any) -> np.ndarray:
         if kind == "jpeg" and (min_width or min_height):
             im.draft("RGB", (max(1, min_width), max(1, min_height)))
-        return np.asarray(im.convert("RGB"))
+        return pixels_rgb(im)
 
     return _with_pil(data, kind, where, pixels)
+
+
+def pixels_rgb(im: Any) -> np.ndarray:
+    """A Pillow image as ``H x W x 3`` uint8. Pillow's convert clips a gray deeper than 8
+    bits at 255 instead of scaling it (a 16-bit PNG came out nearly white), so those
+    modes are taken to 8 bits here: ``I;16`` and ``I`` (what older Pillows open a
+    16-bit PNG as) hold 16-bit samples, each value's high byte (``I`` clipped to
+    0 - 65535 first); ``F`` is on Pillow's 0 - 255 scale, rounded and clipped."""
+    if im.mode == "F":
+        gray = np.clip(np.rint(np.asarray(im)), 0, 255).astype(np.uint8)
+    elif im.mode == "I" or im.mode.startswith("I;16"):
+        a = np.asarray(im)
+        if a.dtype.kind != "u":  # ``I`` (int32): below 0 or past 16 bits, clipped
+            a = np.clip(a, 0, 65_535)
+        gray = (a >> 8).astype(np.uint8)
+    else:
+        return np.asarray(im.convert("RGB"))
+    return np.repeat(gray[:, :, None], 3, axis=2)

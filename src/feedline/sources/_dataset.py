@@ -355,6 +355,7 @@ class Dataset:
                 positions,
                 context,
                 check_values,
+                source=self._base.source,
             )
             clock.add("map", clock.perf_counter_ns() - t)  # the loader's stats
             if out is not None:

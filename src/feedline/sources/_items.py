@@ -183,9 +183,13 @@ def apply_maps(
     positions: Any,
     context: int,
     check_values: bool,
+    source: Any = None,
 ) -> dict[str, Any]:
     """``maps`` applied to each example of ``batch`` (of record ``base``); the results
-    are checked against ``rec`` (the last map's record) and collated again."""
+    are checked against ``rec`` (the last map's record) and collated again. An error
+    names the item, and where it lies in ``source``'s files for a source that says
+    (``locate``: a Parquet file's row group and row)."""
+    locate = getattr(source, "locate", None)
     pos = idx if positions is None else np.asarray(positions, dtype=np.int64)
     fields = base.fields
     threads = max(m[3] for m in maps)
@@ -207,7 +211,8 @@ def apply_maps(
                     else:
                         example = fn(example)
             except FormatError as e:  # bytes that do not decode: name the item they are
-                raise FormatError(f"{base.__name__} item {int(idx[r])}: {e}") from e
+                at = "" if locate is None else f"; the item is {locate(int(idx[r]))}"
+                raise FormatError(f"{base.__name__} item {int(idx[r])}: {e}{at}") from e
             except Exception as e:  # the map's own error, as it is, with the example named
                 name = getattr(fn, "__qualname__", type(fn).__name__)
                 at = "" if positions is None else f", position {int(pos[r])} of the pass"
