@@ -9,6 +9,11 @@ not get it, so the next claim makes it again). Every claim carries the pass's
 *generation*: a reset or a new pass starts a new generation, and what a claim of an
 older one reports afterwards changes nothing.
 
+An interrupt can land after any call returns, so a claim is taken and recorded with no
+call after the change (``take_number``), and whoever claims holds the claim inside one
+``try`` that gives it back (``give_back``) on an interrupt: even after the delivery was
+recorded, if the batch had not yet been returned (the lock's release is a call).
+
 What a state records follows from this: the batches delivered without a gap
 (``delivered``) and those delivered past the gap (``ahead``); a restore makes exactly
 the others. The end of a pass is found and recorded under the same lock as the claim
@@ -17,8 +22,8 @@ that found it, so a thread can never end the pass another thread just started.
 
 from __future__ import annotations
 
+import bisect
 import concurrent.futures.thread  # noqa: F401  (its fork hook is registered before ours)
-import heapq
 import os
 import threading
 import weakref
@@ -69,7 +74,7 @@ class Ledger:
         self.next = 0  # the next number never claimed in this pass
         self.delivered = 0  # numbers below this were delivered
         self.ahead: set[int] = set()  # numbers delivered past ``delivered``
-        self.redo: list[int] = []  # numbers given back, to be made again (a heap)
+        self.redo: list[int] = []  # numbers given back, to be made again (sorted)
         self.ended = False  # nothing is left to claim (some claims may be out)
         self.last_rows = 0
         self.closed = False
@@ -85,8 +90,11 @@ class Ledger:
         pass, which is then recorded as ended (in this same lock acquisition)."""
         if self.closed:
             raise ValueError("the loader is closed")
-        if self.redo:
-            return heapq.heappop(self.redo)
+        redo = self.redo
+        if redo:  # no call after the change: an interrupt would lose the number
+            i = redo[0]
+            del redo[0]
+            return i
         while self.next < self.delivered or self.next in self.ahead:
             self.next += 1  # delivered before a restore
         w, k = self.share
@@ -99,7 +107,7 @@ class Ledger:
 
     def untake(self, index: int) -> None:
         """Give back a number whose positions could not be looked up (nothing claimed)."""
-        heapq.heappush(self.redo, index)
+        bisect.insort(self.redo, index)
         self.ended = False
 
     def new_generation(self) -> None:
@@ -136,7 +144,27 @@ class Ledger:
             i = claim.index
             if claim.gen != self.gen or i in self.redo or i < self.delivered or i in self.ahead:
                 return False
-            heapq.heappush(self.redo, i)
+            bisect.insort(self.redo, i)
+            self.ended = False
+            return True
+
+    def give_back(self, claim: Claim) -> bool:
+        """``claim``, held by the caller that claimed it, did not reach its caller (an
+        interrupt): made again, even if its delivery was recorded (the interrupt came
+        after the record, before the batch was returned; batches other claims delivered
+        past it stay delivered). True when it was given back; a claim of an older
+        generation, or one given back already, is not. Only the holder of a claim calls
+        this, once: no other claim can have delivered its number since."""
+        with self.lock:
+            i = claim.index
+            if claim.gen != self.gen or i in self.redo:
+                return False
+            if i in self.ahead:
+                self.ahead.remove(i)
+            elif i < self.delivered:  # the batches past it stay delivered, as ahead
+                self.ahead.update(range(i + 1, self.delivered))
+                self.delivered = i
+            bisect.insort(self.redo, i)
             self.ended = False
             return True
 

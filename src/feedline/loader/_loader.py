@@ -258,23 +258,59 @@ class Loader:
         count; a reset or a restored state leaves it as it was."""
         return self._ledger.last_rows
 
-    def claim(self) -> Claim | None:
+    def claim(self, into: list[Claim] | None = None) -> Claim | None:
         """The next batch's claim (its positions, sources and records), or None at the
-        end of the pass (recorded as ended under the same lock)."""
+        end of the pass (recorded as ended under the same lock). With ``into``, the
+        claim is appended to it before any call that an interrupt could stop, so the
+        caller's ``try`` around this call holds it (and gives it back) from the start."""
         led, t = self._ledger, perf_counter_ns()
         with led.lock:
-            index = led.take_number()
+            index = led.take_number()  # no call after the change: the try below holds it
             if index is None:
                 return None
             try:
                 claim = self._claim_positions(index)
+                if into is not None:
+                    into.append(claim)
             except BaseException:
-                led.untake(index)  # the order raised: nothing is claimed
+                if not into:
+                    led.untake(index)  # the order raised: nothing is claimed
                 raise
         clock.add("order", perf_counter_ns() - t)
         if self._stats.progress:
             self._stats.open_bar(len(self), self.epoch)
         return claim
+
+    def next_made(
+        self, make: Callable[[Claim, dict[str, int]], Any], counted: list | None = None
+    ) -> tuple[Claim, Any] | None:
+        """The next claim and ``make(claim, tally)`` (``tally``: the batch's stages, open
+        from before the claim to ``make``'s return), or None at the end of the pass. The
+        claim is held from the first step: delivered when ``make`` returns, as the last
+        step; passed over when it raises an error; given back when an interrupt lands
+        anywhere before this returns, even after the delivery was recorded (then the stats
+        take back what ``make`` counted in ``counted``, see ``Stats.undo``)."""
+        led = self._ledger
+        held: list[Claim] = []
+        acc = clock.tally()
+        try:
+            try:
+                if self.claim(held) is None:
+                    return None
+                claim = held[0]
+                result = make(claim, acc)
+            finally:
+                clock.untally()
+            led.deliver(claim, claim.size)
+            return claim, result
+        except Exception:
+            if held:
+                led.deliver(held[0], None)
+            raise
+        except BaseException:
+            if held and led.give_back(held[0]) and counted is not None:
+                self._stats.undo(counted)
+            raise
 
     def _claim_positions(self, index: int) -> Claim:
         """Under the ledger's lock: the claim of batch ``index`` (``_blocks``)."""
@@ -324,18 +360,20 @@ class Loader:
         """``make(claim)``, recorded in the ledger: delivered when it returns, passed
         over when it raises an error (the error reached the caller), made again when an
         interrupt stops it (the caller got nothing; then the stats take back what
-        ``make`` counted of it in the ``counted`` token, see ``Stats.undo``)."""
+        ``make`` counted of it in the ``counted`` token, see ``Stats.undo``), also one
+        that lands after the delivery was recorded, before the batch was returned. The
+        caller holds ``claim`` (no other call may give it back)."""
         try:
             result = make(claim)
             self._ledger.deliver(claim, claim.size)
+            return result
         except Exception:
             self._ledger.deliver(claim, None)
             raise
         except BaseException:
-            if self._ledger.release(claim) and counted is not None:
+            if self._ledger.give_back(claim) and counted is not None:
                 self._stats.undo(counted)
             raise
-        return result
 
     def _workers_pool(self) -> Any:
         """The worker pool making this loader's batches (started now), or None when they

@@ -32,27 +32,19 @@ class LocalPlan:
 
     def _step(self, make: Any) -> tuple[Any, Any] | None:
         """The next claim and ``make(claim)``, timed for ``loader.stats()`` and delivered
-        (``Loader.deliver``); None at the end of the pass. Nothing runs after the ledger
-        records the delivery: an interrupt before it gives the batch back."""
+        (``Loader.next_made``); None at the end of the pass. The claim is held from the
+        start: an interrupt anywhere before this returns gives the batch back."""
         loader = self.loader
         stats = loader._stats
         t0 = stats.start()
-        acc = clock.tally()
-
         counted: list[int] = []  # the rows, once the stats count the batch
 
-        def made(claim: Any) -> Any:
+        def made(claim: Any, acc: dict[str, int]) -> Any:
             result = make(claim)
             stats.batch(t0, acc, claim.size, counted)
             return result
 
-        try:
-            claim = loader.claim()
-            if claim is None:
-                return None
-            return claim, loader.deliver(claim, made, counted)
-        finally:
-            clock.untally()
+        return loader.next_made(made, counted)
 
     def next(self) -> Any:
         step = self._step(self._make)
@@ -107,21 +99,22 @@ class PlainPlan(LocalPlan):
         loader = self.loader
         led = loader._ledger
         t0 = loader._stats.start()
-        with led.lock:
-            index = led.take_number()
-            if index is None:
-                raise StopIteration
-            blocks = loader._blocks
-            try:
-                claim = blocks.claim(led, index, loader._pass_order)  # _claim_positions
-            except BaseException:
-                led.untake(index)  # the order raised: nothing is claimed
-                raise
-            ahead = self.ahead
-            block = blocks.block if ahead is not None else None
-        t1 = perf_counter_ns()
         counted: list[int] = []  # the rows, once the stats count the batch
+        index = claim = None
+        # One try from before the claim: the number is taken with no call after the
+        # change (``take_number``), and from there an interrupt anywhere gives it back
+        # (``untake`` before the claim is made, ``give_back`` after, even after the
+        # delivery is recorded: the lock's release is a call).
         try:
+            with led.lock:
+                index = led.take_number()
+                if index is None:
+                    raise StopIteration
+                blocks = loader._blocks
+                claim = blocks.claim(led, index, loader._pass_order)  # _claim_positions
+                ahead = self.ahead
+                block = blocks.block if ahead is not None else None
+            t1 = perf_counter_ns()
             ds = self.dataset  # _cols, with the ``_columns`` property written out
             if ds._seen is not None:  # a TensorDataset: read again if it changed
                 ds._read_if_changed()
@@ -133,18 +126,25 @@ class PlainPlan(LocalPlan):
                 fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
             size = claim.stop - claim.start
             batch = Batch(fields, size, size, claim.start, claim.ords, recs)
-            # counted before the delivery, the last step: an interrupt before it gives
-            # the batch back (and takes back its count)
+            # counted before the delivery, the last step
             loader._stats.plain(t0, t1, perf_counter_ns(), size, counted)
             led.deliver(claim, size)
+            return batch
         except Exception:
-            led.deliver(claim, None)
+            if claim is not None:
+                led.deliver(claim, None)
+            elif index is not None:
+                with led.lock:
+                    led.untake(index)  # the order raised: nothing is claimed
             raise
         except BaseException:
-            if led.release(claim):
-                loader._stats.undo(counted)
+            if claim is not None:
+                if led.give_back(claim):
+                    loader._stats.undo(counted)
+            elif index is not None:
+                with led.lock:
+                    led.untake(index)
             raise
-        return batch
 
     __next__ = next
 

@@ -1,0 +1,211 @@
+"""Ctrl-C at every point of a batch, in turn, loses and repeats nothing.
+
+CPython raises a signal handler's ``KeyboardInterrupt`` where it checks for signals:
+after a call of a C function returns (the value is then dropped), and at a Python
+function's entry. ``interrupt_at(k)`` does the same at the ``k``-th such point inside
+feedline's loader (through ``sys.setprofile``: a profile function that raises at a
+``c_return`` drops the call's result, as the signal check does), and each test sweeps
+``k`` over every point of one ``next()``: the rest of the pass and the next pass must
+then deliver every ``(source, record)`` pair exactly once, as a training loop that
+catches the interrupt, saves and goes on would see them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import feedline as fl
+
+_LOADER = os.sep + os.path.join("feedline", "loader") + os.sep
+_CLOCK = os.path.join("feedline", "_base", "clock.py")
+
+
+class R(fl.Record, dims={"D": 2}):
+    x = fl.field("D", "float32")
+    i = fl.field((), "int64")
+
+
+N, B = 60, 8  # 8 batches, the last short
+
+
+def dataset() -> fl.Dataset:
+    idx = np.arange(N)
+    return fl.Dataset(R, {"x": np.stack([idx, -idx], 1).astype(np.float32), "i": idx})
+
+
+def _inside(frame) -> bool:
+    name = frame.f_code.co_filename
+    return _LOADER in name or name.endswith(_CLOCK)
+
+
+class interrupt_at:
+    """Raise ``KeyboardInterrupt`` at the ``k``-th signal check (a C call's return, a
+    Python function's entry) in the loader's code of this thread, from ``__enter__``;
+    ``k=None`` counts them (``.points``) without raising."""
+
+    def __init__(self, k: int | None) -> None:
+        self.k, self.points, self.fired = k, 0, False
+
+    def _profile(self, frame, event, arg):
+        if event not in ("c_return", "call") or not _inside(frame):
+            return
+        self.points += 1
+        if self.points == self.k:
+            sys.setprofile(None)
+            self.fired = True
+            raise KeyboardInterrupt
+
+    def __enter__(self):
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(None)
+        return False
+
+
+def pairs(records) -> Counter:
+    return Counter((0, int(r)) for r in records)
+
+
+def _next_records(loader, it, how: str) -> np.ndarray | None:
+    """The next batch's record indices, by ``next`` or ``next_into``; None at the end."""
+    if how == "next_into":
+        out = {"x": np.empty((B, 2), np.float32), "i": np.empty(B, np.int64)}
+        n = loader.next_into(out)
+        return None if n == 0 else out["i"][:n].copy()
+    try:
+        i = next(it).i
+        return i.numpy().copy() if hasattr(i, "numpy") else i.copy()
+    except StopIteration:
+        return None
+
+
+def _pass(loader, it, how: str, got: list) -> None:
+    while (r := _next_records(loader, it, how)) is not None:
+        got.append(r)
+
+
+def run_with_interrupt(make_loader, k: int | None, how: str, before: int, redo: int | None):
+    """One loader's two passes: ``before`` batches, optionally one given back first
+    (interrupted at point ``redo`` of its making, so the swept call takes a given-back
+    number), then a ``next`` interrupted at point ``k``, the rest of the pass and one
+    more pass. Returns (pairs of pass 0, pairs of pass 1, the points of the swept call,
+    the probe)."""
+    loader = make_loader()
+    it = iter(loader)
+    got: list = []
+    for _ in range(before):
+        got.append(_next_records(loader, it, how))
+    if redo is not None:
+        with pytest.raises(KeyboardInterrupt), interrupt_at(redo):
+            _next_records(loader, it, how)
+        assert loader._ledger.redo, f"point {redo} gave no batch back"
+    with interrupt_at(k) as probe:
+        try:
+            r = _next_records(loader, it, how)
+            if r is not None:
+                got.append(r)
+        except KeyboardInterrupt:
+            assert probe.fired, "a KeyboardInterrupt the sweep did not raise"
+    _pass(loader, it, how, got)
+    first = pairs(np.concatenate(got))
+    second: list = []
+    _pass(loader, iter(loader), how, second)
+    loader.close()
+    return first, pairs(np.concatenate(second)) if second else Counter(), probe.points, probe
+
+
+def in_thread(fn, timeout: float = 120.0):
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the test
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"still running after {timeout} s (a hang)"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def gives_back(make_loader, how: str, k: int) -> bool:
+    """Whether an interrupt at point ``k`` of the third batch gives it back."""
+    loader = make_loader()
+    it = iter(loader)
+    for _ in range(2):
+        _next_records(loader, it, how)
+    with interrupt_at(k) as probe, contextlib.suppress(KeyboardInterrupt):
+        _next_records(loader, it, how)
+    back = probe.fired and bool(loader._ledger.redo)
+    loader.close()
+    return back
+
+
+def plain():
+    return fl.Loader(dataset(), B, seed=3)
+
+
+def general():  # a mapped dataset: LocalPlan (read, map, collate, deliver here)
+    return fl.Loader(dataset().map(lambda ex, rng: ex, seed=0), B, seed=3, workers=0)
+
+
+def device():  # torch output, the columns on the device (the CPU here): DevicePlan
+    pytest.importorskip("torch")
+    return fl.Loader(dataset(), B, seed=3, output="torch")
+
+
+def checked():  # check_values: the general path over the plain dataset
+    return fl.Loader(dataset(), B, seed=3, check_values=True)
+
+
+@pytest.mark.parametrize("given_back", [False, True], ids=["fresh", "given-back"])
+@pytest.mark.parametrize(
+    "make_loader, how",
+    [
+        (plain, "next"),
+        (general, "next"),
+        (checked, "next"),
+        (device, "next"),
+        (plain, "next_into"),
+        (general, "next_into"),
+    ],
+    ids=["plain", "general", "checked", "device", "plain-next_into", "general-next_into"],
+)
+def test_an_interrupt_at_any_point_of_a_batch_loses_and_repeats_nothing(
+    make_loader, how, given_back
+):
+    want = pairs(range(N))
+    plans = {plain: "PlainPlan", device: "DevicePlan"}
+    assert type(make_loader()._plan).__name__ == plans.get(make_loader, "LocalPlan")
+
+    def sweep():
+        _, _, points, _ = run_with_interrupt(make_loader, None, how, 2, None)
+        assert points > 10  # the probe saw the batch's calls
+        redo = None
+        if given_back:  # the last point of the making that gives the batch back
+            redo = next(k for k in range(points, 0, -1) if gives_back(make_loader, how, k))
+            _, _, points, _ = run_with_interrupt(make_loader, None, how, 2, redo)
+        bad = []
+        for k in range(1, points + 1):
+            first, second, _, probe = run_with_interrupt(make_loader, k, how, 2, redo)
+            if not probe.fired or first != want or second != want:
+                lost = sorted((want - first).elements())[:4]
+                extra = sorted((first - want).elements())[:4]
+                bad.append(f"k={k}: lost {lost} repeated {extra}, next pass {sum(second.values())}")
+        return points, bad
+
+    points, bad = in_thread(sweep)
+    assert not bad, f"{len(bad)} of {points} interrupt points lose or repeat: {bad[:5]}"
