@@ -13,6 +13,7 @@ catches the interrupt, saves and goes on would see them.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import sys
 import threading
@@ -25,6 +26,7 @@ import feedline as fl
 
 _LOADER = os.sep + os.path.join("feedline", "loader") + os.sep
 _CLOCK = os.path.join("feedline", "_base", "clock.py")
+_GENERATOR = inspect.CO_GENERATOR
 
 
 class R(fl.Record, dims={"D": 2}):
@@ -41,8 +43,12 @@ def dataset() -> fl.Dataset:
 
 
 def _inside(frame) -> bool:
-    name = frame.f_code.co_filename
-    return _LOADER in name or name.endswith(_CLOCK)
+    """A frame of the loader's code, not a generator's: one closed by the garbage
+    collector would swallow the interrupt (Python prints and drops an exception raised
+    in a finalizer)."""
+    code = frame.f_code
+    name = code.co_filename
+    return (_LOADER in name or name.endswith(_CLOCK)) and not code.co_flags & _GENERATOR
 
 
 class interrupt_at:
@@ -158,6 +164,10 @@ def plain():
     return fl.Loader(dataset(), B, seed=3)
 
 
+def plain_threads():  # the plain path's chunks gathered ahead by two threads
+    return fl.Loader(dataset(), B, seed=3, threads=2)
+
+
 def general():  # a mapped dataset: LocalPlan (read, map, collate, deliver here)
     return fl.Loader(dataset().map(lambda ex, rng: ex, seed=0), B, seed=3, workers=0)
 
@@ -165,6 +175,17 @@ def general():  # a mapped dataset: LocalPlan (read, map, collate, deliver here)
 def device():  # torch output, the columns on the device (the CPU here): DevicePlan
     pytest.importorskip("torch")
     return fl.Loader(dataset(), B, seed=3, output="torch")
+
+
+class V(fl.Record, dims={"T": None}):
+    tok = fl.field("T", "int32")
+    i = fl.field((), "int64")
+
+
+def bucketed():  # ragged, padded in length buckets: LocalPlan over the buckets' claims
+    tok = [np.full(1 + i % 5, i, np.int32) for i in range(N)]
+    ds = fl.Dataset(V, {"tok": tok, "i": np.arange(N)})
+    return fl.Loader(ds, B, seed=3, bucket="T", bucket_batches=2, workers=0)
 
 
 def checked():  # check_values: the general path over the plain dataset
@@ -176,19 +197,30 @@ def checked():  # check_values: the general path over the plain dataset
     "make_loader, how",
     [
         (plain, "next"),
+        (plain_threads, "next"),
         (general, "next"),
         (checked, "next"),
         (device, "next"),
+        (bucketed, "next"),
         (plain, "next_into"),
         (general, "next_into"),
     ],
-    ids=["plain", "general", "checked", "device", "plain-next_into", "general-next_into"],
+    ids=[
+        "plain",
+        "plain-threads",
+        "general",
+        "checked",
+        "device",
+        "bucketed",
+        "plain-next_into",
+        "general-next_into",
+    ],
 )
 def test_an_interrupt_at_any_point_of_a_batch_loses_and_repeats_nothing(
     make_loader, how, given_back
 ):
     want = pairs(range(N))
-    plans = {plain: "PlainPlan", device: "DevicePlan"}
+    plans = {plain: "PlainPlan", plain_threads: "PlainPlan", device: "DevicePlan"}
     assert type(make_loader()._plan).__name__ == plans.get(make_loader, "LocalPlan")
 
     def sweep():
