@@ -481,11 +481,12 @@ def parquet(
     old contents. ``record`` chooses the fields (each a column of that name; only those
     columns are decoded); without one, it is inferred from the Arrow schema, of every
     column or of ``columns``: numbers and bools are scalars, fixed-size lists fixed
-    dims, lists a varying dim (``T``, ``T1``, ...), strings ``str``, binary ``bytes``. A column with no field (a struct, a date, a
-    map) is a ``RecordError`` naming it and saying why; a file that is not Parquet, or
-    a row group that does not decode, a ``FormatError`` naming the file (and the row
-    group). ``cache_groups`` row groups stay decoded (LRU; by default as many as fit
-    in 1 GiB, by the file's uncompressed sizes); see the module's costs.
+    dims, lists a varying dim (``T``, ``T1``, ...), strings ``str``, binary ``bytes``.
+    A column with no field (a struct, a date, a map) is a ``RecordError`` naming it and
+    saying why; a file that is not Parquet, or a row group that does not decode, a
+    ``FormatError`` naming the file (and the row group). ``cache_groups`` row groups stay
+    decoded (LRU; by default as many as fit in 1 GiB, by the file's uncompressed
+    sizes); see the module's costs.
 
     >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq, feedline as fl
     >>> p = os.path.join(tempfile.mkdtemp(), "t.parquet")
