@@ -107,26 +107,33 @@ class WorkerPlan:
                     self.decided = True
         return self.spec
 
-    def _take_pool(self) -> WorkerPool:
-        """Under ``lock``: the pool to submit to, held by this loader, its ``use_lock``
-        held (the caller releases it). Its own, unless another loader took it over between
-        passes, or this process is a fork of the one that started it; a broken one
-        raises ``WorkerError`` until a reset."""
+    def _with_pool(self, use: Callable[[WorkerPool], Any]) -> Any:
+        """Under ``lock``: ``use(pool)`` with the pool held by this loader and its
+        ``use_lock`` held. Its own pool, unless another loader took it over between
+        passes, or this process is a fork of the one that started it; a broken one raises
+        ``WorkerError`` until a reset. The lock is taken by a ``with`` (nothing can land
+        between a C lock's ``__enter__`` and the body) or, for a pool ``acquire`` returns
+        held, released by the ``try`` that follows its store with no call between."""
         pool = self.pool
         if pool is not None:
-            pool.use_lock.acquire()
-            if pool.holder is not None and pool.holder() is self.loader:
-                if pool.broken is not None:
-                    pool.use_lock.release()
-                    raise WorkerError(
-                        f"{pool.broken} (reset() or load_state_dict() continues with new workers)"
-                    )
-                return pool
-            pool.use_lock.release()
+            with pool.use_lock:
+                if pool.holder is not None and pool.holder() is self.loader:
+                    if pool.broken is not None:
+                        raise WorkerError(
+                            f"{pool.broken} (reset() or load_state_dict() continues with "
+                            "new workers)"
+                        )
+                    return use(pool)
         if self.spec is None:
             raise ValueError("the loader is closed")
+        # Not ours: an interrupt inside ``acquire`` may leave that pool's lock taken, so
+        # this plan must not wait for it again.
+        self.pool = None
         self.pool = pool = acquire(self.spec, self.loader)
-        return pool
+        try:
+            return use(pool)
+        finally:
+            pool.use_lock.release()
 
     def started(self) -> WorkerPool | None:
         """The pool this plan uses, taken (or started) now; None when batches are made in
@@ -134,73 +141,83 @@ class WorkerPlan:
         if self._spec() is None:
             return None
         with self.lock:
-            self._take_pool().use_lock.release()
-        return self.pool
+            return self._with_pool(lambda pool: pool)
 
     # -- batches --------------------------------------------------------------------------
     def _batch_no(self, claim: Any) -> int:
         return claim.start // self.loader.options.batch_size
 
-    def _take(self) -> tuple[Any, Any]:
+    def _take(self, got: list) -> Any:
         """Under ``lock``: submit while slots are free, then the next batch in flight:
-        ``(claim, fields)``. An interrupt while it waits leaves the batch in flight (the
-        next call waits for it again); a worker's death or a timeout gives back every
-        batch in flight to the ledger (they are made again after a reset)."""
+        its fields, its claim appended to ``got`` as it leaves flight (with no call
+        between), so that the caller's ``try`` holds it from there. An interrupt while it
+        waits (or while the batch is copied out) leaves the batch in flight (the next call
+        waits for it again); a worker's death or a timeout gives back every batch in
+        flight to the ledger (they are made again after a reset)."""
+        return self._with_pool(lambda pool: self._take_from(pool, got))
+
+    def _take_from(self, pool: WorkerPool, got: list) -> Any:
         loader = self.loader
-        led = loader._ledger
-        pool = self._take_pool()
-        try:
-            while pool.can_submit():
-                claim = loader.claim()
-                if claim is None:
-                    break
-                try:
-                    pool.submit(
-                        self._batch_no(claim),
-                        claim.ords,
-                        claim.recs,
-                        loader.rows_for(claim.size),
-                        claim.pos0,  # the rows' positions for a transform's batch.meta
-                        loader.positions(claim),
-                        loader.context(),
-                    )
-                except BaseException:
-                    led.release(claim)
-                    raise
-                self.inflight.append(claim)
-            if not self.inflight:
-                raise StopIteration
-            claim = self.inflight[0]
-            t = perf_counter_ns()
+        inflight = self.inflight
+        while pool.can_submit():
+            held: list = []  # the claim, handed over before any call (``Loader.claim``)
             try:
-                fields = pool.result(
-                    self._batch_no(claim), loader.options.timeout, self._collator(claim)
+                if loader.claim(held) is None:
+                    break
+                claim = held[0]
+                pool.submit(
+                    self._batch_no(claim),
+                    claim.ords,
+                    claim.recs,
+                    loader.rows_for(claim.size),
+                    claim.pos0,  # the rows' positions for a transform's batch.meta
+                    loader.positions(claim),
+                    loader.context(),
                 )
-            except WorkerError:
-                for c in self.inflight:
+                inflight.append(claim)
+            except BaseException:
+                if held:
+                    self._unsubmitted(pool, held[0])
+                raise
+        if not inflight:
+            raise StopIteration
+        claim = inflight[0]
+        batch_no = self._batch_no(claim)
+        t = perf_counter_ns()
+        try:
+            fields = pool.result(batch_no, loader.options.timeout, self._collator(claim))
+        except BaseException as e:
+            if batch_no not in pool.pending:
+                # the pool is done with it (its own error, or an interrupt as it was handed
+                # over): out of flight, to the caller, who passes it over or gives it back
+                del inflight[0]
+                got.append(claim)
+            elif isinstance(e, WorkerError):  # a death, a timeout, a close
+                led = loader._ledger
+                for c in inflight:
                     led.release(c)
-                self.inflight.clear()
+                inflight.clear()
                 if pool.broken is not None:
                     discard(pool)
-                raise
-            except Exception:  # the batch's own error (a map function's): passed over
-                self.inflight.popleft()
-                led.deliver(claim, None)
-                raise
-            except BaseException as e:
-                if getattr(e, "feedline_batch_done", False):  # the map raised the interrupt:
-                    self.inflight.popleft()  # the batch is made again, as in process
-                    led.release(claim)
-                raise  # else it landed in the wait: the batch stays in flight
-            self.inflight.popleft()
-            # the wait for the workers (the collation out of the slot counted apart)
-            clock.add("workers", perf_counter_ns() - t)
-            for k, v in pool.last_times.items():  # the stages in the worker (``_stats``)
-                clock.add(f"worker {k}", v)
-            clock.add("rows", claim.size)
-            return claim, fields
-        finally:
-            pool.use_lock.release()
+            raise  # else it landed in the wait: the batch stays in flight
+        del inflight[0]  # no call between the result's return and the hand-over
+        got.append(claim)
+        # the wait for the workers (the collation out of the slot counted apart)
+        clock.add("workers", perf_counter_ns() - t)
+        for k, v in pool.last_times.items():  # the stages in the worker (``_stats``)
+            clock.add(f"worker {k}", v)
+        clock.add("rows", claim.size)
+        return fields
+
+    def _unsubmitted(self, pool: WorkerPool, claim: Any) -> None:
+        """An interrupt or an error came as ``claim`` was submitted: in flight if its task
+        left for a worker (the pool has it), else given back to the ledger."""
+        inflight = self.inflight
+        if self._batch_no(claim) in pool.pending:
+            if not inflight or inflight[-1] is not claim:
+                inflight.append(claim)
+        else:
+            self.loader._ledger.release(claim)
 
     def _collator(self, claim: Any) -> Any:
         """How a batch of ragged fields is collated out of its slot (as in process: the
@@ -234,48 +251,58 @@ class WorkerPlan:
 
     def next(self, raw: bool = False, then: Callable[[Any], Any] | None = None) -> Any:
         """The next batch (``raw``: before ``Loader.finish``), or ``then(batch)``. The
-        stats and ``then`` run before the ledger records the delivery, which is the last
-        step: an interrupt anywhere before it gives the batch back."""
+        claim is held by one ``try`` from the moment it leaves flight: the stats, ``then``
+        and the tally's close come before the ledger records the delivery, which is the
+        last step, with no call after it but the return; an interrupt anywhere before the
+        return gives the batch back (``Ledger.give_back``, the stats taken back), an error
+        passes it over."""
         if self._spec() is None:
             return self.local.next()
-        stats = self.loader._stats
-        t0 = stats.start()
-        acc = clock.tally()
-
-        counted: list[int] = []  # the rows, once the stats count the batch
-
-        def account(batch: Any) -> Any:
-            out = batch if then is None else then(batch)
-            stats.batch(t0, acc, acc.pop("rows", 0), counted)
-            return out
-
-        try:
-            return self._next(raw, account, counted)
-        finally:
-            clock.untally()
-
-    def _next(self, raw: bool, account: Callable[[Any], Any], counted: list) -> Any:
         loader = self.loader
-        with self.lock:
-            claim, fields = self._take()
+        led, stats = loader._ledger, loader._stats
+        t0 = stats.start()
+        counted: list[int] = []  # the rows, once the stats count the batch
+        got: list = []  # the claim, once out of flight
+        acc = clock.tally()
+        try:
+            try:
+                with self.lock:
+                    fields = self._take(got)
+                claim = got[0]
+                out = self._finish(claim, fields, raw)
+                if then is not None:
+                    out = then(out)
+                stats.batch(t0, acc, acc.pop("rows", 0), counted)
+            finally:
+                clock.untally()
+            led.deliver(claim, claim.size)
+            return out
+        except Exception:
+            if got:  # the batch's error reached the caller: passed over
+                led.deliver(got[0], None)
+            raise
+        except BaseException:
+            if got and led.give_back(got[0]):
+                stats.undo(counted)
+            raise
+
+    def _finish(self, claim: Any, fields: Any, raw: bool) -> Any:
+        """The batch of ``claim`` from the fields a worker made."""
+        loader = self.loader
         if self.transform_in_workers and not raw:
-            # the transform's result, made in a worker
-            return loader.deliver(claim, lambda c: account(fields), counted)
+            return fields  # the transform's result, made in a worker
         rows = loader.rows_for(claim.size)
         lengths = None
         if self.ragged:  # collated out of the slot (``_collator``)
             fields, lengths = fields
-
-        def finish(c: Any) -> Any:
-            out = {n: a if isinstance(a, Ragged) else a[:rows] for n, a in fields.items()}
-            if loader.options.output == "torch":
-                t = perf_counter_ns()
-                out = to_torch(out, loader.options.device)
-                clock.add("copy", perf_counter_ns() - t)
-            batch = Batch.with_meta(out, c.size, rows, c.pos0, c.ords, c.recs, lengths=lengths)
-            return account(batch if raw else loader.finish(batch))
-
-        return loader.deliver(claim, finish, counted)
+        out = {n: a if isinstance(a, Ragged) else a[:rows] for n, a in fields.items()}
+        if loader.options.output == "torch":
+            t = perf_counter_ns()
+            out = to_torch(out, loader.options.device)
+            clock.add("copy", perf_counter_ns() - t)
+        c = claim
+        batch = Batch.with_meta(out, c.size, rows, c.pos0, c.ords, c.recs, lengths=lengths)
+        return batch if raw else loader.finish(batch)
 
     def next_into(
         self, out: Mapping[str, np.ndarray], meta: Mapping[str, np.ndarray], padded: bool
@@ -300,10 +327,11 @@ class WorkerPlan:
             _into.fill_meta(meta, size, rows, batch._pos0, batch._ordinals, batch._records)
             return rows if padded else size
 
-        try:
-            return int(self.next(raw=True, then=copy))
+        try:  # no call after the delivery (an int() of it would lose the batch)
+            n: int = self.next(raw=True, then=copy)
         except StopIteration:
             return 0
+        return n
 
     def drain(self) -> None:
         """Discard batches the workers are making ahead (before a reset or a resume);

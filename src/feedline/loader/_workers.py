@@ -241,9 +241,12 @@ class WorkerPool:
         context: int,
     ) -> None:
         self._check_owner()
-        slot = self.free.popleft()
         w = self.workers[self._next_worker % len(self.workers)]
         self._next_worker += 1
+        # The slot is taken with no call before the try that puts it back (an interrupt
+        # lands only after a call: a popleft's slot would be lost, and the slot with it).
+        slot = self.free[0]
+        del self.free[0]
         try:
             if self.capacities[slot] < self.want:
                 self._grow(slot)
@@ -294,9 +297,15 @@ class WorkerPool:
         called before the slot is freed: a ragged column's values are then a view of the
         slot (padding copies them once, not twice).
 
-        An interrupt while it waits leaves the batch pending (a later call waits for it
-        again). After ``timeout`` seconds it raises ``WorkerError`` naming the batch and
-        the worker, and the pool is broken (the worker is stuck: it is not used again).
+        The batch stays pending (its slot and its result kept) until what it returns or
+        raises is ready; it is then forgotten with no call before the return but the
+        slot's freeing, the last step. So an interrupt while it waits, or while the batch
+        is copied out, leaves the batch pending (a later call gives it again); one that
+        lands after it was forgotten finds it no longer in ``pending``: the batch is over
+        (the caller makes it again). The batch's own error (a worker's, or the copy's)
+        forgets it too. After ``timeout`` seconds it raises ``WorkerError`` naming the
+        batch and the worker, and the pool is broken (the worker is stuck: it is not used
+        again).
         """
         self._check_owner()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -311,10 +320,7 @@ class WorkerPool:
             self._receive(None if deadline is None else max(0.0, deadline - time.monotonic()))
         kind, value = self.done[batch_no]
         slot, _ = self.pending[batch_no]
-        del self.done[batch_no], self.pending[batch_no]
-        self.last_times = self.times.pop(batch_no, {})
         if kind == "error":
-            self.free.append(slot)
             payload, text = value
             exc = None
             if payload is not None:
@@ -325,27 +331,42 @@ class WorkerPool:
                 # the batch is over (its slot free): an interrupt raised by the batch itself,
                 # unlike one in this wait, is not waited for again
                 exc.feedline_batch_done = True  # type: ignore[attr-defined]
-                raise exc
-            raise WorkerError(f"a loader worker raised:\n{text}")
+            else:
+                exc = WorkerError(f"a loader worker raised:\n{text}")
+            self._forget(batch_no, slot)
+            raise exc
         if kind == "result":  # a batch transform's result, pickled by the worker
-            self.free.append(slot)
-            return pickle.loads(value)
+            try:
+                out = pickle.loads(value)
+            except Exception:
+                self._forget(batch_no, slot)
+                raise
+            self._forget(batch_no, slot)
+            return out
         info, need = value
         try:
             if need > self.capacities[slot]:
                 self.want = max(self.want, grown(need))
             out = self.layout.read(self.slots[slot].buf, info, copy_values=collate is None)
-            if collate is None:
-                return out
-            try:
-                return collate(out)
-            except BaseException as e:
-                # the batch is over (its slot free): an interrupt here is not waited for
-                # again, the batch is made again
-                e.feedline_batch_done = True  # type: ignore[attr-defined]
-                raise
-        finally:
-            self.free.append(slot)
+            if collate is not None:
+                out = collate(out)
+        except Exception:  # the batch's error: it is over
+            self._forget(batch_no, slot)
+            raise
+        self._forget(batch_no, slot)
+        return out
+
+    def _forget(self, batch_no: int, slot: int) -> None:
+        """Batch ``batch_no`` is over: its bookkeeping dropped with no call between (an
+        interrupt finds it pending or forgotten, never half), then its slot freed."""
+        times = self.times.get(batch_no)
+        del self.done[batch_no], self.pending[batch_no]
+        if times is None:
+            self.last_times = {}
+        else:
+            del self.times[batch_no]
+            self.last_times = times
+        self.free.append(slot)
 
     def _receive(self, limit: float | None = None) -> None:
         if self.closed:
