@@ -38,10 +38,9 @@ from ..records import Field, Ragged, Record
 from ._arrow import decode
 from ._parquet_files import LocalParquet, check_columns, layout_fixed, open_file
 
-# Decoded row groups kept by default: as many as fit in this many bytes (by the files'
-# own uncompressed sizes of the columns read), at least one. A shuffle of a file that
-# fits is then decoded once per process; at 5k rows/s, a cache smaller than the groups
-# a batch touches is 150x slower than one that holds them (benchmarks/parquet.py).
+# Decoded row groups kept by default: as many as fit in this many bytes (the columns'
+# uncompressed sizes), at least one: a shuffle of a file that fits decodes it once; a
+# cache smaller than a batch's groups ran 150x slower, at 5k rows/s (benchmarks/parquet.py).
 CACHE_BYTES = 1 << 30
 
 
