@@ -57,3 +57,22 @@ def fork_checking(check: Any, seconds: float = 20.0) -> int:
         finally:
             os._exit(code)
     return pid
+
+
+def in_thread(fn: Any, timeout: float = 60.0) -> Any:
+    """``fn()`` on a thread, failing (not hanging the suite) if it does not finish."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the test below
+            box["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"still running after {timeout} s (a hang)"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -16,13 +16,14 @@ import contextlib
 import inspect
 import os
 import sys
-import threading
 from collections import Counter
 
 import numpy as np
 import pytest
 
 import feedline as fl
+
+from ._rows import in_thread
 
 _LOADER = os.sep + os.path.join("feedline", "loader") + os.sep
 _CLOCK = os.path.join("feedline", "_base", "clock.py")
@@ -129,24 +130,6 @@ def run_with_interrupt(make_loader, k: int | None, how: str, before: int, redo: 
     return first, pairs(np.concatenate(second)) if second else Counter(), probe.points, probe
 
 
-def in_thread(fn, timeout: float = 120.0):
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"still running after {timeout} s (a hang)"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
 def gives_back(make_loader, how: str, k: int) -> bool:
     """Whether an interrupt at point ``k`` of the third batch gives it back."""
     loader = make_loader()
@@ -239,5 +222,5 @@ def test_an_interrupt_at_any_point_of_a_batch_loses_and_repeats_nothing(
                 bad.append(f"k={k}: lost {lost} repeated {extra}, next pass {sum(second.values())}")
         return points, bad
 
-    points, bad = in_thread(sweep)
+    points, bad = in_thread(sweep, timeout=120)
     assert not bad, f"{len(bad)} of {points} interrupt points lose or repeat: {bad[:5]}"

@@ -15,26 +15,7 @@ import pytest
 import feedline as fl
 from feedline.loader import _ahead, _gather_ahead
 
-from ._rows import B, N, interrupting, whole
-
-
-def in_thread(fn, timeout=60.0):
-    """``fn()`` on a thread, failing (not hanging the suite) if it does not finish."""
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the test below
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"still running after {timeout} s (a hang)"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+from ._rows import B, N, in_thread, interrupting, whole
 
 
 def interrupted_pass(loader) -> np.ndarray:

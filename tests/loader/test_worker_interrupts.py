@@ -28,6 +28,7 @@ import feedline as fl
 from feedline._base import clock as real_clock
 from feedline.loader import _slots, _worker_plan, _workers
 
+from ._rows import in_thread
 from .test_workers import ItemSource, Rows
 
 N, B = 240, 8  # 30 batches
@@ -49,25 +50,6 @@ def loader_of(ds: fl.Dataset | None = None) -> fl.Loader:
     loader = fl.Loader(dataset() if ds is None else ds, B, seed=1, workers=2, prefetch=2)
     assert isinstance(loader._plan, _worker_plan.WorkerPlan)
     return loader
-
-
-def in_thread(fn, timeout: float = 60.0):
-    """``fn()`` on a thread, failing (not hanging the suite) if it does not finish."""
-    box: dict = {}
-
-    def run():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # handed to the test
-            box["error"] = e
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    assert not t.is_alive(), f"still running after {timeout} s (a hang)"
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def batch_pairs(batch) -> list[tuple[int, int]]:

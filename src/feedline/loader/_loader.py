@@ -290,27 +290,7 @@ class Loader:
         step; passed over when it raises an error; given back when an interrupt lands
         anywhere before this returns, even after the delivery was recorded (then the stats
         take back what ``make`` counted in ``counted``, see ``Stats.undo``)."""
-        led = self._ledger
-        held: list[Claim] = []
-        acc = clock.tally()
-        try:
-            try:
-                if self.claim(held) is None:
-                    return None
-                claim = held[0]
-                result = make(claim, acc)
-            finally:
-                clock.untally()
-            led.deliver(claim, claim.size)
-            return claim, result
-        except Exception:
-            if held:
-                led.deliver(held[0], None)
-            raise
-        except BaseException:
-            if held and led.give_back(held[0]) and counted is not None:
-                self._stats.undo(counted)
-            raise
+        return _making.next_made(self, make, counted)
 
     def _claim_positions(self, index: int) -> Claim:
         """Under the ledger's lock: the claim of batch ``index`` (``_blocks``)."""

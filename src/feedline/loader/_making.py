@@ -112,3 +112,29 @@ def finish(loader: Any, batch: Batch) -> Any:
     out = transform(batch)
     clock.add("transform", perf_counter_ns() - t)
     return out
+
+
+def next_made(loader: Any, make: Any, counted: list | None = None) -> tuple[Any, Any] | None:
+    """``Loader.next_made``: the claim held in one try from the first step, the tally
+    closed before the delivery, which is the last step."""
+    led = loader._ledger
+    held: list = []
+    acc = clock.tally()
+    try:
+        try:
+            if loader.claim(held) is None:
+                return None
+            claim = held[0]
+            result = make(claim, acc)
+        finally:
+            clock.untally()
+        led.deliver(claim, claim.size)
+        return claim, result
+    except Exception:
+        if held:
+            led.deliver(held[0], None)
+        raise
+    except BaseException:
+        if held and led.give_back(held[0]) and counted is not None:
+            loader._stats.undo(counted)
+        raise
