@@ -89,3 +89,95 @@ def test_domains_are_checked_once_on_the_device_path(monkeypatch):
     batches = [b.y for b in loader] + [b.y for b in loader]  # two passes, 20 batches
     assert len(batches) == 20
     assert checks == [True]  # one check of the whole dataset, none per batch
+
+
+def test_a_batch_transform_for_an_accelerator_runs_here_after_the_copy():
+    # On a CUDA device the transform is given the batch as delivered, on the device: it
+    # runs in this process, and the workers only make the batches (each worker would
+    # otherwise hold a CUDA context of its own). No device is touched to decide this.
+    ds = fl.Dataset.from_arrays(x=np.zeros((20, 2), np.float32))
+    gpu = fl.Loader(ds, 4, workers=2, output="torch", device="cuda", batch_transform=abs)
+    spec = gpu._plan._spec()
+    assert spec is not None and not gpu._plan.transform_in_workers
+    gpu.close()
+    cpu = fl.Loader(ds, 4, workers=2, output="torch", device="cpu", batch_transform=abs)
+    spec = cpu._plan._spec()
+    assert spec is not None and cpu._plan.transform_in_workers
+    cpu.close()
+
+
+def test_a_batch_moves_and_keeps_its_metadata():
+    class Doc(fl.Record, dims={"T": None}):
+        t = fl.field("T", "int32")
+
+    ds = fl.Dataset(Doc, [{"t": np.arange(i, dtype=np.int32)} for i in range(7)])
+    b = next(iter(fl.Loader(ds, 3, seed=1, output="torch", pad=True)))
+    moved = b.to("cpu")
+    assert isinstance(moved, fl.Batch) and moved is not b
+    assert moved.t.tolist() == b.t.tolist() and isinstance(moved.t, torch.Tensor)
+    m, n = moved.meta, b.meta
+    assert m.size == n.size and m.record_indices.tolist() == n.record_indices.tolist()
+    assert m.mask.tolist() == n.mask.tolist() and m.lengths["T"].tolist() == n.lengths["T"].tolist()
+    plain = next(iter(fl.Loader(ds, 3, seed=1)))  # numpy fields stay as they are
+    assert plain.to("cpu").t is plain.t
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_batches_for_a_cuda_device_are_gathered_into_their_own_buffers(monkeypatch, tmp_path, pad):
+    # To a CUDA device, a file's rows are gathered straight into pinned buffers, one set
+    # per batch. Here (no GPU) the CPU stands for the device, the buffers unpinned.
+    from feedline.loader import _util
+
+    monkeypatch.setitem(_util._CUDA, "cpu", True)
+    real, pins = torch.empty, []
+
+    def empty(*shape, pin_memory=False, **kw):
+        pins.append(pin_memory)
+        return real(*shape, **kw)
+
+    monkeypatch.setattr(torch, "empty", empty)
+    path = str(tmp_path / "r.flr")
+    fl.recfile.write(path, R, {"x": np.arange(46.0).reshape(23, 2), "y": np.arange(23)})
+    with fl.recfile.open(path) as f:
+        ds = fl.Dataset(R, f)
+        want = as_lists(fl.Loader(ds, 5, seed=2, pad=pad, output="torch"))
+        pins.clear()
+        got = list(fl.Loader(ds, 5, seed=2, pad=pad, output="torch", device="cpu"))
+    assert as_lists(got) == want
+    assert pins == [True] * 2 * len(got)  # two fields a batch, each pinned
+    assert len({b.x.data_ptr() for b in got}) == len(got)  # no buffer shared
+
+
+def test_a_change_in_the_middle_of_a_pass_reaches_the_next_batch_of_its_chunk():
+    # batches are cut from chunks of several; a chunk is gathered from the columns as
+    # they were, and a change to them makes the next batch gather a new one
+    td = tensor_dataset(40)
+    loader = fl.Loader(fl.Dataset(R, td), 4)
+    it = iter(loader)
+    assert next(it).y.tolist() == [0, 1, 2, 3]
+    td.tensors[1].add_(100)
+    rest = [b.y.tolist() for b in it]
+    assert rest[0] == [104, 105, 106, 107] and rest[-1] == [136, 137, 138, 139]
+
+
+def test_threads_taking_batches_from_the_device_get_each_record_once():
+    import threading
+
+    n = 5000
+    ds = fl.Dataset.from_arrays(x=np.arange(2.0 * n).reshape(n, 2), y=np.arange(n))
+    loader = fl.Loader(ds, 16, seed=4, device="cpu")
+    it, got, lock = iter(loader), [], threading.Lock()
+
+    def take():
+        for b in it:
+            assert (b.x[:, 0] == 2 * b.y).all()  # each batch's rows are its own records
+            assert b.y.tolist() == b.meta.record_indices.tolist()
+            with lock:
+                got.extend(b.y.tolist())
+
+    threads = [threading.Thread(target=take) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(n))

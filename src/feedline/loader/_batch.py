@@ -384,6 +384,32 @@ class Batch:
         """The field arrays by name."""
         return self.__dict__
 
+    def to(self, device: Any, non_blocking: bool = False) -> Batch:
+        """The batch with its torch tensors (fields and metadata) on ``device``, as
+        ``Tensor.to``; other fields (bytes, str) are the batch's own. (A field named
+        ``to`` hides this: ``Batch.to(batch, ...)`` still reaches it.)"""
+        return self._tensors_mapped(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> Batch:
+        """The batch with its torch tensors in pinned (page-locked) host memory, so a
+        later ``.to("cuda", non_blocking=True)`` overlaps the copy: torch's
+        ``DataLoader(..., pin_memory=True)`` calls this on each batch it is given."""
+        return self._tensors_mapped(lambda t: t.pin_memory())
+
+    def _tensors_mapped(self, move: Callable[[Any], Any]) -> Batch:
+        torch = sys.modules.get("torch")
+        if torch is None:  # not loaded: no field is a tensor
+            return self
+
+        def each(a: Any) -> Any:
+            return move(a) if isinstance(a, torch.Tensor) else a
+
+        fields = {n: each(a) for n, a in self.__dict__.items()}
+        meta = self.meta.converted(each)
+        return Batch.with_meta(
+            fields, self._size, self._rows, self._pos0, self._ordinals, self._records, meta=meta
+        )
+
     def __repr__(self) -> str:
         shapes = ", ".join(
             f"{k}={tuple(getattr(v, 'shape', ()))}" for k, v in self.__dict__.items()

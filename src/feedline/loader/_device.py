@@ -7,6 +7,14 @@ the CPU, where the tensors share the arrays' memory), and gathers each batch the
 with one ``index_select`` per field: no workers, no host copy and no check per batch.
 A ``TensorDataset``'s tensors are copied again when they change (their version
 counters tell, in-place changes included).
+
+From one dataset, the rows of several batches are gathered at once (a *chunk*, one
+``index_select`` per field of up to ``_CHUNK_BATCHES`` batches) and each batch is a view
+of its chunk, its own rows only: a kernel launch and a host-to-device copy of indices
+cost tens of microseconds a batch, more than the gather itself. The order block's
+records go to the device once (``block_records``). A chunk is a pure function of the
+block's records, the positions and the columns it was gathered from (its key holds all
+three), so a batch holds the same rows whichever chunk it was cut from.
 """
 
 from __future__ import annotations
@@ -14,6 +22,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+# Batches a chunk holds at most, and its bytes at most. Measured on an H200 (issue 20,
+# benchmarks/device.py, fresh processes), 4,000,000 rows of 264 bytes in batches of 512
+# against two bare ``index_select`` calls a batch on indices already on the device: a
+# batch at a time (its indices copied over each time) 0.52x, chunks of 16 batches 0.91x
+# in the steady state (0.55x in the first pass, which copies the columns over).
+_CHUNK_BATCHES = 16
+_CHUNK_BYTES = 64 << 20
 
 
 class DeviceColumns:
@@ -28,6 +44,14 @@ class DeviceColumns:
         self.fields = fields
         self._tensors: list[dict[str, Any]] = [{} for _ in datasets]
         self._versions: list[tuple | None] = [None for _ in datasets]
+        self.row_bytes = sum(
+            int(np.prod(f.shape, dtype=np.int64)) * np.dtype(f.dtype).itemsize
+            for f in fields.values()
+        )
+        # (order block, its records on the device); (key, fields) of the last chunk: each
+        # one tuple, replaced whole (threads may gather at once)
+        self._block: tuple[Any, Any] | None = None
+        self._chunk: tuple[tuple, dict[str, Any]] | None = None
 
     @staticmethod
     def fits(datasets: list, device: Any) -> bool:
@@ -62,13 +86,43 @@ class DeviceColumns:
             self._versions[k] = versions
         return self._tensors[k]
 
-    def gather(self, ords: np.ndarray, recs: np.ndarray, rows: int) -> dict[str, Any]:
+    def block_records(self, block: tuple) -> Any:
+        """The order block's records (``OrderBlocks.block``) on the device."""
+        held = self._block
+        if held is None or held[0] is not block:
+            recs = self.torch.from_numpy(np.ascontiguousarray(block[2])).to(self.device)
+            held = self._block = (block, recs)
+        return held[1]
+
+    def chunked(self, block: tuple, start: int, stop: int, batch: int) -> dict[str, Any]:
+        """Positions ``start .. stop`` of ``block`` (a single dataset's, all of this
+        loader's share) as views of their chunk: the block's batches a chunk at a time
+        from its first position."""
+        cols = self.tensors(0)
+        most = max(1, _CHUNK_BYTES // max(1, self.row_bytes * batch))
+        span = min(_CHUNK_BATCHES, most) * batch
+        lo = block[0] + (start - block[0]) // span * span
+        hi = min(lo + span, block[4])
+        key = (block, lo, cols)
+        held = self._chunk
+        if held is None or held[0][0] is not block or held[0][1] != lo or held[0][2] is not cols:
+            idx = self.block_records(block)[lo - block[0] : hi - block[0]]
+            held = self._chunk = (key, {n: t.index_select(0, idx) for n, t in cols.items()})
+        a, z = start - lo, stop - lo
+        return {n: t[a:z] for n, t in held[1].items()}
+
+    def gather(
+        self, ords: np.ndarray, recs: np.ndarray, rows: int, out: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The batch of records ``recs`` of datasets ``ords``, padded to ``rows`` (with
+        ``out``, its real rows already gathered, from ``chunked``)."""
         torch = self.torch
         size = len(recs)
-        idx = torch.from_numpy(np.ascontiguousarray(recs)).to(self.device, non_blocking=True)
-        if len(self.datasets) == 1 or (size and ords.min() == ords.max()):
-            cols = self.tensors(int(ords[0]) if size else 0)
-            out = {n: t.index_select(0, idx) for n, t in cols.items()}
+        if out is not None or len(self.datasets) == 1 or (size and ords.min() == ords.max()):
+            if out is None:
+                idx = torch.from_numpy(np.ascontiguousarray(recs)).to(self.device)
+                cols = self.tensors(int(ords[0]) if size else 0)
+                out = {n: t.index_select(0, idx) for n, t in cols.items()}
             if rows == size:
                 return out
             padded = {}
@@ -77,6 +131,7 @@ class DeviceColumns:
                 full[:size] = t
                 padded[n] = full
             return padded
+        idx = torch.from_numpy(np.ascontiguousarray(recs)).to(self.device)
         out = {
             n: torch.zeros((rows, *f.shape), dtype=_torch_dtype(torch, f.dtype), device=self.device)
             for n, f in self.fields.items()

@@ -202,6 +202,24 @@ class DevicePlan(LocalPlan):
         loader = self.loader
         rows = loader.rows_for(c.size)
         t = perf_counter_ns()
-        fields = self.columns().gather(c.ords, c.recs, rows)
+        dev = self.columns()
+        # From one dataset and all of the share's positions, the claim's rows are cut
+        # from a chunk of its order block (``DeviceColumns.chunked``). The block is the
+        # claim's if it holds the claim's positions in the claim's pass (a block is a
+        # pure function of those); read after the claim, another thread may have moved
+        # it on, and then the claim is gathered alone.
+        block = getattr(loader._blocks, "block", None)
+        got = None
+        if (
+            block is not None
+            and c.pos is None
+            and len(loader._datasets) == 1
+            and loader._ledger.share[1] == 1
+            and block[5] == c.gen
+            and block[0] <= c.start
+            and c.stop <= block[4]
+        ):
+            got = dev.chunked(block, c.start, c.stop, loader.options.batch_size)
+        fields = dev.gather(c.ords, c.recs, rows, got)
         clock.add("read", perf_counter_ns() - t)  # on the device
         return loader.finish(Batch(fields, c.size, rows, c.pos0, c.ords, c.recs))

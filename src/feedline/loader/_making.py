@@ -16,7 +16,7 @@ from ..order import Order
 from . import _collate
 from ._batch import Batch
 from ._gather import gather as gather_fields
-from ._util import to_torch
+from ._util import pinned_rows, to_torch
 
 
 def positions(loader: Any, claim: Any) -> np.ndarray | None:
@@ -72,7 +72,15 @@ def make(loader: Any, claim: Any) -> Any:
     rows = loader.rows_for(claim.size)
     opts = loader.options
     t0 = perf_counter_ns()
-    got = gather(loader, claim, rows)
+    # to a CUDA device: gathered straight into pinned memory, copied from there
+    pinned = None
+    if opts.output == "torch":
+        pinned = pinned_rows(loader.record.fields, rows, opts.device)
+    if pinned is None:
+        got = gather(loader, claim, rows)
+    else:
+        got = gather(loader, claim, rows, out={n: t.numpy() for n, t in pinned.items()})
+        _collate.fill_padding(got, loader.record.fields, claim.size, rows)
     t1 = perf_counter_ns()
     fields, lengths = _collate.collate(
         loader.record.fields,
@@ -86,7 +94,10 @@ def make(loader: Any, claim: Any) -> Any:
     t2 = perf_counter_ns()
     clock.add("read", t1 - t0)
     clock.add("collate", t2 - t1)
-    if opts.output == "torch":
+    if pinned is not None:
+        fields = {n: t.to(opts.device, non_blocking=True) for n, t in pinned.items()}
+        clock.add("copy", perf_counter_ns() - t2)
+    elif opts.output == "torch":
         fields = to_torch(fields, opts.device)
         clock.add("copy", perf_counter_ns() - t2)
     return finish(

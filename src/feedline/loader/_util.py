@@ -66,6 +66,32 @@ def to_torch(fields: dict[str, Any], device: Any = None) -> dict[str, Any]:
     return out
 
 
+_CUDA: dict[str, bool] = {}  # str(device) -> whether it is a CUDA device
+
+
+def pinned_rows(fields: Mapping[str, Any], rows: int, device: Any) -> dict[str, Any] | None:
+    """For a CUDA ``device``: torch tensors of ``rows`` rows of the record's fields in
+    pinned host memory, to gather into and copy from without a copy between (torch's
+    caching host allocator keeps each until its copy has landed); None for another
+    device, or a record with ragged fields (collated into arrays of their own)."""
+    key = str(device)
+    cuda = _CUDA.get(key)
+    if cuda is None:
+        import torch
+
+        cuda = _CUDA[key] = device is not None and torch.device(device).type == "cuda"
+    if not cuda or any(f.ragged for f in fields.values()):
+        return None
+    import torch
+
+    return {
+        n: torch.empty(
+            (rows, *f.shape), dtype=torch.from_numpy(np.zeros(0, f.dtype)).dtype, pin_memory=True
+        )
+        for n, f in fields.items()
+    }
+
+
 def typed(seq: Any) -> Any:
     """``seq`` (a ``Seq``) with every typed source that is not a ``Dataset`` (a ``.flr``
     file, text windows: anything with a ``.record`` and a length) read through one: a

@@ -70,6 +70,11 @@ class WorkerPlan:
             return None
         assert digest is not None  # examine gives a digest or a reason
         transform, transform_digest = opts.batch_transform, None
+        if transform is not None and _on_accelerator(opts.device):
+            # The transform is given the batch as delivered, on the device, so it runs
+            # here after the copy: in the workers, each would hold a CUDA context of its
+            # own (device memory) and send its tensors back through a pickle.
+            transform = None
         if transform is not None:
             transform_digest, reason, transform_by_value = examine(transform)
             by_value = by_value or transform_by_value
@@ -390,3 +395,12 @@ def _owned(col: Any) -> Any:
     if not isinstance(col, Ragged):
         return col
     return Ragged(np.array(col.values), col.offsets.copy(), col.shapes.copy(), col.template)
+
+
+def _on_accelerator(device: Any) -> bool:
+    """Whether ``device`` is a torch device other than the CPU."""
+    if device is None:
+        return False
+    import torch
+
+    return torch.device(device).type != "cpu"
