@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -185,28 +186,40 @@ def main() -> None:
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device here: run with --device cpu for a smoke run")
     n = 20_000 if args.quick else 4_000_000
-    n_img = 256 if args.quick else 50_000
+    n_img = 256 if args.quick else 20_000
     repeat = 1 if args.quick else args.repeat
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     print(f"device {name}; torch {torch.__version__}; feedline {fl.__version__}", flush=True)
-    device_kept(torch, dev, n, 512, repeat)
+
+    def section(title: str, run: Callable[[], None]) -> None:
+        """One measurement; an error in it is printed and the next one still runs."""
+        t = time.perf_counter()
+        try:
+            run()
+        except Exception:
+            print(f"{title} failed:", flush=True)
+            traceback.print_exc()
+        print(f"  ({title}: {time.perf_counter() - t:.1f} s)", flush=True)
+
+    section("device-kept", lambda: device_kept(torch, dev, n, 512, repeat))
     with tempfile.TemporaryDirectory() as tmp:
         rows = os.path.join(tmp, "rows.flr")
-        flr_file(rows, n, (64,), "float32")
-        host_to_device(torch, dev, rows, n, 512, repeat, "host-to-device, .flr (264-byte rows)")
-        os.remove(rows)
+
+        def flr_rows() -> None:
+            flr_file(rows, n, (64,), "float32")
+            label = "host-to-device, .flr (264-byte rows)"
+            host_to_device(torch, dev, rows, n, 512, repeat, label)
+            os.remove(rows)
+
+        section("host-to-device rows", flr_rows)
         images = os.path.join(tmp, "images.flr")
-        flr_file(images, n_img, (3, 224, 224), "uint8")
-        host_to_device(
-            torch,
-            dev,
-            images,
-            n_img,
-            64,
-            repeat,
-            "host-to-device images + Normalize",
-            normalize=True,
-        )
+
+        def flr_images() -> None:
+            flr_file(images, n_img, (3, 224, 224), "uint8")
+            label = "host-to-device images + Normalize"
+            host_to_device(torch, dev, images, n_img, 64, repeat, label, normalize=True)
+
+        section("images", flr_images)
 
 
 if __name__ == "__main__":
