@@ -126,9 +126,10 @@ def test_a_batch_moves_and_keeps_its_metadata():
 def test_batches_for_a_cuda_device_are_gathered_into_their_own_buffers(monkeypatch, tmp_path, pad):
     # To a CUDA device, a file's rows are gathered straight into pinned buffers, one set
     # per batch. Here (no GPU) the CPU stands for the device, the buffers unpinned.
-    from feedline.loader import _util
+    from feedline.loader import _plan, _util
 
     monkeypatch.setitem(_util._CUDA, "cpu", True)
+    monkeypatch.setattr(_plan, "on_host", lambda device: False)
     real, pins = torch.empty, []
 
     def empty(*shape, pin_memory=False, **kw):

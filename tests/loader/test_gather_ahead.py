@@ -388,3 +388,29 @@ def test_a_chunk_of_a_shorter_block_at_the_same_start_is_not_cut_past_its_rows(s
     for i in (7, 20):  # past the short block's end, in chunk 0 of the long one
         got = ahead.fields(claim(i), g, cols)
         np.testing.assert_array_equal(got["y"], recs[i * b : (i + 1) * b].astype(np.int64))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_torch_tensors_on_the_cpu_take_the_plain_path_with_the_numpy_stream(
+    flr, small_chunks, threads
+):
+    # output="torch" (device None or the CPU) gathers as numpy does, the tensors over the
+    # same memory: the same batches and metadata, kept batches never overwritten
+    torch = pytest.importorskip("torch")
+    from feedline.loader._local_plan import PlainPlan
+
+    with fl.recfile.open(flr) as f:
+        want = list(fl.Loader(f, 100, seed=6, threads=threads))
+        for device in (None, "cpu"):
+            loader = fl.Loader(f, 100, seed=6, threads=threads, output="torch", device=device)
+            assert type(loader._plan) is PlainPlan
+            got = list(loader)  # every batch kept while the rest are gathered
+            for _ in loader:  # and a second pass, whose chunks reuse free buffers
+                pass
+            assert len(got) == len(want)
+            for g, w in zip(got, want):
+                assert isinstance(g.x, torch.Tensor) and isinstance(g.meta.mask, torch.Tensor)
+                np.testing.assert_array_equal(g.x.numpy(), w.x)
+                np.testing.assert_array_equal(g.y.numpy(), w.y)
+                assert g.meta.record_indices.tolist() == w.meta.record_indices.tolist()
+            loader.close()

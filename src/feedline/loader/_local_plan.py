@@ -16,6 +16,7 @@ from . import _into
 from ._batch import Batch
 from ._device import DeviceColumns
 from ._gather_ahead import for_plain
+from ._util import torch_module
 
 
 class LocalPlan:
@@ -88,6 +89,8 @@ class PlainPlan(LocalPlan):
         super().__init__(loader)
         self.dataset = dataset
         self.ahead = for_plain(loader)  # a chunk of batches at a time, by threads
+        # output="torch" (on the CPU): tensors over the gathered arrays' memory
+        self.tensors = torch_module().from_numpy if loader.options.output == "torch" else None
 
     def _cols(self) -> dict[str, np.ndarray] | None:
         ds = self.dataset
@@ -124,6 +127,8 @@ class PlainPlan(LocalPlan):
                 fields = loader.gather(claim, claim.size)
             elif ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
                 fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
+            if self.tensors is not None:
+                fields = {k: self.tensors(a) for k, a in fields.items()}
             size = claim.stop - claim.start
             batch = Batch(fields, size, size, claim.start, claim.ords, recs)
             # counted before the delivery, the last step

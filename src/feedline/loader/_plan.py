@@ -4,8 +4,9 @@
 plan               when
 =================  ========================================================================
 ``PlainPlan``      one dataset whose batch is nothing but a gather from arrays in memory or
-                   a memory map (no map, no check, no padding, numpy out): one claim and
-                   one ``take`` per field, in the calling thread
+                   a memory map (no map, no check, no padding; numpy out, or torch
+                   tensors over the same memory): one claim and one ``take`` per field,
+                   in the calling thread
 ``DevicePlan``     torch output, datasets in memory: the columns live on the device and a
                    batch is one ``index_select`` per field there
 ``WorkerPlan``     batches that need Python (maps, item-by-item sources, batch transforms)
@@ -31,6 +32,7 @@ from typing import Any
 
 from ._device import DeviceColumns
 from ._local_plan import DevicePlan, LocalPlan, PlainPlan
+from ._util import on_host
 from ._worker_plan import WorkerPlan
 
 __all__ = ["DevicePlan", "LocalPlan", "PlainPlan", "WorkerPlan", "choose_plan"]
@@ -59,7 +61,7 @@ def choose_plan(loader: Any) -> Any:
         ds is not None
         and not ds.mapped
         and not opts.check_values
-        and opts.output == "numpy"
+        and (opts.output == "numpy" or (opts.output == "torch" and on_host(opts.device)))
         and opts.batch_transform is None
         and not opts.padded
         and not opts.progress  # the bar is drawn from the general path's claims

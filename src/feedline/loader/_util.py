@@ -38,12 +38,23 @@ def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | 
     return value
 
 
-def to_torch(fields: dict[str, Any], device: Any = None) -> dict[str, Any]:
-    """Arrays as torch tensors (sharing their memory), moved to ``device`` if given."""
+def torch_module() -> Any:
+    """torch, or an ImportError naming the extra."""
     try:
         import torch
     except ImportError as e:
         raise ImportError("output='torch' needs PyTorch: pip install 'feedline[torch]'") from e
+    return torch
+
+
+def on_host(device: Any) -> bool:
+    """Whether tensors for ``device`` stay in this process's memory (None or the CPU)."""
+    return device is None or torch_module().device(device).type == "cpu"
+
+
+def to_torch(fields: dict[str, Any], device: Any = None) -> dict[str, Any]:
+    """Arrays as torch tensors (sharing their memory), moved to ``device`` if given."""
+    torch = torch_module()
     out: dict[str, Any] = {}
     for n, a in fields.items():
         if isinstance(a, list):  # a bytes or str field: a list of them, as torch collates
