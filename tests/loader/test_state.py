@@ -3,6 +3,7 @@ pass's geometry; the elastic rebase is a function of (state, ranks)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import feedline as fl
@@ -105,3 +106,53 @@ def test_a_change_of_ranks_with_batches_out_of_order_is_refused():
     state, opts = _state_of(n=1000, b=10, delivered=3, ahead=(5,), shard=(0, 2))
     with pytest.raises(fl.StateError, match="out of order"):
         _state.parse(state, "f" * 64, opts, geometry(1000, 10, (0, 3)), (0, 1))
+
+
+def _jitter(ex, rng):
+    """An augmentation: each example's random draw (module level: workers import it)."""
+    return {"x": ex["x"] + rng.integers(0, 1_000_000)}
+
+
+def _augmented(seed: int) -> fl.Dataset:
+    return fl.Dataset.from_arrays(x=np.arange(60)).map(_jitter, seed=seed)
+
+
+def _values(batches) -> list[int]:
+    return [int(v) for b in batches for v in b.x]
+
+
+def test_a_state_resumes_only_under_the_maps_seeds_it_was_saved_with():
+    # The maps' seeds decide the random draws: under other seeds the resumed stream is
+    # not the one the state was saved from, and the refusal says how to do it anyway.
+    first = fl.Loader(_augmented(1), 8, seed=3, workers=0)
+    it = iter(first)
+    head = [next(it) for _ in range(3)]
+    state = first.state_dict()
+    assert state["options"]["map_seeds"] == [[1]]
+    whole = _values(fl.Loader(_augmented(1), 8, seed=3, workers=0))
+    same = fl.Loader(_augmented(1), 8, seed=3, workers=0)
+    same.load_state_dict(state)
+    assert _values(head) + _values(same) == whole
+    other = fl.Loader(_augmented(2), 8, seed=3, workers=0)
+    refusal = r"map_seeds \[\[1\]\] saved, \[\[2\]\] here.*on purpose"
+    with pytest.raises(fl.StateError, match=refusal):
+        other.load_state_dict(state)
+    plain = fl.Loader(fl.Dataset.from_arrays(x=np.arange(60)), 8, seed=3)
+    with pytest.raises(fl.StateError, match=r"map_seeds \[\[1\]\] saved, \[\[\]\] here"):
+        plain.load_state_dict(state)
+    # on purpose: the state's seeds set to the new ones
+    state["options"]["map_seeds"] = [[2]]
+    other.load_state_dict(state)
+    rest = _values(other)
+    assert len(rest) == 60 - 24 and rest != _values(same)
+
+
+def test_a_state_saved_before_map_seeds_were_recorded_still_loads():
+    first = fl.Loader(_augmented(1), 8, seed=3, workers=0)
+    it = iter(first)
+    head = [next(it) for _ in range(2)]
+    state = first.state_dict()
+    del state["options"]["map_seeds"]  # as the loader of the last release saved it
+    again = fl.Loader(_augmented(1), 8, seed=3, workers=0)
+    again.load_state_dict(state)
+    assert _values(head) + _values(again) == _values(fl.Loader(_augmented(1), 8, seed=3))

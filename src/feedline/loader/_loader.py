@@ -210,7 +210,8 @@ class Loader:
         """What a state records in the clear (and a refusal names): the options that
         decide the batches, the pass's length before dealing and the number of sources."""
         length = self._full_len if self.options.shard is not None else self._order_len(0)
-        return {**self.options.stream(), "length": length, "sources": len(self._datasets)}
+        seeds = _state.map_seeds(self._datasets)
+        return {**self.options.stream(), "length": length, "sources": len(self._datasets), **seeds}
 
     def _make_fingerprint(self) -> str:
         return _state.fingerprint(

@@ -80,6 +80,18 @@ class Geometry:
         return n // b if self.drop_last else -(-n // b)
 
 
+def map_seeds(datasets: list) -> dict[str, Any]:
+    """``{"map_seeds": [[seed, ...] per dataset]}``: the seeds of the datasets' maps
+    decide the examples' random draws (augmentations), so a state resumes the stream it
+    was saved from only under the same ones. (The map functions are not recorded: a map
+    fixed between runs resumes.) Checked in the clear, outside the fingerprint, and only
+    where the state records them: a state saved before they were recorded still loads."""
+    return {"map_seeds": [[entry[1] for entry in ds._maps] for ds in datasets]}
+
+
+_UNPRINTED = ("map_seeds",)  # options checked in the clear only (``map_seeds``)
+
+
 def fingerprint(
     seq_doc: dict, plain: bool, record: Any, options: dict[str, Any], share: tuple[int, int]
 ) -> str:
@@ -87,7 +99,7 @@ def fingerprint(
         "seq": seq_doc,
         "plain": plain,
         "record": {n: [list(f.shape), f.type_name] for n, f in record.fields.items()},
-        "options": options,
+        "options": {k: v for k, v in options.items() if k not in _UNPRINTED},
         "share": list(share),
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
@@ -165,13 +177,23 @@ def _check_header(state: Any, print_: str, options: dict[str, Any]) -> None:
     saved = state["options"]
     if not isinstance(saved, Mapping):
         raise StateError(f"the state's 'options' must be an object, got {saved!r:.80}")
-    differ = [k for k in sorted(set(options) | set(saved)) if saved.get(k) != options.get(k)]
+    differ = [
+        k
+        for k in sorted(set(options) | set(saved))
+        if saved.get(k) != options.get(k) and (k in saved or k not in _UNPRINTED)
+    ]
     if differ:
         raise StateError(
             "the state was saved by a loader with other options: "
             + "; ".join(
                 f"{k} {json.dumps(saved.get(k))} saved, {json.dumps(options.get(k))} here"
                 for k in differ
+            )
+            + (
+                " (the maps' seeds decide the examples' random draws: to resume under "
+                "these on purpose, set the state's options['map_seeds'] to them)"
+                if "map_seeds" in differ
+                else ""
             )
         )
     if state["fingerprint"] != print_:
