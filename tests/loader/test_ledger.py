@@ -126,7 +126,7 @@ def test_a_state_saved_after_an_interrupt_makes_the_interrupted_batch_again():
     with pytest.raises(KeyboardInterrupt):
         next(loader)
     state = loader.state_dict()
-    resumed = fl.Loader(dataset(), 8, workers=0)
+    resumed = fl.Loader(dataset().map(fn, seed=0), 8, workers=0)  # its map's seed too
     resumed.load_state_dict(state)
     rest = list(resumed)
     seen = Counter(p for b in got + rest for p in pairs(b))

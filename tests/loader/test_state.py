@@ -156,3 +156,16 @@ def test_a_state_saved_before_map_seeds_were_recorded_still_loads():
     again = fl.Loader(_augmented(1), 8, seed=3, workers=0)
     again.load_state_dict(state)
     assert _values(head) + _values(again) == _values(fl.Loader(_augmented(1), 8, seed=3))
+
+
+def test_a_map_that_draws_nothing_records_no_seed():
+    # a decoder's seed decides nothing: added or removed between runs, the state loads
+    decoded = fl.Dataset.from_arrays(x=np.arange(60)).map(lambda ex: ex, seed=5)
+    first = fl.Loader(decoded, 8, seed=3, workers=0)
+    it = iter(first)
+    head = [next(it) for _ in range(2)]
+    state = first.state_dict()
+    assert state["options"]["map_seeds"] == [[]]
+    plain = fl.Loader(fl.Dataset.from_arrays(x=np.arange(60)), 8, seed=3)
+    plain.load_state_dict(state)
+    assert sorted(_values(head) + _values(plain)) == list(range(60))

@@ -82,11 +82,12 @@ class Geometry:
 
 def map_seeds(datasets: list) -> dict[str, Any]:
     """``{"map_seeds": [[seed, ...] per dataset]}``: the seeds of the datasets' maps
-    decide the examples' random draws (augmentations), so a state resumes the stream it
-    was saved from only under the same ones. (The map functions are not recorded: a map
-    fixed between runs resumes.) Checked in the clear, outside the fingerprint, and only
+    that take a generator decide the examples' random draws (augmentations), so a state
+    resumes the stream it was saved from only under the same ones. (The map functions
+    are not recorded: a map fixed between runs resumes, and so does one added or taken
+    away that draws nothing.) Checked in the clear, outside the fingerprint, and only
     where the state records them: a state saved before they were recorded still loads."""
-    return {"map_seeds": [[entry[1] for entry in ds._maps] for ds in datasets]}
+    return {"map_seeds": [[e[1] for e in ds._maps if e[2]] for ds in datasets]}
 
 
 _UNPRINTED = ("map_seeds",)  # options checked in the clear only (``map_seeds``)
