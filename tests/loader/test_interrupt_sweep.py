@@ -224,3 +224,104 @@ def test_an_interrupt_at_any_point_of_a_batch_loses_and_repeats_nothing(
 
     points, bad = in_thread(sweep, timeout=120)
     assert not bad, f"{len(bad)} of {points} interrupt points lose or repeat: {bad[:5]}"
+
+
+def _records_of_passes(loader, passes: int) -> list[list[int]]:
+    """The record indices of the rest of this pass and of ``passes - 1`` more, in order."""
+    out = []
+    for _ in range(passes):
+        out.append([int(r) for b in loader for r in np.asarray(b.i)])
+    return out
+
+
+@pytest.mark.parametrize("make_loader", [plain, general], ids=["plain", "general"])
+def test_an_interrupt_at_any_point_of_a_pass_s_first_batch_skips_and_repeats_no_pass(
+    make_loader,
+):
+    # The first next() after a finished pass starts the next one (under the claim's
+    # lock): interrupted anywhere, the pass that follows is that same pass, whole.
+    ref = make_loader()
+    list(ref)
+    want = _records_of_passes(ref, 2)  # passes 1 and 2, in order
+    ref.close()
+
+    def sweep():
+        bad, k, points = [], 0, None
+        while points is None or k < points:
+            k += 1
+            loader = make_loader()
+            list(loader)  # pass 0, to its end
+            first = None
+            with interrupt_at(k) as probe, contextlib.suppress(KeyboardInterrupt):
+                first = next(iter(loader))
+            if not probe.fired:
+                points = k - 1  # every point of the call was swept
+                loader.close()
+                break
+            got = _records_of_passes(loader, 2)
+            if first is not None:  # the interrupt came after the batch was made
+                got[0] = [int(r) for r in np.asarray(first.i)] + got[0]
+            if got != want or loader.epoch != 2:
+                bad.append(f"k={k}: epoch {loader.epoch}, {[len(p) for p in got]} records")
+            loader.close()
+        return points, bad
+
+    points, bad = in_thread(sweep, timeout=120)
+    assert points > 10 and not bad, f"{len(bad)} of {points} points: {bad[:5]}"
+
+
+@pytest.mark.parametrize("action", ["reset", "load_state_dict"])
+@pytest.mark.parametrize("make_loader", [plain, general], ids=["plain", "general"])
+def test_an_interrupted_reset_or_restore_leaves_the_old_state_or_the_new_whole(make_loader, action):
+    # Interrupted anywhere, the loader is where it was or where the call puts it, never
+    # a mix (another pass at the old position, say), and it goes on as its state says.
+    src = make_loader()
+    src.reset(seed=11, epoch=1)
+    it = iter(src)
+    for _ in range(3):
+        next(it)
+    target = src.state_dict()
+    src.close()
+
+    def at_five():
+        loader = make_loader()
+        it = iter(loader)
+        for _ in range(5):
+            next(it)
+        return loader
+
+    def act(loader):
+        if action == "reset":
+            loader.reset(seed=11, epoch=1)
+        else:
+            loader.load_state_dict(target)
+
+    ref = at_five()
+    old = ref.state_dict()
+    act(ref)
+    new = ref.state_dict()
+    ref.close()
+    assert old != new
+
+    def sweep():
+        bad, k = [], 0
+        while True:
+            k += 1
+            loader = at_five()
+            with interrupt_at(k) as probe, contextlib.suppress(KeyboardInterrupt):
+                act(loader)
+            if not probe.fired:
+                loader.close()
+                return k - 1, bad
+            state = loader.state_dict()
+            if state not in (old, new):
+                bad.append(f"k={k}: a mixed state {state}")
+            again = make_loader()
+            again.load_state_dict(state)
+            if _records_of_passes(loader, 2) != _records_of_passes(again, 2):
+                bad.append(f"k={k}: the loader goes on otherwise than its state says")
+            loader.close()
+            again.close()
+
+    points, bad = in_thread(sweep, timeout=120)
+    assert points > 3 and not bad, f"{len(bad)} of {points} points: {bad[:5]}"

@@ -110,13 +110,32 @@ class Ledger:
         bisect.insort(self.redo, index)
         self.ended = False
 
-    def new_generation(self) -> None:
+    def begin(
+        self,
+        epoch: int,
+        base: int,
+        steps: int,
+        seed: int | None,
+        delivered: int = 0,
+        ahead: set[int] | None = None,
+        ended: bool = False,
+    ) -> None:
+        """A new generation: pass ``epoch`` from its start (or, for a restore, past its
+        first ``delivered`` batches and those in ``ahead``). Whole or not at all: every
+        value is made before the first store, and no call stands between the stores
+        (an interrupt lands only at a call: it finds the old generation or this one)."""
+        ahead = set() if ahead is None else ahead
+        redo: list[int] = []
         self.gen += 1
-        self.next = 0
-        self.delivered = 0
-        self.ahead.clear()
-        self.redo.clear()
-        self.ended = False
+        self.seed = seed
+        self.epoch = epoch
+        self.base = base
+        self.steps = steps
+        self.next = delivered
+        self.delivered = delivered
+        self.ahead = ahead
+        self.redo = redo
+        self.ended = ended
 
     # -- transitions (each takes the lock) -------------------------------------------------
     def deliver(self, claim: Claim, rows: int | None) -> None:
@@ -174,10 +193,7 @@ class Ledger:
         of ``steps`` batches. True when one started."""
         if not self.finished():
             return False
-        self.epoch += 1
-        self.base = 0
-        self.steps = steps
-        self.new_generation()
+        self.begin(self.epoch + 1, 0, steps, self.seed)
         return True
 
     def finished(self) -> bool:

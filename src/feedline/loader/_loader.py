@@ -419,12 +419,7 @@ class Loader:
         with led.lock:
             if led.closed:
                 raise ValueError("the loader is closed")
-            if seed is not None:
-                led.seed = seed
-            led.epoch = epoch
-            led.base = 0
-            led.steps = self._steps0
-            led.new_generation()
+            led.begin(epoch, 0, self._steps0, led.seed if seed is None else seed)
             self._blocks.clear()
 
     def state_dict(self) -> dict:
@@ -452,16 +447,17 @@ class Loader:
             led.share,
         )
         self._plan.drain()
-        with led.lock:
-            led.seed = restored.seed
-            led.epoch = restored.epoch
-            led.base = restored.base
-            led.steps = restored.steps
-            led.new_generation()
-            led.next = restored.batches
-            led.delivered = restored.batches
-            led.ahead = set(restored.ahead)
-            led.ended = restored.ended
+        ahead = set(restored.ahead)
+        with led.lock:  # the ledger changes whole or not at all (``begin``)
+            led.begin(
+                restored.epoch,
+                restored.base,
+                restored.steps,
+                restored.seed,
+                restored.batches,
+                ahead,
+                restored.ended,
+            )
             self._blocks.clear()
 
     def close(self) -> None:
