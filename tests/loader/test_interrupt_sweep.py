@@ -325,3 +325,45 @@ def test_an_interrupted_reset_or_restore_leaves_the_old_state_or_the_new_whole(m
 
     points, bad = in_thread(sweep, timeout=120)
     assert points > 3 and not bad, f"{len(bad)} of {points} points: {bad[:5]}"
+
+
+def test_an_interrupt_at_any_point_of_a_torch_dataloader_batch_loses_and_repeats_nothing():
+    # torch's DataLoader (no workers) over fl.torch.IterableDataset: an interrupt in the
+    # loader's code ends the DataLoader's iterator (it ran through the dataset's
+    # generator); the next epoch's iterator continues the pass, with the batch made
+    # again, and the epoch after it is the next pass, whole. (A point in torch's own
+    # frames, after the batch left feedline, is the DataLoader's to lose.)
+    torch = pytest.importorskip("torch")
+    import feedline.torch as flt
+
+    want = pairs(range(N))
+
+    def make():
+        it = flt.IterableDataset(dataset(), B, shard=None, seed=3)
+        return it, torch.utils.data.DataLoader(it, batch_size=None, num_workers=0)
+
+    def run(k):
+        ds, dl = make()
+        got, it = [], iter(dl)
+        for _ in range(2):
+            got.append(next(it).i.numpy().copy())
+        with interrupt_at(k) as probe, contextlib.suppress(KeyboardInterrupt):
+            got.append(next(it).i.numpy().copy())
+        got += [b.i.numpy().copy() for b in it]  # what the broken iterator still gives
+        got += [b.i.numpy().copy() for b in dl]  # the next epoch: the rest of the pass
+        second = [b.i.numpy().copy() for b in dl]
+        ds._loader.close()
+        return pairs(np.concatenate(got)), pairs(np.concatenate(second)), probe
+
+    def sweep():
+        _, _, probe = run(None)
+        points, bad = probe.points, []
+        assert points > 10
+        for k in range(1, points + 1):
+            first, second, probe = run(k)
+            if not probe.fired or first != want or second != want:
+                bad.append(f"k={k}: {sum(first.values())} then {sum(second.values())} pairs")
+        return points, bad
+
+    points, bad = in_thread(sweep, timeout=120)
+    assert not bad, f"{len(bad)} of {points} points: {bad[:5]}"
