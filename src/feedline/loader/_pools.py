@@ -99,25 +99,45 @@ def live_pools() -> list[WorkerPool]:
 
 def acquire(spec: PoolSpec, loader: Any) -> WorkerPool:
     """A pool for ``loader``, held by it, its ``use_lock`` held: one it can take over, or a
-    new one (started here; ``WorkerError`` if a worker does not start)."""
+    new one (started here; ``WorkerError`` if a worker does not start). An interrupt
+    before the return lets go of the pool's lock: a pool taken over stays registered (held
+    by ``loader``, which takes it again next time: a drain cut short goes on), a new one
+    stops."""
     me = weakref.ref(loader)
     while (pool := _lend(spec, me)) is not None:
-        ok = pool.drain(_DRAIN_S) if pool.pending else True
-        if ok and pool.all_alive():
-            try:
-                pool.ensure_slots()
-                return pool
-            except WorkerError:
-                pass
-        pool.use_lock.release()
+        try:
+            ok = pool.drain(_DRAIN_S) if pool.pending else True
+            if ok and pool.all_alive():
+                try:
+                    pool.ensure_slots()
+                    return pool
+                except WorkerError:
+                    pass
+        except BaseException:
+            _let_go(pool)
+            raise
+        _let_go(pool)
         discard(pool)
     pool = WorkerPool(*spec.args, **spec.kwargs)
-    pool.key, pool.holder = spec.key, me
-    pool.use_lock.acquire()
-    with _lock:
-        _pools.setdefault(spec.key, []).append(pool)
-        _adopt(pool, spec.datasets)
+    try:
+        pool.key, pool.holder = spec.key, me
+        pool.use_lock.acquire()
+        with _lock:
+            _pools.setdefault(spec.key, []).append(pool)
+            _adopt(pool, spec.datasets)
+    except BaseException:  # not yet the loader's: it must not outlive this call
+        _let_go(pool)
+        discard(pool)
+        raise
     return pool
+
+
+def _let_go(pool: WorkerPool) -> None:
+    """Release ``pool``'s ``use_lock`` if this thread holds it (after an interrupt, the
+    lock may or may not have been taken: an RLock knows its owner)."""
+    owned = getattr(pool.use_lock, "_is_owned", None)
+    if owned is not None and owned():
+        pool.use_lock.release()
 
 
 def _lend(spec: PoolSpec, me: weakref.ref) -> WorkerPool | None:
@@ -127,14 +147,18 @@ def _lend(spec: PoolSpec, me: weakref.ref) -> WorkerPool | None:
         for pool in list(_pools.get(spec.key, ())):
             if pool.closed or pool.broken is not None:
                 continue
-            if not pool.use_lock.acquire(blocking=False):
-                continue  # its holder is submitting or waiting
-            holder = pool.holder() if pool.holder is not None else None
-            if holder is not None and holder is not loader and pool.pending:
-                pool.use_lock.release()  # in the middle of another loader's pass
-                continue
-            pool.holder = me
-            _adopt(pool, spec.datasets)
+            try:
+                if not pool.use_lock.acquire(blocking=False):
+                    continue  # its holder is submitting or waiting
+                holder = pool.holder() if pool.holder is not None else None
+                if holder is not None and holder is not loader and pool.pending:
+                    pool.use_lock.release()  # in the middle of another loader's pass
+                    continue
+                pool.holder = me
+                _adopt(pool, spec.datasets)
+            except BaseException:  # an interrupt: the lock, if it was taken, goes back
+                _let_go(pool)
+                raise
             return pool
     return None
 

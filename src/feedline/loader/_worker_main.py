@@ -3,9 +3,9 @@
 Started as ``python -m feedline.loader._worker_main FD`` (a fresh interpreter, never the
 program's ``__main__``). It receives its datasets (pickled: files reopen by path), then
 the names of its pool's shared-memory slots and tasks (from whichever loader holds the
-pool), and writes each batch's fields into a slot (``_slots``: ragged columns' values in
-the slot's room for them, or in the message when they do not fit).
-"""
+pool, in ``_wire``'s frames), and writes each batch's fields into a slot (``_slots``:
+ragged columns' values in the slot's room for them, or in the message when they do not
+fit)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from feedline._base import clock
 from feedline.loader._collate import collate, fill_padding
 from feedline.loader._gather import gather
 from feedline.loader._slots import Layout
+from feedline.loader._wire import received
 from feedline.records._ragged import Ragged
 
 
@@ -40,8 +41,7 @@ def serve(conn: Connection) -> None:
     capacities: list[int] = []  # each slot's room for ragged values
     try:
         conn.send(("ready", os.getpid()))
-        while True:
-            msg = conn.recv()
+        for token, msg in received(conn):  # each answer names the task's token
             if msg[0] == "stop":
                 return
             if msg[0] == "slots":  # the pool's ring of shared memory
@@ -91,7 +91,7 @@ def serve(conn: Connection) -> None:
                     )
                     data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
                     times["busy"] = perf_counter_ns() - t0
-                    conn.send(("result", batch_no, data, times))
+                    conn.send(("result", batch_no, token, data, times))
                 else:
                     info, need = (
                         layout.write_ragged(buf, capacities[slot], got)
@@ -99,7 +99,7 @@ def serve(conn: Connection) -> None:
                         else (None, 0)
                     )
                     times["busy"] = perf_counter_ns() - t0
-                    conn.send(("done", batch_no, slot, info, need, times))
+                    conn.send(("done", batch_no, token, slot, info, need, times))
             except (Exception, KeyboardInterrupt) as e:  # reaches the caller, with the
                 # traceback's text; a KeyboardInterrupt a map raised too (the batch is then
                 # made again, as in process), never the end of this worker
@@ -108,7 +108,7 @@ def serve(conn: Connection) -> None:
                     payload = pickle.dumps(e)
                 except Exception:
                     payload = None
-                conn.send(("error", batch_no, payload, text))
+                conn.send(("error", batch_no, token, payload, text))
             finally:
                 clock.untally()
     finally:

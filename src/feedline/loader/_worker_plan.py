@@ -131,8 +131,8 @@ class WorkerPlan:
                     return use(pool)
         if self.spec is None:
             raise ValueError("the loader is closed")
-        # Not ours: an interrupt inside ``acquire`` may leave that pool's lock taken, so
-        # this plan must not wait for it again.
+        # Not ours: forgotten before another is taken (an interrupt inside ``acquire``
+        # lets go of the lock of the pool it was taking: ``_pools._let_go``).
         self.pool = None
         self.pool = pool = acquire(self.spec, self.loader)
         try:

@@ -20,16 +20,13 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
 from typing import Any
 
@@ -38,6 +35,7 @@ import numpy as np
 from ..errors import WorkerError, add_note
 from ._shipping import dumps_by_value
 from ._slots import VALUES_START, Layout, grown
+from ._wire import Reader, Worker, message, recorder, send_frame, wait_writable
 
 # How long the loader waits for a result before it checks that the workers are alive.
 _POLL_S = 0.5
@@ -45,46 +43,17 @@ _POLL_S = 0.5
 _START_TIMEOUT_S = 60.0
 
 
-class _Worker:
-    def __init__(self, payload: bytes) -> None:
-        parent, child = socket.socketpair()
-        env = dict(os.environ)
-        # The worker imports feedline as the parent does (an installed or source tree).
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "feedline.loader._worker_main", str(child.fileno())],
-            pass_fds=(child.fileno(),),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            start_new_session=False,
-        )
-        child.close()
-        self.conn = Connection(parent.detach())
-        self.conn.send_bytes(payload)
-        self.busy = 0
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def describe_death(self) -> str:
-        code = self.proc.poll()
-        if code is None:
-            return "is running"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"was killed by {name}"
-        return f"exited with status {code}"
-
-
 class WorkerPool:
     """``workers`` processes gathering batches for one loader at a time.
 
     ``holder`` (a weak reference to the loader using it, or None) and ``use_lock``
-    (held while a loader submits or waits) let ``_pools`` lend the pool from loop to
-    loop; ``broken`` says why it must not be used again (a worker died).
+    (held while a loader submits or waits; reentrant, so ``_pools`` can tell whether it
+    holds it after an interrupt) let ``_pools`` lend the pool from loop to loop;
+    ``broken`` says why it must not be used again (a worker died).
+
+    The pipes are ``_wire``'s: a task is the worker's once the last frame of its message
+    is sent, and the batch is pending from just before that send (a store), so an
+    interrupt finds it pending and sent, or neither; a thread reads the results.
     """
 
     def __init__(
@@ -103,7 +72,7 @@ class WorkerPool:
     ) -> None:
         self.holder: weakref.ref | None = None
         self.pid = os.getpid()  # the process that owns the workers and the memory
-        self.use_lock = threading.Lock()
+        self.use_lock = threading.RLock()
         self.broken: str | None = None
         self.users: set[int] = set()  # ids of the live datasets it serves (see _pools)
         self.key: Any = None
@@ -122,8 +91,16 @@ class WorkerPool:
         # the finaliser unlinks whatever ring there is.
         self.slots: list[SharedMemory] = []
         self.free: deque[int] = deque()
-        self.workers: list[_Worker] = []
-        self._finalizer = weakref.finalize(self, _release, self.slots, self.workers)
+        self.workers: list[Worker] = []
+        # The control messages every worker must have, in order (the ring, then each slot
+        # grown: its frames and the segment it replaced); a worker is sent those it has
+        # not had before its next task.
+        self.log: list[tuple[list[bytes], SharedMemory | None]] = []
+        self._token = 0  # the last message's (``_wire``)
+        self.reader = Reader()
+        self._finalizer = weakref.finalize(
+            self, _release, self.slots, self.workers, self.log, self.reader
+        )
         init = {
             "datasets": datasets,
             "layout": layout,
@@ -140,16 +117,18 @@ class WorkerPool:
             if by_value
             else pickle.dumps(init, protocol=pickle.HIGHEST_PROTOCOL)
         )
-        self.pending: dict[int, tuple[int, _Worker]] = {}
+        # batch -> (slot, worker, the task's token); the reader thread fills ``done``
+        self.pending: dict[int, tuple[int, Worker, int]] = {}
         self.done: dict[int, tuple[str, Any]] = {}
         # the stages' times of each batch made (``_stats``), and those of the last result
         self.times: dict[int, dict[str, int]] = {}
         self.last_times: dict[str, int] = {}
         self._next_worker = 0
         try:
-            self.workers.extend(_Worker(payload) for _ in range(workers))
+            self.workers.extend(Worker(payload) for _ in range(workers))
             for w in self.workers:
                 self._expect_ready(w)
+            self.reader.start(self.workers, recorder(self.pending, self.done, self.times))
             self.ensure_slots()
         except BaseException:
             self.close()
@@ -167,18 +146,33 @@ class WorkerPool:
         self.slots.extend(SharedMemory(create=True, size=size) for _ in range(self.n_slots))
         self.capacities = [self.capacity0] * self.n_slots
         self.free = deque(range(len(self.slots)))
-        self._tell(("slots", [s.name for s in self.slots], self.capacities))
+        names = [s.name for s in self.slots]
+        self.log.append((self._message(("slots", names, self.capacities)), None))
+        self._tell()
 
-    def _tell(self, msg: tuple) -> None:
-        """Send ``msg`` (the slots' names) to every worker."""
+    def _message(self, msg: tuple) -> list[bytes]:
+        """``msg``'s frames, under a new token."""
+        self._token += 1
+        return message(self._token, msg, self.workers[0].limit)
+
+    def _tell(self) -> None:
+        """Send every worker the control messages it has not had."""
         for w in self.workers:
             try:
-                w.conn.send(msg)
+                self._catch_up(w)
             except OSError as e:
                 raise self._dead(
                     f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
                     "before it could be given its memory"
                 ) from e
+
+    def _catch_up(self, w: Worker) -> None:
+        """Send ``w`` the control messages it has not had, in order. An interrupt finds the
+        last one sent or not: it is sent again (to open a slot twice is to open it once)."""
+        while w.told < len(self.log):
+            for frame in self.log[w.told][0]:
+                send_frame(w.sock, frame, w.alive)
+            w.told += 1
 
     def _grow(self, slot: int) -> None:
         """Replace free slot ``slot`` by one whose values region holds ``want`` bytes (a
@@ -193,14 +187,23 @@ class WorkerPool:
             return
         try:
             reserve(new)
+            told = self._message(("slot", slot, new.name, want))
         except OSError:
             _unlink([new])
             self.want = self.capacities[slot]
             return
-        old, self.slots[slot] = self.slots[slot], new
+        except BaseException:
+            _unlink([new])
+            raise
+        # The change and its message with no call between but the log's append (after
+        # it, every worker is told before its next task; the old segment is unlinked at
+        # close if an interrupt stops the unlinking below).
+        old = self.slots[slot]
+        self.slots[slot] = new
         self.capacities[slot] = want
+        self.log.append((told, old))
         _unlink([old])  # a worker's mapping of it stays valid until it opens the new one
-        self._tell(("slot", slot, new.name, want))
+        self._tell()
 
     def _dead(self, message: str) -> WorkerError:
         """A worker died: the pool is broken for good; the error to raise."""
@@ -210,7 +213,7 @@ class WorkerPool:
     def all_alive(self) -> bool:
         return self.broken is None and all(w.alive() for w in self.workers)
 
-    def _expect_ready(self, w: _Worker) -> None:
+    def _expect_ready(self, w: Worker) -> None:
         if not w.conn.poll(_START_TIMEOUT_S):
             raise self._dead(
                 f"a loader worker (pid {w.proc.pid}) did not start within "
@@ -250,19 +253,30 @@ class WorkerPool:
         try:
             if self.capacities[slot] < self.want:
                 self._grow(slot)
-            w.conn.send(
-                (
-                    "task",
-                    batch_no,
-                    slot,
-                    np.ascontiguousarray(ords),
-                    np.ascontiguousarray(recs),
-                    rows,
-                    start,
-                    seeds,
-                    context,
-                )
-            )
+            if w.told < len(self.log):
+                self._catch_up(w)
+            task: tuple = ("task", batch_no, slot, np.ascontiguousarray(ords))
+            task += (np.ascontiguousarray(recs), rows, start, seeds, context)
+            *parts, last = self._message(task)
+            for part in parts:  # the task is not the worker's before its last frame
+                send_frame(w.sock, part, w.alive)
+            entry = (slot, w, self._token)
+            while True:
+                # Pending from here: the send below cannot wait, so it checks no signal
+                # inside it; an interrupt that lands after it finds the task sent.
+                self.pending[batch_no] = entry
+                try:
+                    n = w.sock.send(last, socket.MSG_DONTWAIT)
+                except BlockingIOError:  # the pipe is full: not sent
+                    del self.pending[batch_no]
+                    wait_writable(w.sock, w.alive)
+                    continue
+                except OSError:
+                    del self.pending[batch_no]
+                    raise
+                break
+            if n < len(last):  # not on Linux: a frame is written whole
+                w.sock.sendall(last[n:])
         except OSError as e:  # the worker died (a broken pipe): say so, with how it died
             self.free.appendleft(slot)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -271,11 +285,10 @@ class WorkerPool:
                 f"a loader worker (pid {w.proc.pid}) {w.describe_death()} "
                 "before it could be given a batch"
             ) from e
-        except BaseException:  # an interrupt before the task left: the slot stays free
-            self.free.appendleft(slot)
-            raise
-        w.busy += 1
-        self.pending[batch_no] = (slot, w)
+        except BaseException:
+            if batch_no not in self.pending:  # an interrupt before the task left
+                self.free.appendleft(slot)
+            raise  # else after it: the worker makes the batch
 
     def _check_owner(self) -> None:
         """Only the process that started the workers talks to them."""
@@ -311,7 +324,7 @@ class WorkerPool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while batch_no not in self.done:
             if deadline is not None and time.monotonic() >= deadline:
-                _, w = self.pending[batch_no]
+                w = self.pending[batch_no][1]
                 raise self._dead(
                     f"batch {batch_no} took longer than the loader's timeout of "
                     f"{timeout:g} s in the loader worker pid {w.proc.pid} (a map "
@@ -319,7 +332,7 @@ class WorkerPool:
                 )
             self._receive(None if deadline is None else max(0.0, deadline - time.monotonic()))
         kind, value = self.done[batch_no]
-        slot, _ = self.pending[batch_no]
+        slot = self.pending[batch_no][0]
         if kind == "error":
             payload, text = value
             exc = None
@@ -369,43 +382,25 @@ class WorkerPool:
         self.free.append(slot)
 
     def _receive(self, limit: float | None = None) -> None:
+        """Wait up to ``limit`` seconds (at most ``_POLL_S``) for the reader thread to
+        record a message; then, if none came, check that the workers are alive."""
         if self.closed:
             raise WorkerError("the loader was closed while its batch was being made")
-        conns = [w.conn for w in self.workers if w.busy]
-        if not conns:
-            raise WorkerError("the loader waits for a batch no worker is making")
-        try:
-            ready = wait(conns, timeout=_POLL_S if limit is None else min(_POLL_S, limit))
-        except (OSError, ValueError) as e:  # the pipes were closed under this wait
-            if self.closed:
-                raise WorkerError("the loader was closed while its batch was being made") from e
-            raise
-        if not ready:
-            if self.closed:
+        for w in self.reader.lost:  # its pipe ended
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                w.proc.wait(timeout=5)
+            if self.closed:  # close() from another thread stopped the workers
                 raise WorkerError("the loader was closed while its batch was being made")
-            for w in self.workers:
-                if not w.alive():
-                    raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}")
+            raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}")
+        if len(self.done) >= len(self.pending):
+            raise WorkerError("the loader waits for a batch no worker is making")
+        if self.reader.wait(_POLL_S if limit is None else min(_POLL_S, limit)):
             return
-        for conn in ready:
-            w = next(w for w in self.workers if w.conn is conn)
-            try:
-                msg = w.conn.recv()
-            except (EOFError, OSError) as e:
-                if self.closed:  # close() from another thread stopped the workers
-                    raise WorkerError("the loader was closed while its batch was being made") from e
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    w.proc.wait(timeout=5)
-                raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}") from e
-            w.busy -= 1
-            if msg[0] == "done":  # with the ragged columns' places, and the room they needed
-                self.done[msg[1]] = ("done", (msg[3], msg[4]))
-                self.times[msg[1]] = msg[5]
-            elif msg[0] == "result":
-                self.done[msg[1]] = ("result", msg[2])
-                self.times[msg[1]] = msg[3]
-            else:
-                self.done[msg[1]] = ("error", (msg[2], msg[3]))
+        if self.closed:
+            raise WorkerError("the loader was closed while its batch was being made")
+        for w in self.workers:
+            if not w.alive():
+                raise self._dead(f"a loader worker (pid {w.proc.pid}) {w.describe_death()}")
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait out and discard every batch in flight (before a seek, a reset, or the
@@ -443,10 +438,12 @@ class WorkerPool:
         self.broken = "the pool belongs to the parent process"
 
 
-def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:
-    for w in workers:
-        with contextlib.suppress(Exception):
-            w.conn.send(("stop",))
+def _release(slots: list[SharedMemory], workers: list[Worker], log: list, reader: Reader) -> None:
+    if workers:
+        stop = message(0, ("stop",), workers[0].limit)[0]
+        for w in workers:
+            with contextlib.suppress(Exception):
+                w.sock.send(stop, socket.MSG_DONTWAIT)
     # Idle workers stop at once; one busy with a batch (a map that takes long, or never
     # returns) is killed after a second, whatever the number of workers.
     deadline = time.monotonic() + 1.0
@@ -457,9 +454,11 @@ def _release(slots: list[SharedMemory], workers: list[_Worker]) -> None:
             w.proc.kill()
             with contextlib.suppress(Exception):
                 w.proc.wait(timeout=2)
-        with contextlib.suppress(Exception):
-            w.conn.close()
+    reader.stop()  # before the pipes close
+    for w in workers:
+        w.close()
     _unlink(slots)
+    _unlink([old for _, old in log if old is not None])
 
 
 def reserve(shm: SharedMemory) -> None:
