@@ -150,8 +150,8 @@ def test_batches_for_a_cuda_device_are_gathered_into_their_own_buffers(monkeypat
 
 
 def test_a_change_in_the_middle_of_a_pass_reaches_the_next_batch_of_its_chunk():
-    # batches are cut from chunks of several; a chunk is gathered from the columns as
-    # they were, and a change to them makes the next batch gather a new one
+    # (on a GPU, batches are cut from chunks of several; a chunk is gathered from the
+    # columns as they were, and a change to them makes the next batch gather a new one)
     td = tensor_dataset(40)
     loader = fl.Loader(fl.Dataset(R, td), 4)
     it = iter(loader)
@@ -161,12 +161,35 @@ def test_a_change_in_the_middle_of_a_pass_reaches_the_next_batch_of_its_chunk():
     assert rest[0] == [104, 105, 106, 107] and rest[-1] == [136, 137, 138, 139]
 
 
+def frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` over memory nothing can write (``bytes``): chunks are gathered ahead."""
+    return np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape)
+
+
+@pytest.mark.parametrize("pad", [False, True])
+def test_batches_cut_from_chunks_equal_the_host_batches(pad):
+    n = 1000
+    cols = {
+        "x": frozen(np.arange(2.0 * n, dtype=np.float32).reshape(n, 2)),
+        "y": frozen(np.arange(n)),
+    }
+    ds = fl.Dataset(R, cols)
+    want = as_lists(fl.Loader(ds, 7, seed=3, pad=pad))
+    loader = fl.Loader(ds, 7, seed=3, pad=pad, device="cpu")
+    got = list(loader)
+    assert loader._device.chunks and loader._device._chunk is not None
+    assert as_lists(got) == want
+    assert as_lists(loader) != want and len(list(loader)) == len(want)  # the next passes
+
+
 def test_threads_taking_batches_from_the_device_get_each_record_once():
     import threading
 
     n = 5000
-    ds = fl.Dataset.from_arrays(x=np.arange(2.0 * n).reshape(n, 2), y=np.arange(n))
+    x, y = frozen(np.arange(2.0 * n).reshape(n, 2)), frozen(np.arange(n))
+    ds = fl.Dataset.from_arrays(x=x, y=y)
     loader = fl.Loader(ds, 16, seed=4, device="cpu")
+    assert loader._plan.columns().chunks  # batches cut from chunks, by three threads
     it, got, lock = iter(loader), [], threading.Lock()
 
     def take():
@@ -182,3 +205,16 @@ def test_threads_taking_batches_from_the_device_get_each_record_once():
     for t in threads:
         t.join()
     assert sorted(got) == list(range(n))
+
+
+def test_a_write_to_arrays_in_memory_reaches_the_next_batch_on_the_cpu():
+    # On the CPU the device's tensors are the arrays themselves: batches are gathered one
+    # by one (no chunk gathered ahead), so a write in the middle of a pass shows in the
+    # next batch, as on the plain path.
+    x = np.zeros((40, 2), np.float32)
+    loader = fl.Loader(fl.Dataset(R, {"x": x, "y": np.arange(40)}), 4, output="torch")
+    assert loader._plan.__class__.__name__ == "DevicePlan"
+    it = iter(loader)
+    assert next(it).x.sum().item() == 0
+    x[:] = 1
+    assert [b.x.sum().item() for b in it] == [8.0] * 9

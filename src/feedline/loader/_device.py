@@ -19,9 +19,12 @@ three), so a batch holds the same rows whichever chunk it was cut from.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
+
+from ._gather_ahead import _unwritten
 
 # Batches a chunk holds at most, and its bytes at most. Measured on an H200 (issue 20,
 # benchmarks/device.py, fresh processes), 4,000,000 rows of 264 bytes in batches of 512
@@ -47,6 +50,12 @@ class DeviceColumns:
         self.row_bytes = sum(
             int(np.prod(f.shape, dtype=np.int64)) * np.dtype(f.dtype).itemsize
             for f in fields.values()
+        )
+        # Chunks where the tensors are copies (a GPU's), or over memory nothing writes: on
+        # the CPU they are the arrays themselves, and a batch gathered ahead in a chunk
+        # would miss a write that the next batch must show (as on the plain path).
+        self.chunks = self.device.type != "cpu" or all(
+            _unwritten(c) for ds in datasets for c in ds.columns.values()
         )
         # (order block, its records on the device); (key, fields) of the last chunk: each
         # one tuple, replaced whole (threads may gather at once)
@@ -79,10 +88,14 @@ class DeviceColumns:
         if not self._tensors[k] or versions != self._versions[k]:
             if versions is not None and self._versions[k] is not None:
                 ds.refresh()  # the TensorDataset changed: check and convert it again
-            self._tensors[k] = {
-                n: self.torch.from_numpy(np.ascontiguousarray(c)).to(self.device)
-                for n, c in ds.columns.items()
-            }
+            with warnings.catch_warnings():
+                # read-only columns (over bytes, a file mapped to read): the tensors are
+                # only ever read (index_select), never handed out
+                warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+                self._tensors[k] = {
+                    n: self.torch.from_numpy(np.ascontiguousarray(c)).to(self.device)
+                    for n, c in ds.columns.items()
+                }
             self._versions[k] = versions
         return self._tensors[k]
 

@@ -209,7 +209,8 @@ class DevicePlan(LocalPlan):
         t = perf_counter_ns()
         dev = self.columns()
         # From one dataset and all of the share's positions, the claim's rows are cut
-        # from a chunk of its order block (``DeviceColumns.chunked``). The block is the
+        # from a chunk of its order block (``DeviceColumns.chunked``; ``chunks``: where no
+        # write to the columns can be missed). The block is the
         # claim's if it holds the claim's positions in the claim's pass (a block is a
         # pure function of those); read after the claim, another thread may have moved
         # it on, and then the claim is gathered alone.
@@ -217,6 +218,7 @@ class DevicePlan(LocalPlan):
         got = None
         if (
             block is not None
+            and dev.chunks
             and c.pos is None
             and len(loader._datasets) == 1
             and loader._ledger.share[1] == 1
