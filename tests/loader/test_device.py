@@ -122,8 +122,15 @@ def test_a_batch_moves_and_keeps_its_metadata():
     assert plain.to("cpu").t is plain.t
 
 
+def _doubled(ex):
+    return {"x": ex["x"] * 2, "y": ex["y"]}
+
+
+@pytest.mark.parametrize("source", ["file", "mapped", "mix"])
 @pytest.mark.parametrize("pad", [False, True])
-def test_batches_for_a_cuda_device_are_gathered_into_their_own_buffers(monkeypatch, tmp_path, pad):
+def test_batches_for_a_cuda_device_are_gathered_into_their_own_buffers(
+    monkeypatch, tmp_path, pad, source
+):
     # To a CUDA device, a file's rows are gathered straight into pinned buffers, one set
     # per batch. Here (no GPU) the CPU stands for the device, the buffers unpinned.
     from feedline.loader import _plan, _util
@@ -141,9 +148,15 @@ def test_batches_for_a_cuda_device_are_gathered_into_their_own_buffers(monkeypat
     fl.recfile.write(path, R, {"x": np.arange(46.0).reshape(23, 2), "y": np.arange(23)})
     with fl.recfile.open(path) as f:
         ds = fl.Dataset(R, f)
-        want = as_lists(fl.Loader(ds, 5, seed=2, pad=pad, output="torch"))
+        if source == "mapped":  # a map's results written into the buffers
+            ds = ds.map(_doubled)
+        elif source == "mix":  # two sources' rows into one batch's buffers
+            other = fl.Dataset(R, {"x": -np.ones((9, 2), np.float32), "y": np.arange(9) + 100})
+            ds = fl.Seq.mix([ds.shuffle(1), other.shuffle(2)])
+        kw = dict(seed=2, pad=pad, output="torch", workers=0)
+        want = as_lists(fl.Loader(ds, 5, **kw))
         pins.clear()
-        got = list(fl.Loader(ds, 5, seed=2, pad=pad, output="torch", device="cpu"))
+        got = list(fl.Loader(ds, 5, device="cpu", **kw))
     assert as_lists(got) == want
     assert pins == [True] * 2 * len(got)  # two fields a batch, each pinned
     assert len({b.x.data_ptr() for b in got}) == len(got)  # no buffer shared
