@@ -31,7 +31,8 @@ def test_device_batches_equal_host_batches(pad):
         (b.x.tolist(), b.y.tolist(), b.meta.mask.tolist())
         for b in fl.Loader(ds, 7, seed=3, pad=pad)
     ]
-    loader = fl.Loader(ds, 7, seed=3, pad=pad, device="cpu")
+    # check_values: the device path on the CPU too (one plain dataset takes the plain path)
+    loader = fl.Loader(ds, 7, seed=3, pad=pad, device="cpu", check_values=True)
     got = list(loader)
     assert loader._device is not None  # gathered on the device, not batch by batch on host
     assert all(isinstance(b.x, torch.Tensor) and b.x.device.type == "cpu" for b in got)
@@ -188,7 +189,7 @@ def test_batches_cut_from_chunks_equal_the_host_batches(pad):
     }
     ds = fl.Dataset(R, cols)
     want = as_lists(fl.Loader(ds, 7, seed=3, pad=pad))
-    loader = fl.Loader(ds, 7, seed=3, pad=pad, device="cpu")
+    loader = fl.Loader(ds, 7, seed=3, pad=pad, device="cpu", check_values=True)
     got = list(loader)
     assert loader._device.chunks and loader._device._chunk is not None
     assert as_lists(got) == want
@@ -201,7 +202,7 @@ def test_threads_taking_batches_from_the_device_get_each_record_once():
     n = 5000
     x, y = frozen(np.arange(2.0 * n).reshape(n, 2)), frozen(np.arange(n))
     ds = fl.Dataset.from_arrays(x=x, y=y)
-    loader = fl.Loader(ds, 16, seed=4, device="cpu")
+    loader = fl.Loader(ds, 16, seed=4, device="cpu", check_values=True)
     assert loader._plan.columns().chunks  # batches cut from chunks, by three threads
     it, got, lock = iter(loader), [], threading.Lock()
 
@@ -220,14 +221,34 @@ def test_threads_taking_batches_from_the_device_get_each_record_once():
     assert sorted(got) == list(range(n))
 
 
-def test_a_write_to_arrays_in_memory_reaches_the_next_batch_on_the_cpu():
+@pytest.mark.parametrize(("checked", "plan"), [(False, "PlainPlan"), (True, "DevicePlan")])
+def test_a_write_to_arrays_in_memory_reaches_the_next_batch_on_the_cpu(checked, plan):
     # On the CPU the device's tensors are the arrays themselves: batches are gathered one
     # by one (no chunk gathered ahead), so a write in the middle of a pass shows in the
     # next batch, as on the plain path.
     x = np.zeros((40, 2), np.float32)
-    loader = fl.Loader(fl.Dataset(R, {"x": x, "y": np.arange(40)}), 4, output="torch")
-    assert loader._plan.__class__.__name__ == "DevicePlan"
+    ds = fl.Dataset(R, {"x": x, "y": np.arange(40)})
+    loader = fl.Loader(ds, 4, output="torch", check_values=checked)
+    assert loader._plan.__class__.__name__ == plan
     it = iter(loader)
     assert next(it).x.sum().item() == 0
     x[:] = 1
     assert [b.x.sum().item() for b in it] == [8.0] * 9
+
+
+def test_torch_tensors_of_one_dataset_in_memory_on_the_cpu_take_the_plain_path():
+    # np.take and tensors over the taken arrays: the device path's batches, faster
+    n = 3000
+    ds = fl.Dataset.from_arrays(x=np.arange(2.0 * n).reshape(n, 2), y=np.arange(n))
+    for device in (None, "cpu"):
+        plain = fl.Loader(ds, 16, seed=4, output="torch", device=device)
+        device_path = fl.Loader(ds, 16, seed=4, output="torch", device=device, check_values=True)
+        assert type(plain._plan).__name__ == "PlainPlan"
+        assert type(device_path._plan).__name__ == "DevicePlan"
+        for _ in range(2):  # two passes
+            got, want = list(plain), list(device_path)
+            assert len(got) == len(want) == -(-n // 16)
+            for g, w in zip(got, want):
+                assert isinstance(g.x, torch.Tensor) and isinstance(g.meta.mask, torch.Tensor)
+                assert torch.equal(g.x, w.x) and torch.equal(g.y, w.y)
+                assert g.meta.record_indices.tolist() == w.meta.record_indices.tolist()

@@ -157,7 +157,8 @@ def general():  # a mapped dataset: LocalPlan (read, map, collate, deliver here)
 
 def device():  # torch output, the columns on the device (the CPU here): DevicePlan
     pytest.importorskip("torch")
-    return fl.Loader(dataset(), B, seed=3, output="torch")
+    # (check_values: on the CPU, one plain dataset's tensors take the plain path)
+    return fl.Loader(dataset(), B, seed=3, output="torch", check_values=True)
 
 
 class V(fl.Record, dims={"T": None}):
