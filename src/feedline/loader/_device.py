@@ -4,7 +4,8 @@ A loader with ``device=`` (or ``output="torch"``) over datasets held in memory (
 of arrays, ``TensorDataset``s whose items are their rows) copies their columns to the
 device once, when they take at most a quarter of the device's free memory (always on
 the CPU, where the tensors share the arrays' memory), and gathers each batch there
-with one ``index_select`` per field: no workers, no host copy and no check per batch.
+with one ``index_select`` per field: no workers, no host copy and no check per batch
+(on the CPU, one plain dataset's batches take the plain path instead: ``_plan``).
 A ``TensorDataset``'s tensors are copied again when they change (their version
 counters tell, in-place changes included).
 
