@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._gather_ahead import _unwritten
+from ._util import torch_dtype
 
 # Batches a chunk holds at most, and its bytes at most. Measured on an H200 (issue 20,
 # benchmarks/device.py, fresh processes), 4,000,000 rows of 264 bytes in batches of 512
@@ -58,10 +59,10 @@ class DeviceColumns:
         self.chunks = self.device.type != "cpu" or all(
             _unwritten(c) for ds in datasets for c in ds.columns.values()
         )
-        # (order block, its records on the device); (key, fields) of the last chunk: each
+        # (order block, its records on the device); the last chunk (``chunked``): each
         # one tuple, replaced whole (threads may gather at once)
         self._block: tuple[Any, Any] | None = None
-        self._chunk: tuple[tuple, dict[str, Any]] | None = None
+        self._chunk: tuple[Any, int, Any, dict[str, Any]] | None = None
 
     @staticmethod
     def fits(datasets: list, device: Any) -> bool:
@@ -117,13 +118,13 @@ class DeviceColumns:
         span = min(_CHUNK_BATCHES, most) * batch
         lo = block[0] + (start - block[0]) // span * span
         hi = min(lo + span, block[4])
-        key = (block, lo, cols)
-        held = self._chunk
-        if held is None or held[0][0] is not block or held[0][1] != lo or held[0][2] is not cols:
+        held = self._chunk  # (block, first position, columns, rows): its key by identity
+        if held is None or held[0] is not block or held[1] != lo or held[2] is not cols:
             idx = self.block_records(block)[lo - block[0] : hi - block[0]]
-            held = self._chunk = (key, {n: t.index_select(0, idx) for n, t in cols.items()})
+            held = (block, lo, cols, {n: t.index_select(0, idx) for n, t in cols.items()})
+            self._chunk = held
         a, z = start - lo, stop - lo
-        return {n: t[a:z] for n, t in held[1].items()}
+        return {n: t[a:z] for n, t in held[3].items()}
 
     def gather(
         self, ords: np.ndarray, recs: np.ndarray, rows: int, out: dict[str, Any] | None = None
@@ -147,7 +148,7 @@ class DeviceColumns:
             return padded
         idx = torch.from_numpy(np.ascontiguousarray(recs)).to(self.device)
         out = {
-            n: torch.zeros((rows, *f.shape), dtype=_torch_dtype(torch, f.dtype), device=self.device)
+            n: torch.zeros((rows, *f.shape), dtype=torch_dtype(torch, f.dtype), device=self.device)
             for n, f in self.fields.items()
         }
         for o in np.unique(ords):
@@ -157,7 +158,3 @@ class DeviceColumns:
             for n, t in cols.items():
                 out[n].index_copy_(0, where, t.index_select(0, idx[where]))
         return out
-
-
-def _torch_dtype(torch: Any, dtype: np.dtype) -> Any:
-    return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype

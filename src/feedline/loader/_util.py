@@ -80,6 +80,11 @@ def to_torch(fields: dict[str, Any], device: Any = None) -> dict[str, Any]:
 _CUDA: dict[str, bool] = {}  # str(device) -> whether it is a CUDA device
 
 
+def torch_dtype(torch: Any, dtype: Any) -> Any:
+    """The torch dtype of numpy's ``dtype``."""
+    return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
+
+
 def pinned_rows(fields: Mapping[str, Any], rows: int, device: Any) -> dict[str, Any] | None:
     """For a CUDA ``device``: torch tensors of ``rows`` rows of the record's fields in
     pinned host memory, to gather into and copy from without a copy between (torch's
@@ -88,17 +93,12 @@ def pinned_rows(fields: Mapping[str, Any], rows: int, device: Any) -> dict[str, 
     key = str(device)
     cuda = _CUDA.get(key)
     if cuda is None:
-        import torch
-
-        cuda = _CUDA[key] = device is not None and torch.device(device).type == "cuda"
+        cuda = _CUDA[key] = device is not None and torch_module().device(device).type == "cuda"
     if not cuda or any(f.ragged for f in fields.values()):
         return None
-    import torch
-
+    torch = torch_module()
     return {
-        n: torch.empty(
-            (rows, *f.shape), dtype=torch.from_numpy(np.zeros(0, f.dtype)).dtype, pin_memory=True
-        )
+        n: torch.empty((rows, *f.shape), dtype=torch_dtype(torch, f.dtype), pin_memory=True)
         for n, f in fields.items()
     }
 

@@ -25,7 +25,7 @@ from ._config import workers_are_set
 from ._local_plan import LocalPlan
 from ._pools import PoolSpec, acquire, discard, hand_back
 from ._shipping import examine
-from ._util import to_torch
+from ._util import on_host, to_torch
 from ._workers import WorkerPool
 
 
@@ -70,7 +70,7 @@ class WorkerPlan:
             return None
         assert digest is not None  # examine gives a digest or a reason
         transform, transform_digest = opts.batch_transform, None
-        if transform is not None and _on_accelerator(opts.device):
+        if transform is not None and not on_host(opts.device):
             # The transform is given the batch as delivered, on the device, so it runs
             # here after the copy: in the workers, each would hold a CUDA context of its
             # own (device memory) and send its tensors back through a pickle.
@@ -395,12 +395,3 @@ def _owned(col: Any) -> Any:
     if not isinstance(col, Ragged):
         return col
     return Ragged(np.array(col.values), col.offsets.copy(), col.shapes.copy(), col.template)
-
-
-def _on_accelerator(device: Any) -> bool:
-    """Whether ``device`` is a torch device other than the CPU."""
-    if device is None:
-        return False
-    import torch
-
-    return torch.device(device).type != "cpu"
