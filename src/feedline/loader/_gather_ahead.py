@@ -195,12 +195,26 @@ class GatherAhead:
         self.window: list[tuple[Key, int, np.ndarray, dict]] = []
         self.current: Key | None = None  # the chunk the window follows
         self.helping = 0
+        self.helpers: set = set()  # this loader's helpers' futures (``release`` waits)
         # (generation, first and end position in the pass, columns, fields) of the chunk
         # that the last batch was cut from, gathered: the next batches' fast path
         self.last: tuple[int, int, int, dict, dict[str, np.ndarray]] | None = None
         # Buffers of dropped chunks, to gather into again once no batch views them: a
         # fresh 4 MB array a chunk cost page faults that halved the threads' gathers.
         self.spare: list[dict[str, np.ndarray]] = []
+
+    def release(self) -> None:
+        """Let go of every chunk, buffer and view of the columns (the loader closes): a
+        thread still making a batch keeps what it holds; nothing is gathered after."""
+        with self.lock:
+            self.window = []  # the helpers find nothing more to gather
+            self.chunks = {}
+            self.current = self.last = None
+            self.spare = []
+            self.seen = (None, False)
+        if self.pid == os.getpid():
+            for future in list(self.helpers):  # a helper's chunk in hand: one take at most
+                future.exception()  # waits
 
     def fields(self, claim: Any, block: tuple | None, cols: dict[str, np.ndarray]) -> Any:
         """The claim's rows as views of their chunk (gathered here if no thread has
@@ -343,7 +357,9 @@ class GatherAhead:
                 self.helping -= 1
                 raise
             _running.add(future)
+            self.helpers.add(future)
             future.add_done_callback(_running.discard)
+            future.add_done_callback(self.helpers.discard)
 
     def _next_block(self, gen: int, block: tuple, cols: dict) -> list:
         """The first chunks of the order block after ``block``, if the look-ahead has

@@ -34,6 +34,7 @@ Cost
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from time import perf_counter_ns
 from typing import Any, Literal
@@ -126,7 +127,8 @@ class Loader:
             self._own_dataset = not isinstance(source, Dataset)
             self._plain = as_dataset(source)
             seq, base_seed = Seq.source(self._plain), opts.seed
-        self._seq = typed(seq)  # the order before split and shard (the fingerprint's)
+        self._one_dataset = self._plain is not None  # given one dataset, not a Seq/Order
+        self._seq: Seq | None = typed(seq)  # the order before split and shard (the fingerprint's)
         self._datasets = datasets_of(self._seq)
         self.record = self._datasets[0].record
         self._mapped = any(ds.mapped for ds in self._datasets)
@@ -147,6 +149,7 @@ class Loader:
             else buckets_for(self.record, self._datasets, opts)
         )
         self._values_checked = False
+        self._stream_fields: dict[str, Any] | None = None
         self._print = self._make_fingerprint()
         self._stats = Stats(opts.progress)
         self._plan = choose_plan(self)
@@ -168,9 +171,16 @@ class Loader:
     progress = property(lambda self: self.options.progress)
 
     # -- construction helpers -----------------------------------------------------------
+    def _sources(self) -> Seq:
+        """The order before split and shard; a closed loader has let go of it."""
+        if self._seq is None:
+            raise ValueError("the loader is closed")
+        return self._seq
+
     def _split_seq(self) -> Seq:
         split = self.options.split
-        return self._seq if split is None else self._seq.split(*split)
+        seq = self._sources()
+        return seq if split is None else seq.split(*split)
 
     def _order(self, seed: int | None, base: int = 0) -> Order:
         """Pass 0's order for ``seed``, dealt to this shard after ``base`` positions."""
@@ -178,11 +188,11 @@ class Loader:
         order = self._orders.get(key)
         if order is None:
             seq = self._split_seq()
-            if self._plain is not None and seed is not None and seed > 0:
+            if self._one_dataset and seed is not None and seed > 0:
                 seq = seq.shuffle(seed)
             if self.options.shard is not None:
                 seq = (seq.skip(base) if base else seq).shard(*self.options.shard)
-            order = Order(seq) if self._plain is not None else Order(seq, seed=seed or 0)
+            order = Order(seq) if self._one_dataset else Order(seq, seed=seed or 0)
             if len(self._orders) >= 8:  # reset(seed) each epoch must not grow it forever
                 self._orders.clear()
             self._orders[key] = order
@@ -208,15 +218,21 @@ class Loader:
 
     def _stream(self) -> dict[str, Any]:
         """What a state records in the clear (and a refusal names): the options that
-        decide the batches, the pass's length before dealing and the number of sources."""
-        length = self._full_len if self.options.shard is not None else self._order_len(0)
-        seeds = _state.map_seeds(self._datasets)
-        return {**self.options.stream(), "length": length, "sources": len(self._datasets), **seeds}
+        decide the batches, the pass's length before dealing, the number of sources and
+        the maps' seeds. All fixed when the loader is made: worked out once, so a state
+        saved after ``close`` (its sources let go) is the state saved before."""
+        got = self._stream_fields
+        if got is None:
+            length = self._full_len if self.options.shard is not None else self._order_len(0)
+            seeds = _state.map_seeds(self._datasets)
+            got = {**self.options.stream(), "length": length, "sources": len(self._datasets)}
+            got = self._stream_fields = {**got, **seeds}
+        return copy.deepcopy(got)  # a state's copy: a change to it leaves this one alone
 
     def _make_fingerprint(self) -> str:
         return _state.fingerprint(
-            self._seq.to_dict(),
-            self._plain is not None,
+            self._sources().to_dict(),
+            self._one_dataset,
             self.record,
             self._stream(),
             self._ledger.share,
@@ -232,6 +248,8 @@ class Loader:
             raise ValueError(f"share index must be < count, got {index} of {count}")
         led = self._ledger
         with led.lock:
+            if led.closed:
+                raise ValueError("the loader is closed")
             if led.next or led.epoch or led.redo:
                 raise ValueError("share_batches must be called before the first batch")
             led.share = (index, count)
@@ -439,6 +457,8 @@ class Loader:
         consumed (see ``_state``).
         """
         led = self._ledger
+        if led.closed:
+            raise ValueError("the loader is closed")
         restored = _state.parse(
             state,
             self._print,
@@ -471,8 +491,13 @@ class Loader:
             if self._own_dataset and self._plain is not None and not led.closed:
                 self._plain.close()  # the dataset this loader made for a file it was given
             led.closed = True
+            # Nothing of the sources is held from here (the loader and its plan refer to
+            # each other, so the collector alone would free them): a file dropped or
+            # closed by its user is unmapped now. The state keeps what it recorded.
+            self._plain = self._seq = None
             self._datasets = []
             self._orders.clear()
+            self._pass_cache = None
             self._blocks.clear()
 
     def __enter__(self) -> Loader:

@@ -87,13 +87,15 @@ class PlainPlan(LocalPlan):
 
     def __init__(self, loader: Any, dataset: Any) -> None:
         super().__init__(loader)
-        self.dataset = dataset
+        self.dataset: Any = dataset  # None once the loader is closed
         self.ahead = for_plain(loader)  # a chunk of batches at a time, by threads
         # output="torch" (on the CPU): tensors over the gathered arrays' memory
         self.tensors = torch_module().from_numpy if loader.options.output == "torch" else None
 
     def _cols(self) -> dict[str, np.ndarray] | None:
         ds = self.dataset
+        if ds is None:
+            raise ValueError("the loader is closed")
         return ds._columns if ds._columns is not None else ds._mapped_columns
 
     def next(self) -> Any:
@@ -119,6 +121,8 @@ class PlainPlan(LocalPlan):
                 block = blocks.block if ahead is not None else None
             t1 = perf_counter_ns()
             ds = self.dataset  # _cols, with the ``_columns`` property written out
+            if ds is None:  # closed by another thread since the claim
+                raise ValueError("the loader is closed")
             if ds._seen is not None:  # a TensorDataset: read again if it changed
                 ds._read_if_changed()
             cols = ds._cols if ds._cols is not None else ds._mapped_columns
@@ -152,6 +156,13 @@ class PlainPlan(LocalPlan):
             raise
 
     __next__ = next
+
+    def shutdown(self) -> None:
+        # the loader closes: the dataset and the chunks (views of its columns) go now,
+        # not when the collector frees the loader and this plan (they refer to each other)
+        self.dataset = None
+        if self.ahead is not None:
+            self.ahead.release()
 
     def _fill(self, claim: Any, out: Mapping[str, np.ndarray]) -> None:
         cols = self._cols()
@@ -202,6 +213,12 @@ class DevicePlan(LocalPlan):
                         loader._datasets, dict(loader.record.fields), loader.options.device
                     )
         return self._device
+
+    def shutdown(self) -> None:
+        # the loader closes: the columns' copies on the device are freed now (the loader
+        # and this plan refer to each other: only the collector would free them)
+        with self._lock:
+            self._device = None
 
     def _make(self, c: Any) -> Any:
         loader = self.loader

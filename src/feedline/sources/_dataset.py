@@ -97,7 +97,7 @@ class Dataset:
         # again before handing them out (the device path gathers from ``columns``).
         self._recheck = False
         self._maps: tuple = ()
-        self._base: Dataset = self
+        self._base: Dataset | None = None  # what a mapped one maps (``_root``); not itself
         self._lengths_cache: dict[str, np.ndarray] = {}
         self._hf = source.with_format("numpy") if _is_hf_dataset(source) else None
         own_record = getattr(source, "record", None)
@@ -292,7 +292,7 @@ class Dataset:
         if columns is not None:
             self.record.check_columns(columns, np.arange(self._len), check_values=True)
         else:
-            check_through(self._base, self.record)  # its own items (maps run as they load)
+            check_through(self._root, self.record)  # its own items (maps run as they load)
         self._values_checked = True
         self._recheck = False
 
@@ -344,10 +344,10 @@ class Dataset:
         """
         if self._maps:
             idx = _as_indices(indices, self.record.__name__)
-            batch = self._base.getitems(idx, check_values=check_values, in_range=in_range)
+            batch = self._root.getitems(idx, check_values=check_values, in_range=in_range)
             t = clock.perf_counter_ns()
             batch = apply_maps(
-                self._base.record,
+                self._root.record,
                 self.record,
                 self._maps,
                 batch,
@@ -355,7 +355,7 @@ class Dataset:
                 positions,
                 context,
                 check_values,
-                source=self._base.source,
+                source=self._root.source,
             )
             clock.add("map", clock.perf_counter_ns() - t)  # the loader's stats
             if out is not None:
@@ -430,7 +430,7 @@ class Dataset:
         mapped = copy.copy(self)
         mapped._owns_share = False  # the base dataset keeps the file open
         mapped._maps = (*self._maps, entry)
-        mapped._base = self._base
+        mapped._base = self._root
         mapped._lengths_cache = {}
         if record is not None:
             mapped.record = record
@@ -451,6 +451,11 @@ class Dataset:
     def mapped(self) -> bool:
         """Whether examples pass through ``map`` functions as they load."""
         return bool(self._maps)
+
+    @property
+    def _root(self) -> Dataset:
+        """The unmapped dataset whose items this one's maps take (itself if none)."""
+        return self if self._base is None else self._base
 
     # -- ordering -----------------------------------------------------------------------
     def to_seq(self) -> Seq:

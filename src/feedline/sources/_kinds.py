@@ -173,7 +173,7 @@ def _write_rows(out: dict[str, Any], batch: dict[str, Any], n: int) -> None:
 def lengths_of(ds: Any, dim: str) -> np.ndarray:
     """``Dataset.lengths``, computed: each item's length on the varying dim ``dim``."""
     if ds._maps:
-        base = ds._base
+        base = ds._root
         if not any(dim in f.varying for f in base.record.fields.values()):
             raise ValueError(
                 f"{ds.record.__name__}: dim {dim} is made by a map, and its lengths "
