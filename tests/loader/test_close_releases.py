@@ -142,3 +142,41 @@ def test_a_dataset_over_a_file_dropped_unclosed_unmaps_it(rows_file, no_gc, mapp
     assert _mapped(rows_file)
     del ds
     assert not _mapped(rows_file)
+
+
+# -- dropped without close ----------------------------------------------------------------
+# A loader whose pass ended and that is dropped (``for batch in fl.Loader(...)``, the
+# common way) is freed by reference counts: its plan refers to it strongly only while a
+# pass is being iterated.
+
+
+@needs_proc_maps
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_loader_dropped_after_its_pass_lets_go_of_the_file(rows_file, no_gc, threads):
+    f = fl.recfile.open(rows_file)
+    total = sum(int(b.y.sum()) for b in fl.Loader(f, 64, seed=1, threads=threads))
+    assert total == int(np.arange(20_000).sum())
+    del f
+    assert not _mapped(rows_file), "the dropped loader still holds the file"
+
+
+def test_a_loader_dropped_after_its_pass_frees_its_device_columns(no_gc):
+    pytest.importorskip("torch")
+    ds = fl.Dataset(Row, {"y": np.arange(5_000, dtype=np.int64)})
+    loader = fl.Loader(ds, 50, seed=1, output="torch", check_values=True)
+    assert sum(len(b.y) for b in loader) == 5_000
+    columns = weakref.ref(loader._plan.columns())
+    del loader
+    assert columns() is None, "the dropped loader still holds its device columns"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_iterator_alone_keeps_its_loader_for_the_pass(no_gc, threads):
+    """``iter(fl.Loader(...))`` with no other reference: the pass is whole, and the
+    exhausted iterator stays exhausted."""
+    ys = np.arange(1_000, dtype=np.int64)
+    it = iter(fl.Loader(fl.Dataset(Row, {"y": ys}), 10, seed=1, threads=threads))
+    got = np.concatenate([b.y.copy() for b in it])
+    assert sorted(got.tolist()) == ys.tolist()
+    with pytest.raises(StopIteration):
+        next(it)

@@ -52,7 +52,7 @@ from ._ledger import Claim, Ledger
 from ._options import LoaderOptions, check_int
 from ._plan import PlainPlan, WorkerPlan, choose_plan
 from ._stats import LoaderStats, Stats
-from ._util import as_dataset, datasets_of, typed
+from ._util import as_dataset, datasets_of, typed, weak_method
 
 
 class Loader:
@@ -136,7 +136,12 @@ class Loader:
         self._pass_cache: tuple | None = None
         self._full_len = Order(self._split_seq()).length if opts.shard is not None else -1
         self._geometry = _state.Geometry(
-            opts.batch_size, opts.drop_last, opts.even, opts.shard, self._full_len, self._order_len
+            opts.batch_size,
+            opts.drop_last,
+            opts.even,
+            opts.shard,
+            self._full_len,
+            weak_method(self._order_len),  # held by the loader: not a cycle through it
         )
         self._ledger = Ledger(base_seed, self._geometry.steps(0))
         self._steps0 = self._ledger.steps
@@ -394,8 +399,11 @@ class Loader:
             if led.start_next_pass(self._steps0):
                 self._blocks.clear()
         # The plan is the iterator: it has no close(), so a generator around the loader
-        # (yield from loader) that is dropped part-way never closes the loader.
-        return self._plan
+        # (yield from loader) that is dropped part-way never closes the loader. It holds
+        # the loader for the pass (``_util.Plan``).
+        plan = self._plan
+        plan._held = self
+        return plan
 
     def __next__(self) -> Any:
         return self._plan.next()

@@ -16,14 +16,11 @@ from . import _into
 from ._batch import Batch
 from ._device import DeviceColumns
 from ._gather_ahead import for_plain
-from ._util import torch_module
+from ._util import Plan, torch_module
 
 
-class LocalPlan:
+class LocalPlan(Plan):
     """Read, map, collate and deliver in the calling thread."""
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
 
     def __iter__(self) -> Any:
         return self
@@ -50,6 +47,7 @@ class LocalPlan:
     def next(self) -> Any:
         step = self._step(self._make)
         if step is None:
+            self._held = None  # the pass ended: a dropped loader is freed (``Plan``)
             raise StopIteration
         return step[1]
 
@@ -101,7 +99,9 @@ class PlainPlan(LocalPlan):
     def next(self) -> Any:
         # The hottest path of all: the claim and the ledger's report are written out here
         # (each call left out is a tenth of a microsecond, at tens of thousands a second).
-        loader = self.loader
+        loader = self._held
+        if loader is None:
+            loader = self.loader  # the weak reference (``Plan``)
         led = loader._ledger
         t0 = loader._stats.start()
         counted: list[int] = []  # the rows, once the stats count the batch
@@ -114,6 +114,7 @@ class PlainPlan(LocalPlan):
             with led.lock:
                 index = led.take_number()
                 if index is None:
+                    self._held = None  # the pass ended: a dropped loader is freed (``Plan``)
                     raise StopIteration
                 blocks = loader._blocks
                 claim = blocks.claim(led, index, loader._pass_order)  # _claim_positions

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -10,6 +11,42 @@ import numpy as np
 from ..errors import RecordError
 from ..records._ragged import Ragged
 from ..sources import Dataset
+
+
+class Plan:
+    """What every plan has: its loader, which also holds the plan. The plan refers to
+    it strongly only while a pass is iterated (``Loader.__iter__`` sets ``_held``, the
+    pass's end clears it), so that a loader dropped after its pass is freed by reference
+    counts, with its device columns and file maps, not at the collector's next run; an
+    iterator alone (``iter(fl.Loader(...))``) keeps its loader for the pass."""
+
+    def __init__(self, loader: Any) -> None:
+        self._ref = weakref.ref(loader)
+        self._held: Any = None
+
+    @property
+    def loader(self) -> Any:
+        held = self._held
+        if held is not None:
+            return held
+        got = self._ref()
+        if got is None:  # an iterator kept past its pass's end, its loader dropped
+            raise StopIteration
+        return got
+
+
+def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` without a strong reference to its object (a loader's own helpers
+    given to what it holds would make a cycle)."""
+    ref, name = weakref.WeakMethod(method), method.__qualname__  # not ``method`` itself
+
+    def call(*args: Any) -> Any:
+        got = ref()
+        if got is None:
+            raise ReferenceError(f"{name}: its object is gone")
+        return got(*args)
+
+    return call
 
 
 def as_dataset(src: Any) -> Dataset:

@@ -25,11 +25,11 @@ from ._config import workers_are_set
 from ._local_plan import LocalPlan
 from ._pools import PoolSpec, acquire, discard, hand_back
 from ._shipping import examine
-from ._util import on_host, to_torch
+from ._util import Plan, on_host, to_torch
 from ._workers import WorkerPool
 
 
-class WorkerPlan:
+class WorkerPlan(Plan):
     """Worker processes make the batches ahead; a pool is taken (or started) on first
     use. Something of ``__main__`` (a script's map, record or source) goes to them by
     value (cloudpickle, ``_shipping.examine``); datasets that cannot go at all (cloudpickle
@@ -37,7 +37,7 @@ class WorkerPlan:
     warning saying why when workers were asked for."""
 
     def __init__(self, loader: Any) -> None:
-        self.loader = loader
+        super().__init__(loader)
         self.local = LocalPlan(loader)
         self.spec: PoolSpec | None = None
         self.decided = False
@@ -255,6 +255,13 @@ class WorkerPlan:
         return collate
 
     def next(self, raw: bool = False, then: Callable[[Any], Any] | None = None) -> Any:
+        try:
+            return self._next(raw, then)
+        except StopIteration:
+            self._held = None  # the pass ended: a dropped loader is freed (``Plan``)
+            raise
+
+    def _next(self, raw: bool, then: Callable[[Any], Any] | None) -> Any:
         """The next batch (``raw``: before ``Loader.finish``), or ``then(batch)``. The
         claim is held by one ``try`` from the moment it leaves flight: the stats, ``then``
         and the tally's close come before the ledger records the delivery, which is the
