@@ -180,3 +180,36 @@ def test_an_iterator_alone_keeps_its_loader_for_the_pass(no_gc, threads):
     assert sorted(got.tolist()) == ys.tolist()
     with pytest.raises(StopIteration):
         next(it)
+
+
+@needs_proc_maps
+def test_closing_while_another_thread_iterates_leaves_no_view(rows_file, no_gc):
+    """The batch another thread is making as the loader closes is its last: no chunk
+    gathered after the close holds a view of the file."""
+    import threading
+
+    f = fl.recfile.open(rows_file)
+    loader = fl.Loader(f, 16, seed=1, threads=2)
+    started, outcome = threading.Event(), []
+
+    def run() -> None:
+        try:
+            for i, b in enumerate(loader):
+                if i == 20:
+                    started.set()
+                del b
+            outcome.append("ended")
+        except ValueError as e:
+            outcome.append(str(e))
+        finally:
+            started.set()
+
+    t = threading.Thread(target=run)
+    t.start()
+    started.wait(10)
+    loader.close()
+    t.join(10)
+    assert not t.is_alive()
+    assert outcome in (["ended"], ["the loader is closed"])
+    f.close()
+    assert not _mapped(rows_file), "a chunk gathered after the close still views the file"

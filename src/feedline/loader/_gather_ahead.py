@@ -185,6 +185,7 @@ class GatherAhead:
         self.spared: tuple[Any, bool] = (None, True)  # (block, helpers wanted there)
         self.starts: tuple[list[int], list[int]] = ([], [])  # (a pass's first block, others)
         self.seen: tuple[Any, bool] = (None, False)  # (columns, gathered ahead)
+        self.closed = False  # released: the caller gathers any batch still being made
         self._reset()
 
     def _reset(self) -> None:
@@ -207,6 +208,7 @@ class GatherAhead:
         """Let go of every chunk, buffer and view of the columns (the loader closes): a
         thread still making a batch keeps what it holds; nothing is gathered after."""
         with self.lock:
+            self.closed = True
             self.window = []  # the helpers find nothing more to gather
             self.chunks = {}
             self.current = self.last = None
@@ -235,6 +237,8 @@ class GatherAhead:
         ):
             lo, hi = claim.start - last[1], claim.stop - last[1]
             return {n: a[lo:hi] for n, a in last[4].items()}
+        if self.closed:  # a batch claimed before the loader closed, on another thread
+            return None
         if cols is not self.seen[0]:  # new columns (the first, or a refresh)
             row = sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in cols.values())
             # the chunks' starts before the columns are marked seen: another user thread's
@@ -296,7 +300,9 @@ class GatherAhead:
         if got is None:
             return None
         first = start + chunk.lo  # the chunk's first position in the pass
-        self.last = (claim.gen, first, first + len(chunk.recs), cols, got)
+        with self.lock:  # (once a chunk) not after ``release``: it would keep the columns
+            if not self.closed:
+                self.last = (claim.gen, first, first + len(chunk.recs), cols, got)
         lo, hi = claim.start - first, claim.stop - first
         return {n: a[lo:hi] for n, a in got.items()}
 
@@ -341,7 +347,7 @@ class GatherAhead:
         del window[_AHEAD:]
         if self.chosen and self.spared[0] is not block:
             self.spared = (block, self._spare())
-        if not self.spared[1]:
+        if not self.spared[1] or self.closed:
             window = []  # the calling thread gathers every chunk
         keep = {key, (gen, start, c - 1), *(w[0] for w in window)}
         for k in [k for k in self.chunks if k not in keep]:
