@@ -14,7 +14,9 @@ device batches live on the device.
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 from collections import Counter
 
 import numpy as np
@@ -98,6 +100,32 @@ def test_a_dataset_kept_on_the_device_gives_the_host_batches(pad):
     assert loader._device is not None  # gathered on the device
     assert on_device(got, ("x", "y"))
     assert_same(got, want)
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_a_closed_or_dropped_loader_frees_its_device_columns(close):
+    """The device copy of the columns goes with the loader, by reference counts (the
+    collector off): closed, or dropped after its pass (an eval loader made each epoch)."""
+    ds = fl.Dataset(Row, rows(200_000))  # 4.8 MB of columns
+    kept = {"check_values": True} if DEV == "cpu" else {}
+
+    def used() -> int:
+        return torch.cuda.memory_allocated() if DEV == "cuda" else 0
+
+    gc.collect()
+    gc.disable()
+    try:
+        before = used()
+        loader = fl.Loader(ds, 1000, seed=3, output="torch", device=DEV, **kept)
+        assert sum(len(b["y"]) for b in loader) == 200_000
+        columns = weakref.ref(loader._device)
+        if close:
+            loader.close()
+        del loader
+        assert columns() is None
+        assert used() < before + (1 << 20)
+    finally:
+        gc.enable()
 
 
 def test_mixed_datasets_on_the_device_follow_the_order():
