@@ -110,7 +110,8 @@ def test_next_into_and_the_general_path_are_counted_too():
     assert loader.stats().rows == 20 and loader.stats().batches == 3
 
 
-def test_progress_shows_a_bar_over_each_pass(monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_progress_shows_a_bar_over_each_pass(monkeypatch, threads):
     tqdm_auto = pytest.importorskip("tqdm.auto")
     bars = []
 
@@ -129,8 +130,10 @@ def test_progress_shows_a_bar_over_each_pass(monkeypatch):
             return super().close()
 
     monkeypatch.setattr(tqdm_auto, "tqdm", Bar)
-    loader = fl.Loader(arrays(), 10, seed=1, workers=0, progress=True)
+    loader = fl.Loader(arrays(), 10, seed=1, workers=0, threads=threads, progress=True)
     assert loader.progress is True
+    # the bar keeps the plain path (and its gather threads): a bar must cost nothing more
+    assert type(loader._plan).__name__ == "PlainPlan"
     for _ in range(2):
         assert sum(b.meta.size for b in loader) == 100
     assert [(b.total, b.desc, b.updates, b.closed) for b in bars] == [

@@ -102,8 +102,8 @@ class PlainPlan(LocalPlan):
         loader = self._held
         if loader is None:
             loader = self.loader  # the weak reference (``Plan``)
-        led = loader._ledger
-        t0 = loader._stats.start()
+        led, stats = loader._ledger, loader._stats
+        t0 = stats.start()
         counted: list[int] = []  # the rows, once the stats count the batch
         index = claim = None
         # One try from before the claim: the number is taken with no call after the
@@ -121,6 +121,8 @@ class PlainPlan(LocalPlan):
                 ahead = self.ahead
                 block = blocks.block if ahead is not None else None
             t1 = perf_counter_ns()
+            if stats.progress:  # the pass's bar (``Loader.claim`` opens it elsewhere)
+                stats.open_bar(led.share_steps, led.epoch)
             ds = self.dataset  # _cols, with the ``_columns`` property written out
             if ds is None:  # closed by another thread since the claim
                 raise ValueError("the loader is closed")
@@ -137,7 +139,7 @@ class PlainPlan(LocalPlan):
             size = claim.stop - claim.start
             batch = Batch(fields, size, size, claim.start, claim.ords, recs)
             # counted before the delivery, the last step
-            loader._stats.plain(t0, t1, perf_counter_ns(), size, counted)
+            stats.plain(t0, t1, perf_counter_ns(), size, counted)
             led.deliver(claim, size)
             return batch
         except Exception:
@@ -150,7 +152,7 @@ class PlainPlan(LocalPlan):
         except BaseException:
             if claim is not None:
                 if led.give_back(claim):
-                    loader._stats.undo(counted)
+                    stats.undo(counted)
             elif index is not None:
                 with led.lock:
                     led.untake(index)

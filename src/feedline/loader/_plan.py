@@ -59,7 +59,6 @@ def choose_plan(loader: Any) -> Any:
         and (opts.output == "numpy" or (opts.output == "torch" and on_host(opts.device)))
         and opts.batch_transform is None
         and not opts.padded
-        and not opts.progress  # the bar is drawn from the general path's claims
         and (ds.columns is not None or ds._mapped_columns)
     ):
         # Before the device path on the CPU: np.take and tensors over its arrays ran at
