@@ -151,6 +151,15 @@ def plain_threads():  # the plain path's chunks gathered ahead by two threads
     return fl.Loader(dataset(), B, seed=3, threads=2)
 
 
+def mixed():  # a mix of two plain datasets: PlainPlan, one take per field per source
+    ds = dataset()
+    cols = ds.columns
+    halves = [
+        fl.Dataset(R, {n: a[s] for n, a in cols.items()}) for s in (slice(0, 25), slice(25, N))
+    ]
+    return fl.Loader(fl.Seq.mix([halves[0].shuffle(1), halves[1].shuffle(2)]), B, seed=3)
+
+
 def general():  # a mapped dataset: LocalPlan (read, map, collate, deliver here)
     return fl.Loader(dataset().map(lambda ex, rng: ex, seed=0), B, seed=3, workers=0)
 
@@ -182,21 +191,25 @@ def checked():  # check_values: the general path over the plain dataset
     [
         (plain, "next"),
         (plain_threads, "next"),
+        (mixed, "next"),
         (general, "next"),
         (checked, "next"),
         (device, "next"),
         (bucketed, "next"),
         (plain, "next_into"),
+        (mixed, "next_into"),
         (general, "next_into"),
     ],
     ids=[
         "plain",
         "plain-threads",
+        "mixed",
         "general",
         "checked",
         "device",
         "bucketed",
         "plain-next_into",
+        "mixed-next_into",
         "general-next_into",
     ],
 )
@@ -204,7 +217,8 @@ def test_an_interrupt_at_any_point_of_a_batch_loses_and_repeats_nothing(
     make_loader, how, given_back
 ):
     want = pairs(range(N))
-    plans = {plain: "PlainPlan", plain_threads: "PlainPlan", device: "DevicePlan"}
+    plans = {plain: "PlainPlan", plain_threads: "PlainPlan", mixed: "PlainPlan"}
+    plans[device] = "DevicePlan"
     assert type(make_loader()._plan).__name__ == plans.get(make_loader, "LocalPlan")
 
     def sweep():

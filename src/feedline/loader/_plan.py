@@ -3,10 +3,11 @@
 =================  ========================================================================
 plan               when
 =================  ========================================================================
-``PlainPlan``      one dataset whose batch is nothing but a gather from arrays in memory or
+``PlainPlan``      datasets whose batch is nothing but a gather from arrays in memory or
                    a memory map (no map, no check, no padding; numpy out, or torch
-                   tensors over the same memory): one claim and one ``take`` per field,
-                   in the calling thread
+                   tensors over the same memory): one claim and one ``take`` per field
+                   (per source, for a mix), in the calling thread (and for one dataset,
+                   a chunk of batches ahead by gather threads)
 ``DevicePlan``     torch output, datasets in memory (on the CPU, where the plain path does
                    not serve: a mix, padding, checks, a transform): the columns live on
                    the device and a batch is one ``index_select`` per field there
@@ -51,21 +52,22 @@ def choose_plan(loader: Any) -> Any:
         return WorkerPlan(loader)
     if any(f.ragged for f in loader.record.fields.values()):
         return LocalPlan(loader)  # the device and plain paths gather fixed fields only
-    ds = datasets[0] if len(datasets) == 1 else None
     if (
-        ds is not None
-        and not ds.mapped
-        and not opts.check_values
+        not opts.check_values
         and (opts.output == "numpy" or (opts.output == "torch" and on_host(opts.device)))
         and opts.batch_transform is None
         and not opts.padded
-        and (ds.columns is not None or ds._mapped_columns)
+        and (plain := _plain_sources(datasets)) is not None
     ):
         # Before the device path on the CPU: np.take and tensors over its arrays ran at
         # 1.2 - 1.3x an index_select a batch there (2,000,000 rows of 264 bytes in
         # memory, batches of 512, passes alternated in one process; in fresh processes
         # alternated, 8 rounds, a median 1.37x, 0.90 - 1.80x, load average 1.1 - 1.6).
-        return PlainPlan(loader, ds)
+        # A mix's batch here is one take per field per source (``take_mixed``): 1.57x the
+        # general path's rows/s in the steady state, 1.23x in a fresh process's first
+        # pass (two .flr files of 1,000,000 rows of 264 bytes, mixed evenly, batches of
+        # 512; benchmarks/mix.py, 3 rounds).
+        return PlainPlan(loader, plain)
     if (
         opts.output == "torch"
         and all(ds.in_memory and not ds.mapped for ds in datasets)
@@ -73,3 +75,18 @@ def choose_plan(loader: Any) -> Any:
     ):
         return DevicePlan(loader)
     return LocalPlan(loader)
+
+
+def _plain_sources(datasets: list) -> Any:
+    """The dataset (or a mix's list of them) whose batches are nothing but takes from
+    arrays: unmapped, with columns in memory or memory-mapped, and for a mix the same
+    fields of the same dtypes and row shapes in every source; None otherwise."""
+    if any(ds.mapped or (ds.columns is None and not ds._mapped_columns) for ds in datasets):
+        return None
+    if len(datasets) == 1:
+        return datasets[0]
+    shapes = [
+        {n: (a.dtype, a.shape[1:]) for n, a in (ds._columns or ds._mapped_columns).items()}
+        for ds in datasets
+    ]
+    return list(datasets) if all(s == shapes[0] for s in shapes) else None

@@ -1,0 +1,129 @@
+"""A mix of two .flr files (1,000,000 rows each of 64 float32 + an int64 label, 264
+bytes, in the page cache), shuffled and mixed evenly, batches of 512: the plain path's
+``take_mixed`` (one take per field per source, ``PlainPlan``) against the general path
+(``LocalPlan``: a read per source and a scatter into the batch, the only path for a mix
+before 2026-12-04) and numpy's gather of the same rows from one 2,000,000-row file with
+a precomputed permutation (the machine's speed for these rows, as ``compare.py``).
+
+Each is timed in a fresh process (the first pass, kernels not loaded before the clock)
+and for two more passes there (the steady state), the three alternated for ``--rounds``
+rounds; every figure is printed beside numpy's of the same round.
+
+    python benchmarks/mix.py [--rows 1000000] [--rounds 3] [--dir /tmp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import feedline as fl
+
+BATCH = 512
+
+
+class Example(fl.Record, dims={"D": 64}):
+    """64 float32 features and an int64 label."""
+
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+
+def write(folder: str, rows: int) -> list[str]:
+    paths = []
+    for k, n in enumerate((rows, rows, 2 * rows)):
+        path = os.path.join(folder, f"part{k}.flr" if k < 2 else "whole.flr")
+        rng = np.random.default_rng(k)
+        x = rng.standard_normal((n, 64), dtype=np.float32)
+        fl.recfile.write(path, Example, {"x": x, "y": rng.integers(0, 10, n)})
+        paths.append(path)
+    return paths
+
+
+def one(kind: str, paths: list[str], passes: int) -> list[float]:
+    """Rows/s of each pass of ``kind`` in this (fresh) process."""
+    from feedline.loader._local_plan import LocalPlan
+
+    if kind == "numpy":
+        f = fl.recfile.open(paths[2])
+        cols = f.columns
+        perm = np.random.default_rng(1).permutation(len(f))
+        out = {n: np.empty((BATCH, *a.shape[1:]), a.dtype) for n, a in cols.items()}
+        rates = []
+        for _ in range(passes):
+            t0 = time.perf_counter()
+            for s in range(0, len(perm), BATCH):
+                idx = perm[s : s + BATCH]
+                for n, a in cols.items():
+                    np.take(a, idx, axis=0, out=out[n][: len(idx)], mode="clip")
+            rates.append(len(perm) / (time.perf_counter() - t0))
+        return rates
+    files = [fl.recfile.open(p) for p in paths[:2]]
+    seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), fl.Seq.source(files[1]).shuffle(2)])
+    loader = fl.Loader(seq, BATCH, seed=1, threads=1)
+    if kind == "general":
+        loader._plan = LocalPlan(loader)
+    assert type(loader._plan).__name__ == ("PlainPlan" if kind == "plain" else "LocalPlan")
+    rates = []
+    for _ in range(passes):
+        t0 = time.perf_counter()
+        rows = sum(len(b.y) for b in loader)
+        rates.append(rows / (time.perf_counter() - t0))
+    return rates
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # kind, paths (json)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one[0], json.loads(args.one[1]), 3)))
+        return
+    folder = tempfile.mkdtemp(dir=args.dir)
+    try:
+        paths = write(folder, args.rows)
+        got: dict[str, list[list[float]]] = {"numpy": [], "plain": [], "general": []}
+        for _ in range(args.rounds):
+            for kind in got:
+                cmd = [sys.executable, __file__, "--one", kind, json.dumps(paths)]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                got[kind].append(json.loads(out.splitlines()[-1]))
+        print(f"mix of two .flr files of {args.rows:,} rows (264 B), batches of {BATCH}")
+        print(f"{'':28} {'first pass':>16} {'steady':>16}   (M rows/s, medians; x numpy)")
+        for kind, label in (
+            ("numpy", "numpy gather, one file"),
+            ("plain", "feedline, plain mix"),
+            ("general", "feedline, general path"),
+        ):
+            first = [r[0] for r in got[kind]]
+            steady = [statistics.mean(r[1:]) for r in got[kind]]
+            ratio0 = statistics.median(f / n[0] for f, n in zip(first, got["numpy"]))
+            ratio1 = statistics.median(
+                s / statistics.mean(n[1:]) for s, n in zip(steady, got["numpy"])
+            )
+            print(
+                f"{label:28} {statistics.median(first) / 1e6:8.2f} ({ratio0:4.2f}x)"
+                f" {statistics.median(steady) / 1e6:8.2f} ({ratio1:4.2f}x)"
+            )
+        plain = [statistics.mean(r) for r in got["plain"]]
+        general = [statistics.mean(r) for r in got["general"]]
+        ratios = [p / g for p, g in zip(plain, general)]
+        print(f"plain mix / general path: {statistics.median(ratios):.2f}x (rounds {ratios})")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""A mix of plain datasets (arrays in memory or memory-mapped files, no maps) takes the
+plain path: one take per field per source (``_gather.take_mixed``), the same batches as
+the general path's per-source reads, for any mix, with resume and user threads exact."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import feedline as fl
+from feedline.loader._gather import take_mixed
+
+B = 64
+
+
+class R(fl.Record, dims={"D": 3}):
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+
+def _arrays(n: int, base: int) -> dict[str, np.ndarray]:
+    y = np.arange(base, base + n, dtype=np.int64)
+    return {"x": np.stack([y, -y, y * 0.5], 1).astype(np.float32), "y": y}
+
+
+@pytest.fixture
+def parts(tmp_path):
+    """Three sources: two in memory, one memory-mapped file; ``y`` names each row."""
+    path = tmp_path / "c.flr"
+    fl.recfile.write(path, R, _arrays(700, 20_000))
+    with fl.recfile.open(path) as f:
+        yield [fl.Dataset(R, _arrays(1_000, 0)), fl.Dataset(R, _arrays(300, 10_000)), f]
+
+
+def _mixes(a, b, f):
+    c = fl.Seq.source(f)
+    return {
+        "even": fl.Seq.mix([a.shuffle(1), b.shuffle(2)]),
+        "three": fl.Seq.mix([a.shuffle(1), b.shuffle(2), c.shuffle(3)]),
+        "scheduled": fl.Seq.mix([a.shuffle(4), (c.shuffle(5), fl.Schedule.delayed(0.5))]),
+        "runs": fl.Seq.concat([a, c.shuffle(6)]),  # whole batches of one source
+    }
+
+
+def _batches(loader, passes: int = 2) -> list[tuple]:
+    out = []
+    for _ in range(passes):
+        for batch in loader:
+            m = batch.meta
+            arrays = (batch.x, batch.y, m.positions, m.source_ordinals, m.record_indices)
+            copies = [a.numpy().copy() if hasattr(a, "numpy") else a.copy() for a in arrays]
+            out.append((*copies, m.size))
+    return out
+
+
+def _same(got: list[tuple], want: list[tuple]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        for a, b in zip(g, w):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", ["even", "three", "scheduled", "runs"])
+@pytest.mark.parametrize("output", ["numpy", "torch"])
+def test_a_mix_of_plain_datasets_takes_the_plain_path_with_the_general_paths_batches(
+    parts, name, output
+):
+    if output == "torch":
+        pytest.importorskip("torch")
+    seq = _mixes(*parts)[name]
+    loader = fl.Loader(seq, B, seed=7, output=output)
+    assert type(loader._plan).__name__ == "PlainPlan"
+    # check_values keeps the general path (a read per source and a scatter into the batch)
+    general = fl.Loader(seq, B, seed=7, check_values=True)
+    assert type(general._plan).__name__ == "LocalPlan"
+    got, want = _batches(loader), _batches(general)
+    _same(got, want)
+    # and the rows are the records the meta names
+    bases = {"even": [0, 10_000], "scheduled": [0, 20_000], "runs": [0, 20_000]}.get(
+        name, [0, 10_000, 20_000]
+    )  # each source's first ``y``
+    for _, y, _, ords, recs, _ in got:
+        np.testing.assert_array_equal(y, np.take(bases, ords) + recs)
+
+
+def test_a_mix_with_a_mapped_source_keeps_the_general_path(parts):
+    a, b, _ = parts
+    mapped = b.map(lambda ex: {"x": ex["x"] + 1, "y": ex["y"]})
+    loader = fl.Loader(fl.Seq.mix([a, mapped]), B, seed=5, workers=0)
+    assert type(loader._plan).__name__ == "LocalPlan"
+    for batch in loader:  # the map applies to its source's rows only
+        m = batch.meta
+        want = np.where(m.source_ordinals == 1, m.record_indices + 10_001, m.record_indices)
+        np.testing.assert_array_equal(batch.x[:, 0], want)
+
+
+def test_a_plain_mix_resumes_exactly_from_a_state_saved_mid_pass(parts):
+    seq = _mixes(*parts)["three"]
+    want = _batches(fl.Loader(seq, B, seed=9), passes=1)
+    loader = fl.Loader(seq, B, seed=9)
+    it = iter(loader)
+    head = [next(it) for _ in range(7)]
+    state = loader.state_dict()
+    again = fl.Loader(seq, B, seed=9)
+    again.load_state_dict(state)
+    rest = _batches(again, passes=1)
+    assert len(head) + len(rest) == len(want)
+    _same(rest, want[len(head) :])
+
+
+def test_user_threads_over_a_plain_mix_get_every_source_and_record_once(parts):
+    seq = _mixes(*parts)["three"]
+    loader = fl.Loader(seq, 16, seed=2)
+    assert type(loader._plan).__name__ == "PlainPlan"
+    iter(loader)
+    seen: list[Counter] = [Counter() for _ in range(4)]
+    bases = np.array([0, 10_000, 20_000])
+    barrier = threading.Barrier(4)
+
+    def work(k: int) -> None:
+        barrier.wait()
+        while (batch := next(loader, None)) is not None:
+            m = batch.meta
+            np.testing.assert_array_equal(batch.y, bases[m.source_ordinals] + m.record_indices)
+            seen[k].update(zip(m.source_ordinals.tolist(), m.record_indices.tolist()))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    total = sum(seen, Counter())
+    want = Counter([(o, r) for o, n in enumerate((1_000, 300, 700)) for r in range(n)])
+    assert total == want
+
+
+def test_a_closed_plain_mix_says_so(parts):
+    loader = fl.Loader(_mixes(*parts)["even"], B, seed=1)
+    it = iter(loader)
+    next(it)
+    loader.close()
+    assert loader._plan.sources is None  # the sources' columns are let go
+    with pytest.raises(ValueError, match="closed"):
+        next(it)
+
+
+def test_take_mixed_puts_each_sources_rows_back_in_the_batchs_order():
+    rng = np.random.default_rng(0)
+    sources = [
+        {"a": rng.random((50, 4)).astype(np.float32), "b": np.arange(50) + 1000 * s}
+        for s in range(3)
+    ]
+    for size in (0, 1, 17, 200):
+        ords = rng.integers(0, 3, size)
+        recs = rng.integers(0, 50, size)
+        got = take_mixed(sources, ords, recs)
+        for n in ("a", "b"):
+            want = np.stack([sources[o][n][r] for o, r in zip(ords, recs)]) if size else None
+            assert got[n].shape == (size, *sources[0][n].shape[1:])
+            assert got[n].dtype == sources[0][n].dtype
+            if size:
+                np.testing.assert_array_equal(got[n], want)
+    one = take_mixed(sources, np.full(5, 2), np.arange(5))  # a batch of one source
+    np.testing.assert_array_equal(one["b"], np.arange(5) + 2000)
