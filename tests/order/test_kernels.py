@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -149,3 +151,80 @@ def test_a_fork_while_the_kernels_load_waits_for_them_so_the_child_can_import(co
     # A liveness bound, not a timing: a deadlocked child never returns.
     done = subprocess.run([sys.executable, "-c", code], timeout=120, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _few_part_mixes() -> list[fl.Seq]:
+    """Mixes of a few sources and shuffles of sources: on the numpy path each part is
+    located at once with its own keys, and scheduled keys are found part by part."""
+    a, b, c = (fl.Seq.source(n) for n in (300_000, 170_001, 5))
+    return [
+        fl.Seq.mix([a.shuffle(1), b.shuffle(2)]),
+        fl.Seq.mix([a, b.shuffle(2), c]),
+        fl.Seq.mix([a.shuffle(1), (b.shuffle(2), fl.Schedule.delayed(0.4))]),
+        fl.Seq.mix(
+            [
+                (a.shuffle(3), fl.Schedule.ramp(0.1, 0.7)),
+                (b, fl.Schedule.trapezoid(0.0, 0.2, 0.5, 0.9)),
+                (c.shuffle(4), fl.Schedule.until(0.3)),
+            ]
+        ),
+        fl.Seq.mix([a.shuffle(1), b.shuffle(2)]).repeat(3).shard(1, 3),
+    ]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_few_part_mix_is_identical_on_both_paths(index, compiled_path, monkeypatch):
+    order = fl.Order(_few_part_mixes()[index]).with_seed(7)
+    n = len(order)
+    probe = np.random.default_rng(index).integers(0, n, 3000)
+
+    def run():
+        walks = [_walk(order, s, [1, 4095, 1 << 16]) for s in (0, n // 2, n - 70_000)]
+        return order.lookup(probe), walks
+
+    (a_lookup, a_walks), (b_lookup, b_walks) = _both_paths(monkeypatch, run)
+    for x, y in zip(a_lookup, b_lookup):
+        np.testing.assert_array_equal(x, y)
+    for (ao, ar), (bo, br) in zip(a_walks, b_walks):
+        np.testing.assert_array_equal(ao, bo)
+        np.testing.assert_array_equal(ar, br)
+
+
+_FRESH_MIX = """
+import sys
+import numpy as np
+import feedline as fl
+from feedline._base import kernels
+from feedline.order import _nodes
+_nodes._LOAD_AFTER = {load_after}
+a = fl.Dataset.from_arrays(x=np.arange(40_000.0))
+b = fl.Dataset(a.record, {{"x": -np.arange(30_000.0)}})
+second = b.shuffle(2) if {uniform} else (b.shuffle(2), fl.Schedule.delayed(0.5))
+total = 0.0
+for batch in fl.Loader(fl.Seq.mix([a.shuffle(1), second]), 256, seed=3):
+    total += float(np.abs(batch.x).sum())
+started = "loading" in kernels._state or "k" in kernels._state
+print(total, started, "numba" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    "uniform, load_after, loads",
+    [(True, 1 << 40, False), (True, 1000, True), (False, 1 << 40, True)],
+    ids=["uniform", "uniform-long-run", "delayed"],
+)
+def test_a_fresh_process_loads_the_kernels_for_a_mix_only_where_they_pay(
+    uniform, load_after, loads, compiled_path
+):
+    # A few uniform parts merge on the numpy path at nearly the kernels' speed: a fresh
+    # process's first pass does not pay numba's import, until the numpy path has located
+    # more positions than loading it costs; a scheduled mix loads them in the background.
+    code = _FRESH_MIX.format(load_after=load_after, uniform=uniform)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    total, started, numba_imported = done.stdout.split()
+    assert float(total) == float(np.arange(40_000.0).sum() + np.arange(30_000.0).sum())
+    assert started == str(loads)  # the kernels' loading started (in the background)
+    if not loads:
+        assert numba_imported == "False"
