@@ -9,7 +9,9 @@ Each is timed in a fresh process (the first pass, kernels not loaded before the 
 and for two more passes there (the steady state), the three alternated for ``--rounds``
 rounds; every figure is printed beside numpy's of the same round.
 
-    python benchmarks/mix.py [--rows 1000000] [--rounds 3] [--dir /tmp]
+With ``--delayed`` the second file enters the mix halfway (``Schedule.delayed(0.5)``).
+
+    python benchmarks/mix.py [--rows 1000000] [--rounds 3] [--dir /tmp] [--delayed]
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def write(folder: str, rows: int) -> list[str]:
     return paths
 
 
-def one(kind: str, paths: list[str], passes: int) -> list[float]:
+def one(kind: str, paths: list[str], passes: int, delayed: bool) -> list[float]:
     """Rows/s of each pass of ``kind`` in this (fresh) process."""
     from feedline.loader._local_plan import LocalPlan
 
@@ -68,7 +70,9 @@ def one(kind: str, paths: list[str], passes: int) -> list[float]:
             rates.append(len(perm) / (time.perf_counter() - t0))
         return rates
     files = [fl.recfile.open(p) for p in paths[:2]]
-    seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), fl.Seq.source(files[1]).shuffle(2)])
+    second = fl.Seq.source(files[1]).shuffle(2)
+    part = (second, fl.Schedule.delayed(0.5)) if delayed else second
+    seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), part])
     loader = fl.Loader(seq, BATCH, seed=1, threads=1)
     if kind == "general":
         loader._plan = LocalPlan(loader)
@@ -86,10 +90,11 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--delayed", action="store_true")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # kind, paths (json)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one[0], json.loads(args.one[1]), 3)))
+        print(json.dumps(one(args.one[0], json.loads(args.one[1]), 3, args.delayed)))
         return
     folder = tempfile.mkdtemp(dir=args.dir)
     try:
@@ -98,9 +103,11 @@ def main() -> None:
         for _ in range(args.rounds):
             for kind in got:
                 cmd = [sys.executable, __file__, "--one", kind, json.dumps(paths)]
+                cmd += ["--delayed"] if args.delayed else []
                 out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
                 got[kind].append(json.loads(out.splitlines()[-1]))
-        print(f"mix of two .flr files of {args.rows:,} rows (264 B), batches of {BATCH}")
+        how = ", the second delayed to 0.5" if args.delayed else ""
+        print(f"mix of two .flr files of {args.rows:,} rows (264 B){how}, batches of {BATCH}")
         print(f"{'':28} {'first pass':>16} {'steady':>16}   (M rows/s, medians; x numpy)")
         for kind, label in (
             ("numpy", "numpy gather, one file"),

@@ -200,8 +200,13 @@ _nodes._LOAD_AFTER = {load_after}
 a = fl.Dataset.from_arrays(x=np.arange(40_000.0))
 b = fl.Dataset(a.record, {{"x": -np.arange(30_000.0)}})
 second = b.shuffle(2) if {uniform} else (b.shuffle(2), fl.Schedule.delayed(0.5))
+parts = [a.shuffle(1), second]
+if {many}:  # more parts than the numpy path serves part by part: the kernels pay
+    pieces = [np.arange(k * 2_000, (k + 1) * 2_000.0) for k in range(20)]  # a's rows
+    parts = [fl.Dataset(a.record, {{"x": x}}).shuffle(k) for k, x in enumerate(pieces)]
+    parts.append(b.shuffle(2))
 total = 0.0
-for batch in fl.Loader(fl.Seq.mix([a.shuffle(1), second]), 256, seed=3):
+for batch in fl.Loader(fl.Seq.mix(parts), 256, seed=3):
     total += float(np.abs(batch.x).sum())
 started = "loading" in kernels._state or "k" in kernels._state
 print(total, started, "numba" in sys.modules)
@@ -209,17 +214,22 @@ print(total, started, "numba" in sys.modules)
 
 
 @pytest.mark.parametrize(
-    "uniform, load_after, loads",
-    [(True, 1 << 40, False), (True, 1000, True), (False, 1 << 40, True)],
-    ids=["uniform", "uniform-long-run", "delayed"],
+    "uniform, many, load_after, loads",
+    [
+        (True, False, 1 << 40, False),
+        (False, False, 1 << 40, False),
+        (True, False, 1000, True),
+        (True, True, 1 << 40, True),
+    ],
+    ids=["uniform", "delayed", "long-run", "many-parts"],
 )
 def test_a_fresh_process_loads_the_kernels_for_a_mix_only_where_they_pay(
-    uniform, load_after, loads, compiled_path
+    uniform, many, load_after, loads, compiled_path
 ):
-    # A few uniform parts merge on the numpy path at nearly the kernels' speed: a fresh
-    # process's first pass does not pay numba's import, until the numpy path has located
-    # more positions than loading it costs; a scheduled mix loads them in the background.
-    code = _FRESH_MIX.format(load_after=load_after, uniform=uniform)
+    # A few parts merge on the numpy path at nearly the kernels' speed: a fresh process's
+    # first pass does not pay numba's import, until the numpy path has located more
+    # positions than loading it costs; a mix of many parts loads them in the background.
+    code = _FRESH_MIX.format(load_after=load_after, uniform=uniform, many=many)
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )

@@ -62,12 +62,13 @@ class MixPlan:
         self.table = ScheduleTable(schedules)
         self.schedules = schedules
         # Whether the merge is worth loading the compiled kernels for, in the background
-        # while the numpy path serves (``kernels.get``): a few parts of uniform schedules
-        # merge on the numpy path at 1.15x the kernels' time (40 against 35 ns a
-        # position, two 1,000,000-element shuffles read 256k at a time), less than
-        # loading numba costs a fresh process's first pass (a second of CPU, most of it
-        # holding the GIL); other schedules' keys take 3x the kernels' time there.
-        self.load_kernels = not (self.table.all_uniform and k <= _FEW_PARTS)
+        # while the numpy path serves (``kernels.get``). A few parts merge (and locate,
+        # ``Mix.locate``) on the numpy path at 1.15 - 1.6x the kernels' time (two
+        # 1,000,000-element shuffles read 256k at a time: 40 - 48 ns a position against
+        # 35 uniform, 59 against 37 with one delayed), less than loading numba costs a
+        # fresh process's first pass (0.4 s, most of it holding the GIL): they load once
+        # the numpy path has done more work than that (``_nodes._LOAD_AFTER``).
+        self.load_kernels = k > _FEW_PARTS
         self._all = np.arange(k)
         tb = self.table
         self._kargs = (self.phi, self.inv, tb.uniform, tb.stacked())

@@ -218,13 +218,13 @@ _WALK_GAP = 4096
 _WALK_BLOCK = 1 << 16
 
 
-# A mix of a few uniform parts is merged and located on the numpy path without loading
-# the compiled kernels (``MixPlan.load_kernels``): in a loader's steady state that path
-# costs about 20 ns a position more (the order thread's numpy calls hold the GIL from the
-# thread gathering rows: 6.6 against 7.7 M rows/s, two 1,000,000-row files), and loading
-# them about 0.4 s (numba's import, 0.13 s, and the kernels' cached machine code). Once
-# the numpy path has located this many positions in the process, more than loading them
-# costs, they load in the background.
+# A mix of a few parts is merged and located on the numpy path without loading the
+# compiled kernels (``MixPlan.load_kernels``): in a loader's steady state that path costs
+# about 20 ns a position more (the order thread's numpy calls hold the GIL from the
+# thread gathering rows: 6.6 against 7.7 M rows/s, two 1,000,000-row files mixed
+# uniformly), and loading them about 0.4 s (numba's import, 0.13 s, and the kernels'
+# cached machine code). Once the numpy path has located this many positions in the
+# process, more than loading them costs, they load in the background.
 _LOAD_AFTER = 1 << 25
 _numpy_located = [0]
 

@@ -302,12 +302,22 @@ class ScheduleTable:
         """``Q_part(y)`` elementwise (``part``: int array of rows; ``y``: float64 array)."""
         if self.all_uniform:
             return y
-        present = np.flatnonzero(np.bincount(part, minlength=len(self.uniform)))
+        k = len(self.uniform)
+        if len(part) > 1 and k <= _BY_PART and (part[1:] >= part[:-1]).all():
+            # the parts in runs (a walk's span): a slice each
+            out = np.empty(len(y), np.float64)
+            cuts = np.searchsorted(part, np.arange(k + 1)).tolist()
+            for i in range(k):
+                lo, hi = cuts[i], cuts[i + 1]
+                if lo < hi:
+                    out[lo:hi] = self._inverse_of(i, y[lo:hi])
+            return out
+        present = np.flatnonzero(np.bincount(part, minlength=k))
         if len(present) <= _BY_PART:
             out = np.empty(len(y), np.float64)
-            for i in present:
-                sel = np.flatnonzero(part == i)
-                out[sel] = self._inverse_of(int(i), y[sel])
+            for p in present.tolist():
+                sel = np.flatnonzero(part == p)
+                out[sel] = self._inverse_of(p, y[sel])
             return out
         seg = np.maximum((self.share[part] < y[:, None]).sum(axis=1) - 1, 0)
         x0 = self.x0[part, seg]
@@ -326,8 +336,37 @@ class ScheduleTable:
         return np.minimum(np.maximum(x0 + x, x0), self.x1[part, seg])
 
     def _inverse_of(self, i: int, y: np.ndarray) -> np.ndarray:
-        """``inverse`` of part ``i`` alone: its row's segments found by one search (the
-        shares ascend; padding is +inf) and the same expressions over 1-d arrays."""
+        """``inverse`` of part ``i`` alone, by the same expressions. A part's keys are
+        asked for in ascending order (its elements' ``j`` ascend in a walk): then each
+        segment is a slice of ``y``, found by one search, and only its own branch is
+        computed, with its constants as scalars; otherwise each element's segment is
+        searched for (the shares ascend; padding is +inf)."""
+        share = self.share[i]
+        if len(y) > 1 and not (y[1:] >= y[:-1]).all():
+            return self._inverse_gathered(i, y)
+        out = np.empty(len(y), np.float64)
+        # segment m (m >= 1) holds the y above share[m]; segment 0 the rest
+        cuts = [0, *np.searchsorted(y, share[1:], side="right").tolist(), len(y)]
+        for m in range(len(share)):
+            lo, hi = cuts[m], cuts[m + 1]
+            if lo >= hi:
+                continue
+            x0, x1, r0, c = (float(v[i, m]) for v in (self.x0, self.x1, self.r0, self.c))
+            z = np.maximum(y[lo:hi] - float(share[m]), 0.0)
+            if c == 0.0:
+                x = z * float(self.inv_r0[i, m])
+            else:
+                root = np.sqrt(np.maximum(r0 * r0 + 4.0 * c * z, 0.0))
+                if c > 0.0:
+                    x = root * float(self.inv_2c[i, m])
+                else:
+                    denom = r0 + root
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        x = np.where(denom > 0.0, 2.0 * z / denom, 0.0)
+            out[lo:hi] = np.minimum(np.maximum(x0 + x, x0), x1)
+        return out
+
+    def _inverse_gathered(self, i: int, y: np.ndarray) -> np.ndarray:
         share = self.share[i]
         seg = np.maximum(np.searchsorted(share, y, side="left") - 1, 0)
         x0 = self.x0[i, seg]
