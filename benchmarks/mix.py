@@ -1,6 +1,7 @@
 """A mix of two .flr files (1,000,000 rows each of 64 float32 + an int64 label, 264
 bytes, in the page cache), shuffled and mixed evenly, batches of 512: the plain path's
-``take_mixed`` (one take per field per source, ``PlainPlan``) against the general path
+``take_mixed`` (one take per field per source, ``PlainPlan``; with the default threads,
+chunks of batches gathered ahead by a helper thread too) against the general path
 (``LocalPlan``: a read per source and a scatter into the batch, the only path for a mix
 before 2026-12-04) and numpy's gather of the same rows from one 2,000,000-row file with
 a precomputed permutation (the machine's speed for these rows, as ``compare.py``).
@@ -73,10 +74,10 @@ def one(kind: str, paths: list[str], passes: int, delayed: bool) -> list[float]:
     second = fl.Seq.source(files[1]).shuffle(2)
     part = (second, fl.Schedule.delayed(0.5)) if delayed else second
     seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), part])
-    loader = fl.Loader(seq, BATCH, seed=1, threads=1)
+    loader = fl.Loader(seq, BATCH, seed=1, threads=None if kind == "default" else 1)
     if kind == "general":
         loader._plan = LocalPlan(loader)
-    assert type(loader._plan).__name__ == ("PlainPlan" if kind == "plain" else "LocalPlan")
+    assert type(loader._plan).__name__ == ("LocalPlan" if kind == "general" else "PlainPlan")
     rates = []
     for _ in range(passes):
         t0 = time.perf_counter()
@@ -99,7 +100,9 @@ def main() -> None:
     folder = tempfile.mkdtemp(dir=args.dir)
     try:
         paths = write(folder, args.rows)
-        got: dict[str, list[list[float]]] = {"numpy": [], "plain": [], "general": []}
+        got: dict[str, list[list[float]]] = {
+            k: [] for k in ("numpy", "default", "plain", "general")
+        }
         for _ in range(args.rounds):
             for kind in got:
                 cmd = [sys.executable, __file__, "--one", kind, json.dumps(paths)]
@@ -111,7 +114,8 @@ def main() -> None:
         print(f"{'':28} {'first pass':>16} {'steady':>16}   (M rows/s, medians; x numpy)")
         for kind, label in (
             ("numpy", "numpy gather, one file"),
-            ("plain", "feedline, plain mix"),
+            ("default", "feedline, default threads"),
+            ("plain", "feedline, plain, 1 thread"),
             ("general", "feedline, general path"),
         ):
             first = [r[0] for r in got[kind]]
@@ -127,7 +131,10 @@ def main() -> None:
         plain = [statistics.mean(r) for r in got["plain"]]
         general = [statistics.mean(r) for r in got["general"]]
         ratios = [p / g for p, g in zip(plain, general)]
-        print(f"plain mix / general path: {statistics.median(ratios):.2f}x (rounds {ratios})")
+        print(f"plain, 1 thread / general path: {statistics.median(ratios):.2f}x (rounds {ratios})")
+        both = [statistics.mean(r) for r in got["default"]]
+        ratios = [d / p for d, p in zip(both, plain)]
+        print(f"default threads / 1 thread: {statistics.median(ratios):.2f}x (rounds {ratios})")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

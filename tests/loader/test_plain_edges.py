@@ -65,8 +65,8 @@ def test_an_interrupt_before_the_callers_chunk_is_gathered_hangs_nothing(
     real = _gather_ahead.GatherAhead._new
     calls = {"n": 0}
 
-    def new(self, key, lo, recs, cols):
-        chunk = real(self, key, lo, recs, cols)
+    def new(self, key, lo, recs, cols, ords):
+        chunk = real(self, key, lo, recs, cols, ords)
         if sys._getframe(1).f_code.co_name == "fields":  # the caller's own new chunk
             calls["n"] += 1
             if calls["n"] in (5, 40):
@@ -179,8 +179,8 @@ def test_an_interrupt_while_a_chunk_is_given_back_hangs_nothing(
     real_back = _gather_ahead.GatherAhead._give_back
     calls = {"new": 0, "back": 0}
 
-    def new(self, key, lo, recs, cols):
-        chunk = real_new(self, key, lo, recs, cols)
+    def new(self, key, lo, recs, cols, ords):
+        chunk = real_new(self, key, lo, recs, cols, ords)
         if sys._getframe(1).f_code.co_name == "fields":
             calls["new"] += 1
             if calls["new"] == 5:

@@ -4,6 +4,7 @@ the general path's per-source reads, for any mix, with resume and user threads e
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections import Counter
 
@@ -165,3 +166,109 @@ def test_take_mixed_puts_each_sources_rows_back_in_the_batchs_order():
                 np.testing.assert_array_equal(got[n], want)
     one = take_mixed(sources, np.full(5, 2), np.arange(5))  # a batch of one source
     np.testing.assert_array_equal(one["b"], np.arange(5) + 2000)
+
+
+@pytest.fixture
+def mapped_parts(tmp_path):
+    """Three memory-mapped files (chunks are gathered ahead only from unwritten memory)."""
+    files = []
+    for k, (n, base) in enumerate(((3_000, 0), (1_200, 10_000), (2_100, 20_000))):
+        path = tmp_path / f"p{k}.flr"
+        fl.recfile.write(path, R, _arrays(n, base))
+        files.append(fl.recfile.open(path))
+    yield files
+    for f in files:
+        f.close()
+
+
+@pytest.mark.parametrize("name", ["even", "three", "scheduled", "runs"])
+def test_gather_threads_over_a_plain_mix_give_one_threads_batches(mapped_parts, small_chunks, name):
+    a, b, c = (fl.Seq.source(f) for f in mapped_parts)
+    seq = {
+        "even": fl.Seq.mix([a.shuffle(1), b.shuffle(2)]),
+        "three": fl.Seq.mix([a.shuffle(1), b.shuffle(2), c.shuffle(3)]),
+        "scheduled": fl.Seq.mix([a.shuffle(4), (c.shuffle(5), fl.Schedule.delayed(0.5))]),
+        "runs": fl.Seq.concat([a, c.shuffle(6)]),
+    }[name]
+    one = _batches(fl.Loader(seq, 16, seed=3, threads=1), passes=2)
+    loader = fl.Loader(seq, 16, seed=3, threads=2)
+    assert loader._plan.ahead is not None
+    gathered = []
+    real = loader._plan.ahead._gather
+
+    def counted(key, chunk):
+        gathered.append(len(chunk.recs))
+        return real(key, chunk)
+
+    loader._plan.ahead._gather = counted
+    _same(_batches(loader, passes=2), one)
+    assert sum(gathered) >= sum(w[5] for w in one)  # every row came from a chunk
+    # next_into fills the caller's arrays from the same chunks
+    into = fl.Loader(seq, 16, seed=3, threads=2)
+    out = {"x": np.empty((16, 3), np.float32), "y": np.empty(16, np.int64)}
+    ys = []
+    while (k := into.next_into(out)) > 0:
+        ys.append(out["y"][:k].copy())
+    np.testing.assert_array_equal(
+        np.concatenate(ys), np.concatenate([w[1] for w in one[: len(ys)]])
+    )
+
+
+def _interrupted_rows(loader) -> np.ndarray:
+    """A pass in which every ``KeyboardInterrupt`` is caught and the next batch asked
+    for, as a training loop that saves and goes on would."""
+    got, it = [], iter(loader)
+    while True:
+        try:
+            got.append(next(it).y.copy())
+        except KeyboardInterrupt:
+            continue
+        except StopIteration:
+            return np.concatenate(got)
+
+
+@pytest.mark.parametrize("where", ["after-the-batch", "before-its-chunk-is-gathered"])
+def test_an_interrupt_in_a_threaded_plain_mix_loses_and_repeats_nothing(
+    mapped_parts, small_chunks, monkeypatch, where
+):
+    from feedline.loader import _gather_ahead
+
+    a, b, c = (fl.Seq.source(f).shuffle(k) for k, f in enumerate(mapped_parts))
+    seq = fl.Seq.mix([a, b, c])
+    want = np.concatenate([w[1] for w in _batches(fl.Loader(seq, 16, seed=8), passes=1)])
+    calls = {"n": 0}
+    if where == "before-its-chunk-is-gathered":
+        real = _gather_ahead.GatherAhead._new
+
+        def new(self, key, lo, recs, cols, ords):
+            chunk = real(self, key, lo, recs, cols, ords)
+            if sys._getframe(1).f_code.co_name == "fields":  # the caller's own new chunk
+                calls["n"] += 1
+                if calls["n"] in (2, 4):
+                    raise KeyboardInterrupt  # registered, not yet gathered
+            return chunk
+
+        monkeypatch.setattr(_gather_ahead.GatherAhead, "_new", new)
+        # chunks of a few batches, each the caller's own: the default's two threads
+        # with no core spare for the helper
+        if _gather_ahead.default_threads() < 2:
+            pytest.skip("one CPU: no chunks")
+        monkeypatch.setattr(_gather_ahead, "_CHUNK_BYTES", 2_000)
+        monkeypatch.setattr(_gather_ahead.GatherAhead, "_spare", lambda self: False)
+    threads = None if where == "before-its-chunk-is-gathered" else 2
+    with fl.Loader(seq, 16, seed=8, threads=threads) as loader:
+        assert loader._plan.ahead is not None
+        if where == "after-the-batch":
+            real_plain = loader._stats.plain
+
+            def plain(*args):
+                out = real_plain(*args)
+                calls["n"] += 1
+                if calls["n"] in (10, 200):
+                    raise KeyboardInterrupt
+                return out
+
+            loader._stats.plain = plain
+        got = _interrupted_rows(loader)
+    assert calls["n"] >= 4  # the interrupts were raised (after 40 batches and more)
+    np.testing.assert_array_equal(got, want)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,10 +75,14 @@ def gather(
 
 
 def take_mixed(
-    sources: list[dict[str, np.ndarray]], ords: np.ndarray, recs: np.ndarray
+    sources: Sequence[Mapping[str, np.ndarray]],
+    ords: np.ndarray,
+    recs: np.ndarray,
+    out: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Rows ``recs`` of columns ``sources[ords]`` (every source has the same fields, of
-    the same dtypes and row shapes), in order: the plain path's gather for a mix.
+    the same dtypes and row shapes), in order: the plain path's gather for a mix. With
+    ``out``, written into its arrays' first rows (and those rows returned).
 
     Each source's rows are taken at once and written to their places in the batch: of
     the numpy ways measured (two memory-mapped files of 1,000,000 rows of 264 bytes,
@@ -87,14 +91,23 @@ def take_mixed(
     take at 9.3 M, boolean masks at 9.0 M, and a compiled per-row copy (numba) at 12.1 M
     (not worth a kernel); numpy's gather from one file of all 2,000,000 rows, 15.3 M."""
     size = len(recs)
-    if size == 0 or (ords[0] == ords[-1] and not (ords != ords[0]).any()):
+    one = size == 0 or (ords[0] == ords[-1] and not (ords != ords[0]).any())
+    if one and out is None:
         # one source (a mix's runs, a batch of one part): a plain take
         first = sources[int(ords[0]) if size else 0]
         return {n: col.take(recs, axis=0) for n, col in first.items()}
-    out = {n: np.empty((size, *col.shape[1:]), col.dtype) for n, col in sources[0].items()}
-    for o in np.flatnonzero(np.bincount(ords, minlength=len(sources))):
+    if out is None:
+        got = {n: np.empty((size, *c.shape[1:]), c.dtype) for n, c in sources[0].items()}
+    else:
+        got = {n: out[n][:size] for n in sources[0]}
+    if one:
+        for n, col in sources[int(ords[0]) if size else 0].items():
+            # the order's records are in range: "clip" spares numpy a buffered copy
+            np.take(col, recs, axis=0, out=got[n], mode="clip")
+        return got
+    for o in np.flatnonzero(np.bincount(ords, minlength=len(sources))).tolist():
         sel = np.flatnonzero(ords == o)
         rows = recs[sel]
         for n, col in sources[o].items():
-            out[n][sel] = col.take(rows, axis=0)
-    return out
+            got[n][sel] = col.take(rows, axis=0)
+    return got

@@ -34,6 +34,7 @@ import numpy as np
 from .._base import recycle
 from ._blocks import _BLOCK, OrderBlocks
 from ._config import _in_torch_worker, usable_cpus
+from ._gather import take_mixed
 
 # Bytes a chunk holds at least (rounded up to whole batches). Measured on the 2-core reference
 # machine, 4,000,000 rows of 264 bytes in batches of 512 (benchmarks/compare.py):
@@ -106,20 +107,30 @@ def _unwritten(a: Any) -> bool:
         return False
 
 
-def _holds(chunk: _Chunk | None, cols: dict, need: int) -> bool:
+def _fields_of(cols: Any) -> dict[str, np.ndarray]:
+    """The columns of one dataset (``cols``), or of a mix's first source (a tuple of
+    them, every source with the same fields, dtypes and row shapes)."""
+    return cols[0] if isinstance(cols, tuple) else cols
+
+
+def _arrays_of(cols: Any) -> list[np.ndarray]:
+    return [a for c in (cols if isinstance(cols, tuple) else (cols,)) for a in c.values()]
+
+
+def _holds(chunk: _Chunk | None, cols: Any, need: int) -> bool:
     """Whether ``chunk`` is of ``cols`` and holds its block's first ``need`` rows."""
     return chunk is not None and chunk.cols is cols and chunk.lo + len(chunk.recs) >= need
 
 
 class _Chunk:
-    """Rows ``lo ..`` of an order block (their records ``recs``), gathered (``fields``)
-    once ``ready``; ``fields`` stays None when the gather failed (the caller gathers its
-    batch itself, and meets the error where it is reported)."""
+    """Rows ``lo ..`` of an order block (their records ``recs``, of sources ``ords``),
+    gathered (``fields``) once ``ready``; ``fields`` stays None when the gather failed
+    (the caller gathers its batch itself, and meets the error where it is reported)."""
 
-    __slots__ = ("buffers", "cols", "fields", "gate", "lo", "owner", "ready", "recs")
+    __slots__ = ("buffers", "cols", "fields", "gate", "lo", "ords", "owner", "ready", "recs")
 
-    def __init__(self, lo: int, recs: np.ndarray, cols: dict[str, np.ndarray]) -> None:
-        self.lo, self.recs, self.cols = lo, recs, cols
+    def __init__(self, lo: int, recs: np.ndarray, cols: Any, ords: np.ndarray) -> None:
+        self.lo, self.recs, self.cols, self.ords = lo, recs, cols, ords
         self.owner = threading.get_ident()  # the thread that took it, to gather it
         self.fields: dict[str, np.ndarray] | None = None
         self.buffers: dict[str, np.ndarray] | None = None  # what ``fields`` are views of
@@ -192,8 +203,8 @@ class GatherAhead:
         self.pid = os.getpid()
         self.lock = threading.Lock()
         self.chunks: dict[Key, _Chunk] = {}
-        # the chunks helpers may gather, in order: (key, first row, records, columns)
-        self.window: list[tuple[Key, int, np.ndarray, dict]] = []
+        # the chunks helpers may gather, in order: (key, first row, records, columns, sources)
+        self.window: list[tuple[Key, int, np.ndarray, Any, np.ndarray]] = []
         self.current: Key | None = None  # the chunk the window follows
         self.helping = 0
         self.helpers: set = set()  # this loader's helpers' futures (``release`` waits)
@@ -218,7 +229,7 @@ class GatherAhead:
             for future in list(self.helpers):  # a helper's chunk in hand: one take at most
                 future.exception()  # waits
 
-    def fields(self, claim: Any, block: tuple | None, cols: dict[str, np.ndarray]) -> Any:
+    def fields(self, claim: Any, block: tuple | None, cols: Any) -> Any:
         """The claim's rows as views of their chunk (gathered here if no thread has
         yet), or None where the caller gathers the batch itself: a share of the
         batches (a torch DataLoader worker's), columns that can be written (a chunk
@@ -240,7 +251,8 @@ class GatherAhead:
         if self.closed:  # a batch claimed before the loader closed, on another thread
             return None
         if cols is not self.seen[0]:  # new columns (the first, or a refresh)
-            row = sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in cols.values())
+            first = _fields_of(cols).values()
+            row = sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in first)
             # the chunks' starts before the columns are marked seen: another user thread's
             # first batch that sees these columns finds their chunks (it met empty starts)
             self.starts = (
@@ -249,7 +261,7 @@ class GatherAhead:
             )
             # numpy arrays over memory nothing writes (memory maps); a remote file's columns
             # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
-            self.seen = (cols, all(_unwritten(a) for a in cols.values()))
+            self.seen = (cols, all(_unwritten(a) for a in _arrays_of(cols)))
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
             return None
@@ -273,7 +285,8 @@ class GatherAhead:
                 with self.lock:  # a new chunk: the window moves on
                     chunk = self.chunks.get(key)
                     if not _holds(chunk, cols, need):
-                        chunk = self._new(key, *self._rows(key, block[2]), cols)
+                        lo, recs, ords = self._rows(key, block[2], block[1])
+                        chunk = self._new(key, lo, recs, cols, ords)
                         taken = (key, chunk)
                     self._advance(key, block, cols)
             assert chunk is not None
@@ -319,27 +332,30 @@ class GatherAhead:
                     del self.chunks[key]
 
     # -- under the lock ------------------------------------------------------------------
-    def _rows(self, key: Key, recs: np.ndarray) -> tuple[int, np.ndarray]:
-        """Chunk ``key``'s first row in its block and its records (of the block's)."""
+    def _rows(
+        self, key: Key, recs: np.ndarray, ords: np.ndarray
+    ) -> tuple[int, np.ndarray, np.ndarray]:
+        """Chunk ``key``'s first row in its block, its records and their sources (of the
+        block's)."""
         starts = self.starts[key[1] > 0]
-        lo = starts[key[2]]
-        return lo, recs[lo : starts[key[2] + 1]]
+        lo, hi = starts[key[2]], starts[key[2] + 1]
+        return lo, recs[lo:hi], ords[lo:hi]
 
-    def _new(self, key: Key, lo: int, recs: np.ndarray, cols: dict) -> _Chunk:
-        chunk = self.chunks[key] = _Chunk(lo, recs, cols)
+    def _new(self, key: Key, lo: int, recs: np.ndarray, cols: Any, ords: np.ndarray) -> _Chunk:
+        chunk = self.chunks[key] = _Chunk(lo, recs, cols, ords)
         return chunk
 
-    def _advance(self, key: Key, block: tuple, cols: dict) -> None:
+    def _advance(self, key: Key, block: tuple, cols: Any) -> None:
         """The caller is at chunk ``key``: drop the chunks behind it, open the window of
         the next ones (into the next order block, once the look-ahead has made it) to
         the helpers, and start a helper if one is free."""
         gen, start, c = key
         self.current = key
-        st, recs = self.starts[start > 0], block[2]
+        st, recs, ords = self.starts[start > 0], block[2], block[1]
         chunks = bisect.bisect_right(st, block[4] - start - 1)
         # the next chunks of this block (``_rows`` written out: a call less each)
         window = [
-            ((gen, start, i), st[i], recs[st[i] : st[i + 1]], cols)
+            ((gen, start, i), st[i], recs[st[i] : st[i + 1]], cols, ords[st[i] : st[i + 1]])
             for i in range(c + 1, min(chunks, c + 1 + _AHEAD))
         ]
         if len(window) < _AHEAD:
@@ -367,7 +383,7 @@ class GatherAhead:
             future.add_done_callback(_running.discard)
             future.add_done_callback(self.helpers.discard)
 
-    def _next_block(self, gen: int, block: tuple, cols: dict) -> list:
+    def _next_block(self, gen: int, block: tuple, cols: Any) -> list:
         """The first chunks of the order block after ``block``, if the look-ahead has
         made it (its records read from the same block of the order the loader reads)."""
         ahead = self.blocks.ahead
@@ -375,13 +391,15 @@ class GatherAhead:
             return []  # read in this order: an ``ahead`` of another block is refused
         if ahead.future.exception() is not None:
             return []
-        recs = ahead.result()[1]
+        ords, recs = ahead.result()
         chunks = bisect.bisect_right(self.starts[1], len(recs) - 1)
-        return [
-            (k, *self._rows(k, recs), cols) for k in _keys(gen, ahead.start, 0, min(chunks, _AHEAD))
-        ]
+        window = []
+        for k in _keys(gen, ahead.start, 0, min(chunks, _AHEAD)):
+            lo, rows, of = self._rows(k, recs, ords)
+            window.append((k, lo, rows, cols, of))
+        return window
 
-    def _buffers(self, cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _buffers(self, cols: Any) -> dict[str, np.ndarray]:
         """Arrays of the largest chunk's rows for ``cols``: a dropped chunk's that no
         batch views any more (the only references left are the list's and the call's),
         or new ones."""
@@ -389,6 +407,7 @@ class GatherAhead:
         # caches and the TLB (two threads of np.take of 3 KB rows ran 1.15x faster each
         # into one buffer than cycling through four; here, where several chunks are
         # live anyway, 1.0 - 1.03x against taking the oldest)
+        cols = _fields_of(cols)
         for i in range(len(self.spare) - 1, -1, -1):
             bufs = self.spare[i]
             if (
@@ -417,9 +436,9 @@ class GatherAhead:
 
     def _unclaimed(self) -> tuple[Key, _Chunk] | None:
         """The first chunk of the window no thread has taken, now taken; or None."""
-        for key, lo, recs, cols in self.window:
+        for key, lo, recs, cols, ords in self.window:
             if key not in self.chunks:
-                return key, self._new(key, lo, recs, cols)
+                return key, self._new(key, lo, recs, cols, ords)
         return None
 
     # -- gathering -------------------------------------------------------------------------
@@ -431,8 +450,11 @@ class GatherAhead:
             k = len(recs)
             with self.lock:
                 bufs = self._buffers(chunk.cols)
-            for n, col in chunk.cols.items():
-                np.take(col, recs, axis=0, mode="clip", out=bufs[n][:k])
+            if isinstance(chunk.cols, tuple):  # a mix: each source's rows at once
+                take_mixed(chunk.cols, chunk.ords, recs, out=bufs)
+            else:
+                for n, col in chunk.cols.items():
+                    np.take(col, recs, axis=0, mode="clip", out=bufs[n][:k])
             chunk.buffers = bufs
             chunk.fields = {n: a[:k] for n, a in bufs.items()}
         except BaseException:

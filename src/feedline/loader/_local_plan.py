@@ -90,18 +90,37 @@ class PlainPlan(LocalPlan):
         mixed = isinstance(dataset, list)
         self.dataset: Any = None if mixed else dataset
         self.sources: list | None = dataset if mixed else None
-        # a chunk of batches at a time, by threads (one dataset)
-        self.ahead = None if mixed else for_plain(loader)
+        # the sources' columns, one tuple while none changes (``GatherAhead`` knows its
+        # chunks' columns by identity)
+        self._mix: tuple = ()
+        self.ahead = for_plain(loader)  # a chunk of batches at a time, by threads
         # output="torch" (on the CPU): tensors over the gathered arrays' memory
         self.tensors = torch_module().from_numpy if loader.options.output == "torch" else None
 
-    def _cols(self) -> dict[str, np.ndarray] | None:
+    def _cols(self) -> Any:
+        """The dataset's columns, or a mix's (a tuple of each source's); None or empty
+        where a source has none (the general path serves)."""
         ds = self.dataset
-        if ds is None:  # a mix (the general path fills the caller's arrays), or closed
-            if self.sources is not None:
-                return None
-            raise ValueError("the loader is closed")
+        if ds is None:
+            return self._mix_cols()
         return ds._columns if ds._columns is not None else ds._mapped_columns
+
+    def _mix_cols(self) -> tuple | None:
+        sources = self.sources
+        if sources is None:
+            raise ValueError("the loader is closed")
+        cols = []
+        for ds in sources:
+            if ds._seen is not None:  # a TensorDataset: read again if it changed
+                ds._read_if_changed()
+            got = ds._cols if ds._cols is not None else ds._mapped_columns
+            if not got:
+                return None
+            cols.append(got)
+        mix = self._mix
+        if len(mix) != len(cols) or any(a is not b for a, b in zip(mix, cols)):
+            mix = self._mix = tuple(cols)
+        return mix
 
     def next(self) -> Any:
         # The hottest path of all: the claim and the ledger's report are written out here
@@ -133,7 +152,11 @@ class PlainPlan(LocalPlan):
             ds = self.dataset  # _cols, with the ``_columns`` property written out
             recs = claim.recs
             if ds is None:  # a mix, or closed by another thread since the claim
-                fields = self._mixed(claim)
+                cols = self._mix_cols()
+                if cols is None:
+                    fields = loader.gather(claim, claim.size)
+                elif ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
+                    fields = take_mixed(cols, claim.ords, recs)
             else:
                 if ds._seen is not None:  # a TensorDataset: read again if it changed
                     ds._read_if_changed()
@@ -168,22 +191,11 @@ class PlainPlan(LocalPlan):
 
     __next__ = next
 
-    def _mixed(self, claim: Any) -> dict[str, np.ndarray]:
-        """A mix's batch: each source's rows taken at once (``take_mixed``)."""
-        sources = self.sources
-        if sources is None:
-            raise ValueError("the loader is closed")
-        cols = []
-        for ds in sources:
-            if ds._seen is not None:
-                ds._read_if_changed()
-            cols.append(ds._cols if ds._cols is not None else ds._mapped_columns)
-        return take_mixed(cols, claim.ords, claim.recs)
-
     def shutdown(self) -> None:
         # the loader closes: the dataset and the chunks (views of its columns) go now,
         # not when the collector frees the loader and this plan (they refer to each other)
         self.dataset = self.sources = None
+        self._mix = ()
         if self.ahead is not None:
             self.ahead.release()
 
@@ -210,6 +222,9 @@ class PlainPlan(LocalPlan):
                 for n, a in fields.items():
                     out[n][:size] = a
                 return None
+        if isinstance(cols, tuple):  # a mix
+            take_mixed(cols, claim.ords, claim.recs, out=out)
+            return None
         # the order's records are in range: "clip" spares numpy a buffered copy
         for n, col in cols.items():
             np.take(col, claim.recs, axis=0, out=out[n][:size], mode="clip")

@@ -6,8 +6,8 @@ plan               when
 ``PlainPlan``      datasets whose batch is nothing but a gather from arrays in memory or
                    a memory map (no map, no check, no padding; numpy out, or torch
                    tensors over the same memory): one claim and one ``take`` per field
-                   (per source, for a mix), in the calling thread (and for one dataset,
-                   a chunk of batches ahead by gather threads)
+                   (per source, for a mix), in the calling thread, or a chunk of
+                   batches at a time shared with a gather thread (``_gather_ahead``)
 ``DevicePlan``     torch output, datasets in memory (on the CPU, where the plain path does
                    not serve: a mix, padding, checks, a transform): the columns live on
                    the device and a batch is one ``index_select`` per field there
