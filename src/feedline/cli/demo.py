@@ -35,6 +35,7 @@ from ..loader import Loader
 from ..order import Order, Schedule, Seq
 from ..records import Index, Range, Record, field
 from ..sources import Dataset
+from ._demo_bench import gather_bench
 from ._demo_images import images_pass
 from ._demo_lm import EOT, chat_pass, packing_pass, tables_pass, windows_pass
 from ._demo_orders import orders_at_scale
@@ -237,48 +238,6 @@ def interrupted_pass(clean: Dataset) -> dict[str, int]:
     loader.close()
     once = sum(1 for r in range(len(clean)) if seen.get(r) == 1)
     return {"interrupts": interrupts, "once": once, "records": len(clean)}
-
-
-def gather_bench(out_dir: str, rows: int = 1_000_000) -> dict[str, float]:
-    """Shuffled batches of 512 from a .flr (64 float32 + a label): numpy's own gather
-    from the memory map beside feedline's loader (0 and 2 workers: a plain gather stays
-    in the calling process either way)."""
-    path = os.path.join(out_dir, "bench.flr")
-    rng = np.random.default_rng(0)
-
-    class Row(Record, dims={"D": 64}):
-        """64 features and a label."""
-
-        x = field("D", "float32")
-        y = field((), "int64")
-
-    recfile.write(
-        path, Row, {"x": rng.standard_normal((rows, 64), dtype=np.float32), "y": np.arange(rows)}
-    )
-    f = recfile.open(path)
-    X, Y = f.columns["x"], f.columns["y"]
-    perm = rng.permutation(rows)
-    results: dict[str, list[float]] = {
-        "numpy gather": [],
-        "feedline, 0 workers": [],
-        "feedline, 2 workers": [],
-    }
-    for _ in range(3):
-        t = time.perf_counter()
-        for s in range(0, rows, 512):
-            idx = perm[s : s + 512]
-            X.take(idx, axis=0)
-            Y.take(idx, axis=0)
-        results["numpy gather"].append(rows / (time.perf_counter() - t))
-        for w in (0, 2):
-            t = time.perf_counter()
-            with Loader(f, 512, seed=1, workers=w) as loader:
-                for _ in loader:
-                    pass
-            results[f"feedline, {w} workers"].append(rows / (time.perf_counter() - t))
-    f.close()
-    os.remove(path)
-    return {k: max(v) for k, v in results.items()}
 
 
 def run_demo(out_dir: str = "feedline-demo") -> int:
