@@ -15,7 +15,7 @@ import pytest
 import feedline as fl
 from feedline.loader import _ahead, _gather_ahead
 
-from ._rows import B, N, in_thread, interrupting, whole
+from ._rows import B, N, Row, in_thread, interrupting, whole
 
 
 def interrupted_pass(loader) -> np.ndarray:
@@ -250,3 +250,41 @@ def _settles(check, seconds: float = 10.0) -> bool:
             return False
         time.sleep(0.005)
     return True
+
+
+@pytest.mark.parametrize("how", ["next", "next_into"])
+@pytest.mark.parametrize("change", ["tensors", "refresh"])
+@pytest.mark.parametrize("plan", ["PlainPlan", "LocalPlan"])
+def test_a_source_that_shrinks_mid_pass_is_an_error_not_other_rows(how, change, plan):
+    # The order reaches the rows the dataset had when the loader was made. A source read
+    # again with fewer (a TensorDataset given shorter tensors, a dict refreshed) gives a
+    # BoundsError for each batch whose records are gone, on the plain path and on the
+    # general one (check_values): np.take's "clip" handed out the last row in their
+    # place (up to 2026-12-04: the plain path always, the general path's next_into after
+    # the first such batch).
+    y = np.arange(300, dtype=np.int64)
+    if change == "tensors":
+        torch = pytest.importorskip("torch")
+        from torch.utils.data import TensorDataset
+
+        source = TensorDataset(torch.from_numpy(y.copy()))
+    else:
+        source = {"y": y.copy()}
+    ds = fl.Dataset(Row, source)
+    loader = fl.Loader(ds, 16, check_values=plan == "LocalPlan")
+    assert type(loader._plan).__name__ == plan
+    out = {"y": np.empty(16, np.int64)}
+
+    def step():
+        return loader.next_into(out) if how == "next_into" else len(next(loader).y)
+
+    assert step() == 16
+    if change == "tensors":
+        source.tensors = (source.tensors[0][:5].clone(),)
+    else:
+        source["y"] = y[:5].copy()
+        ds.refresh()
+    with pytest.raises(fl.BoundsError, match="outside the dataset of 5 items"):
+        step()
+    with pytest.raises(fl.BoundsError):  # and the next batch's records are gone too
+        step()

@@ -93,6 +93,12 @@ class PlainPlan(LocalPlan):
         # the sources' columns, one tuple while none changes (``GatherAhead`` knows its
         # chunks' columns by identity)
         self._mix: tuple = ()
+        # A source's columns read again (a TensorDataset's new tensors, a ``refresh``) may
+        # hold fewer rows than the order's records reach: its batches' records are then
+        # checked (the general path's ``BoundsError``), never clipped by ``np.take``.
+        self._need = [len(ds) for ds in (self.sources or [dataset])]
+        self._sized: Any = None  # the columns last measured against ``_need``
+        self._short: tuple[int, ...] = ()  # the sources shorter than that
         self.ahead = for_plain(loader)  # a chunk of batches at a time, by threads
         # output="torch" (on the CPU): tensors over the gathered arrays' memory
         self.tensors = torch_module().from_numpy if loader.options.output == "torch" else None
@@ -155,16 +161,22 @@ class PlainPlan(LocalPlan):
                 cols = self._mix_cols()
                 if cols is None:
                     fields = loader.gather(claim, claim.size)
-                elif ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
-                    fields = take_mixed(cols, claim.ords, recs)
+                else:
+                    if cols is not self._sized or self._short:
+                        self._bounds(cols, claim)
+                    if ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
+                        fields = take_mixed(cols, claim.ords, recs)
             else:
                 if ds._seen is not None:  # a TensorDataset: read again if it changed
                     ds._read_if_changed()
                 cols = ds._cols if ds._cols is not None else ds._mapped_columns
                 if not cols:
                     fields = loader.gather(claim, claim.size)
-                elif ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
-                    fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
+                else:
+                    if cols is not self._sized or self._short:
+                        self._bounds(cols, claim)
+                    if ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
+                        fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
             if self.tensors is not None:
                 fields = {k: self.tensors(a) for k, a in fields.items()}
             size = claim.stop - claim.start
@@ -191,10 +203,23 @@ class PlainPlan(LocalPlan):
 
     __next__ = next
 
+    def _bounds(self, cols: Any, claim: Any) -> None:
+        """Measure new columns against the rows the order reaches (``_need``), and check
+        the claim's records of any source found shorter (a ``BoundsError``)."""
+        if cols is not self._sized:
+            each = cols if isinstance(cols, tuple) else (cols,)
+            rows = [len(next(iter(c.values()))) for c in each]
+            self._short = tuple(i for i, (n, need) in enumerate(zip(rows, self._need)) if n < need)
+            self._sized = cols
+        sources = self.sources if self.sources is not None else [self.dataset]
+        for i in self._short:
+            recs = claim.recs if self.sources is None else claim.recs[claim.ords == i]
+            sources[i]._check_bounds(recs)
+
     def shutdown(self) -> None:
         # the loader closes: the dataset and the chunks (views of its columns) go now,
         # not when the collector frees the loader and this plan (they refer to each other)
-        self.dataset = self.sources = None
+        self.dataset = self.sources = self._sized = None
         self._mix = ()
         if self.ahead is not None:
             self.ahead.release()
@@ -203,6 +228,8 @@ class PlainPlan(LocalPlan):
         cols = self._cols()
         if not cols:
             return super()._fill(claim, out)
+        if cols is not self._sized or self._short:
+            self._bounds(cols, claim)
         size = claim.size
         ahead = self.ahead
         if ahead is not None:

@@ -154,7 +154,10 @@ class Dataset:
                 "TensorDataset",
             )
             self._seen = seen
+        before = self.__dict__.get("_len")
         self._len = len(self._cols[next(iter(record.fields))]) if self._cols else len(source)
+        # read again with fewer items: an order's records may be gone (``getitems``)
+        self._shrunk = self.__dict__.get("_shrunk", False) or self._len < (before or 0)
         self._recheck = self._recheck or self._values_checked
         self._values_checked = False
 
@@ -362,9 +365,9 @@ class Dataset:
                 _write_rows(out, batch, len(idx))
             return batch
         idx = _as_indices(indices, self.record.__name__)
-        if self._seen is not None and self._read_if_changed():
-            in_range = False  # the length may have changed since the order was made
-        if not in_range:
+        if self._seen is not None:
+            self._read_if_changed()
+        if not in_range or self._shrunk:
             self._check_bounds(idx)
         in_memory = self._cols is not None
         columns = self._cols if in_memory else self._mapped_columns
