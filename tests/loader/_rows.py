@@ -31,6 +31,19 @@ def whole(path) -> np.ndarray:
         return records(loader)
 
 
+def interrupted_pass(loader) -> np.ndarray:
+    """A pass in which every ``KeyboardInterrupt`` is caught and the next batch asked
+    for, as a training loop that saves and goes on would."""
+    got, it = [], iter(loader)
+    while True:
+        try:
+            got.append(next(it).y.copy())
+        except KeyboardInterrupt:
+            continue
+        except StopIteration:
+            return np.concatenate(got)
+
+
 def interrupting(real: Any, at: tuple[int, ...]) -> Any:
     """``real``, raising ``KeyboardInterrupt`` after its calls numbered ``at`` (from 1)."""
     calls = {"n": 0}

@@ -15,20 +15,7 @@ import pytest
 import feedline as fl
 from feedline.loader import _ahead, _gather_ahead
 
-from ._rows import B, N, Row, in_thread, interrupting, whole
-
-
-def interrupted_pass(loader) -> np.ndarray:
-    """A pass in which every ``KeyboardInterrupt`` is caught and the next batch asked
-    for, as a training loop that saves and goes on would."""
-    got, it = [], iter(loader)
-    while True:
-        try:
-            got.append(next(it).y.copy())
-        except KeyboardInterrupt:
-            continue
-        except StopIteration:
-            return np.concatenate(got)
+from ._rows import B, N, Row, in_thread, interrupted_pass, interrupting, whole
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -14,6 +14,8 @@ import pytest
 import feedline as fl
 from feedline.loader._gather import take_mixed
 
+from ._rows import interrupted_pass
+
 B = 64
 
 
@@ -214,19 +216,6 @@ def test_gather_threads_over_a_plain_mix_give_one_threads_batches(mapped_parts, 
     )
 
 
-def _interrupted_rows(loader) -> np.ndarray:
-    """A pass in which every ``KeyboardInterrupt`` is caught and the next batch asked
-    for, as a training loop that saves and goes on would."""
-    got, it = [], iter(loader)
-    while True:
-        try:
-            got.append(next(it).y.copy())
-        except KeyboardInterrupt:
-            continue
-        except StopIteration:
-            return np.concatenate(got)
-
-
 @pytest.mark.parametrize("where", ["after-the-batch", "before-its-chunk-is-gathered"])
 def test_an_interrupt_in_a_threaded_plain_mix_loses_and_repeats_nothing(
     mapped_parts, small_chunks, monkeypatch, where
@@ -269,6 +258,6 @@ def test_an_interrupt_in_a_threaded_plain_mix_loses_and_repeats_nothing(
                 return out
 
             loader._stats.plain = plain
-        got = _interrupted_rows(loader)
+        got = interrupted_pass(loader)
     assert calls["n"] >= 4  # the interrupts were raised (after 40 batches and more)
     np.testing.assert_array_equal(got, want)

@@ -22,20 +22,11 @@ from feedline.loader._local_plan import LocalPlan
 
 from . import test_interrupt_sweep as sweep_mod
 from ._rows import fork_checking, in_thread
+from .test_plain_mix import R, _arrays
 
 B = 16
 SIZES = (3_000, 1_200, 2_100)
 BASES = np.array([0, 10_000, 20_000])
-
-
-class R(fl.Record, dims={"D": 3}):
-    x = fl.field("D", "float32")
-    y = fl.field((), "int64")
-
-
-def _arrays(n: int, base: int) -> dict[str, np.ndarray]:
-    y = np.arange(base, base + n, dtype=np.int64)
-    return {"x": np.stack([y, -y, y * 0.5], 1).astype(np.float32), "y": y}
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ import enum
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -320,20 +321,26 @@ class ScheduleTable:
                 out[sel] = self._inverse_of(p, y[sel])
             return out
         seg = np.maximum((self.share[part] < y[:, None]).sum(axis=1) - 1, 0)
-        x0 = self.x0[part, seg]
-        r0 = self.r0[part, seg]
-        c = self.c[part, seg]
-        z = np.maximum(y - self.share[part, seg], 0.0)
+        return self._at(part, seg, y)
+
+    def _at(self, rows: Any, seg: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The quantiles of ``y`` in segments ``seg`` of rows ``rows`` (an array of
+        parts, or one part), each element's constants gathered: every branch computed,
+        each element's taken."""
+        x0 = self.x0[rows, seg]
+        r0 = self.r0[rows, seg]
+        c = self.c[rows, seg]
+        z = np.maximum(y - self.share[rows, seg], 0.0)
         root = np.sqrt(np.maximum(r0 * r0 + 4.0 * c * z, 0.0))
         denom = r0 + root
         with np.errstate(divide="ignore", invalid="ignore"):
             falling = np.where(denom > 0.0, 2.0 * z / denom, 0.0)
         x = np.where(
             c == 0.0,
-            z * self.inv_r0[part, seg],
-            np.where(c > 0.0, root * self.inv_2c[part, seg], falling),
+            z * self.inv_r0[rows, seg],
+            np.where(c > 0.0, root * self.inv_2c[rows, seg], falling),
         )
-        return np.minimum(np.maximum(x0 + x, x0), self.x1[part, seg])
+        return np.minimum(np.maximum(x0 + x, x0), self.x1[rows, seg])
 
     def _inverse_of(self, i: int, y: np.ndarray) -> np.ndarray:
         """``inverse`` of part ``i`` alone, by the same expressions. A part's keys are
@@ -343,7 +350,7 @@ class ScheduleTable:
         searched for (the shares ascend; padding is +inf)."""
         share = self.share[i]
         if len(y) > 1 and not (y[1:] >= y[:-1]).all():
-            return self._inverse_gathered(i, y)
+            return self._at(i, np.maximum(np.searchsorted(share, y, side="left") - 1, 0), y)
         out = np.empty(len(y), np.float64)
         # segment m (m >= 1) holds the y above share[m]; segment 0 the rest
         cuts = [0, *np.searchsorted(y, share[1:], side="right").tolist(), len(y)]
@@ -365,24 +372,6 @@ class ScheduleTable:
                         x = np.where(denom > 0.0, 2.0 * z / denom, 0.0)
             out[lo:hi] = np.minimum(np.maximum(x0 + x, x0), x1)
         return out
-
-    def _inverse_gathered(self, i: int, y: np.ndarray) -> np.ndarray:
-        share = self.share[i]
-        seg = np.maximum(np.searchsorted(share, y, side="left") - 1, 0)
-        x0 = self.x0[i, seg]
-        r0 = self.r0[i, seg]
-        c = self.c[i, seg]
-        z = np.maximum(y - share[seg], 0.0)
-        root = np.sqrt(np.maximum(r0 * r0 + 4.0 * c * z, 0.0))
-        denom = r0 + root
-        with np.errstate(divide="ignore", invalid="ignore"):
-            falling = np.where(denom > 0.0, 2.0 * z / denom, 0.0)
-        x = np.where(
-            c == 0.0,
-            z * self.inv_r0[i, seg],
-            np.where(c > 0.0, root * self.inv_2c[i, seg], falling),
-        )
-        return np.minimum(np.maximum(x0 + x, x0), self.x1[i, seg])
 
     def cdf(self, part: np.ndarray, t: float) -> np.ndarray:
         """``F_part(t)`` for every listed part at one clock time (estimates only)."""
