@@ -172,6 +172,33 @@ def test_numpy_arrays_from_memory_work_in_torch_workers():
     assert sorted(flat(got)) == list(range(50))
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_mix_of_files_in_torch_workers_gives_the_loaders_stream(tmp_path, num_workers):
+    # Each worker builds its loader (the plain path over the mix, its share of the batches)
+    # from the files' paths: every (source, record) pair once a pass, in the loader's
+    # batches, with the general path's rows.
+    paths = []
+    for k, n in enumerate((70, 45)):
+        paths.append(tmp_path / f"part{k}.flr")
+        y = np.arange(n) + 1000 * k
+        fl.recfile.write(paths[-1], Row, {"x": np.stack([y, -y], 1).astype(np.float32), "y": y})
+    files = [fl.recfile.open(p) for p in paths]
+    seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), fl.Seq.source(files[1]).shuffle(2)])
+    want = ys(fl.Loader(seq, 8, seed=5, check_values=True))  # the general path
+    it = flt.IterableDataset(seq, 8, seed=5, shard=None)
+    got = list(DataLoader(it, batch_size=None, num_workers=num_workers))
+    assert sorted(map(tuple, ys(got))) == sorted(map(tuple, want))  # workers interleave
+    if num_workers == 0:
+        assert ys(got) == want
+    for b in got:
+        m = b.meta
+        np.testing.assert_array_equal(
+            b.y.numpy(), 1000 * m.source_ordinals.numpy() + m.record_indices.numpy()
+        )
+    for f in files:
+        f.close()
+
+
 # -- a TensorDataset kept on the device --------------------------------------------------------
 
 
