@@ -91,6 +91,25 @@ def test_a_flr_on_s3_gives_the_batches_of_the_local_file(s3):
         assert np.array_equal(f[17]["x"], local[17]["x"])
 
 
+def test_a_mix_of_a_flr_on_s3_and_a_local_one_gives_the_local_mixs_batches(s3):
+    # The plain path over a mix: the remote file's columns are fetched by ranges (never
+    # gathered ahead in chunks), the local file's mapped; the batches are those of the
+    # same mix of two local files.
+    with (
+        fl.recfile.open(remote(s3, "rows.flr")) as f,
+        fl.recfile.open(s3.local / "rows.flr") as local,
+        fl.recfile.open(s3.local / "rows.flr") as twin,
+    ):
+
+        def mix(a, b):
+            return fl.Seq.mix([fl.Seq.source(a).shuffle(1), fl.Seq.source(b).shuffle(2)])
+
+        loader = fl.Loader(mix(f, local), 64, seed=3)
+        assert type(loader._plan).__name__ == "PlainPlan"
+        assert same(batches(mix(f, local), seed=3), batches(mix(twin, local), seed=3))
+        assert same(batches(mix(f, local), seed=3, threads=2), batches(mix(twin, local), seed=3))
+
+
 def test_an_ndf_and_an_nndataset_on_s3_read_as_the_local_files(s3):
     with fl.ndf.open(remote(s3, "rows.ndf")) as f, fl.ndf.open(s3.local / "rows.ndf") as g:
         idx = np.array([5, 2999, 0, 77])
