@@ -23,6 +23,7 @@ from .._base import hashing, kernels
 from .._base.recycle import Recycler
 from . import _perm
 from ._mixplan import _FEW_PARTS, MixPlan, MixState
+from ._schedule import _BY_PART
 
 # Above this many distinct contexts in one call, a shuffle derives keys per element
 # instead of looping over the groups.
@@ -359,11 +360,13 @@ class Mix(Node):
                 recs,
             )
             return ords, recs
-        if kern is None and isinstance(epoch, int) and few:
-            _numpy_located[0] += len(pos)
-            if _numpy_located[0] > _LOAD_AFTER:
-                kernels.load_in_background()
-            return self._locate_parts(part, j, seed, epoch, ords, recs)
+        if kern is None and isinstance(epoch, int) and self._all_flat:
+            if few:
+                _numpy_located[0] += len(pos)
+                if _numpy_located[0] > _LOAD_AFTER:
+                    kernels.load_in_background()
+            if len(self.parts) <= _BY_PART:  # each part at once (``_BY_PART``'s figures)
+                return self._locate_parts(part, j, seed, epoch, ords, recs)
         flat = self._flat[part] if isinstance(epoch, int) else np.zeros(len(part), dtype=bool)
         if flat.any():
             fi = np.flatnonzero(flat)

@@ -261,8 +261,11 @@ class Schedule:
 _UNIFORM = Schedule()
 # ``inverse`` part by part (1-d gathers and one search each) for up to this many parts in
 # the array, not over a (positions, segments) array: two 1,000,000-element shuffles, one
-# delayed, took 111 ns a position to merge and locate this way, 135 the other.
-_BY_PART = 16
+# delayed, took 111 ns a position to merge and locate this way, 135 the other; mixes of
+# 4,000,000 elements in 17, 32, 64 and 128 shuffles, a third of them ramped, took 107,
+# 128, 191 and 360 ns a position merged and located part by part (with ``Mix.locate``),
+# 228, 237, 237 and 298 ns the other way (the kernels: 54, 64, 60).
+_BY_PART = 64
 
 
 class ScheduleTable:
