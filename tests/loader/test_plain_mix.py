@@ -150,22 +150,28 @@ def test_a_closed_plain_mix_says_so(parts):
         next(it)
 
 
-def test_take_mixed_puts_each_sources_rows_back_in_the_batchs_order():
+@pytest.mark.parametrize("into", [False, True], ids=["new", "out"])
+def test_take_mixed_puts_each_sources_rows_back_in_the_batchs_order(into):
     rng = np.random.default_rng(0)
     sources = [
         {"a": rng.random((50, 4)).astype(np.float32), "b": np.arange(50) + 1000 * s}
         for s in range(3)
     ]
-    for size in (0, 1, 17, 200):
-        ords = rng.integers(0, 3, size)
+    # batches written by index, and chunks (4096 rows and more) through the staging buffer
+    for size in (0, 1, 17, 200, 4096, 9000, 5000):
+        ords = rng.integers(0, 3 if size != 5000 else 2, size)  # 5000: two sources of three
         recs = rng.integers(0, 50, size)
-        got = take_mixed(sources, ords, recs)
+        out = {"a": np.full((size + 3, 4), -1, np.float32), "b": np.full(size + 3, -1)}
+        got = take_mixed(sources, ords, recs, out=out if into else None)
         for n in ("a", "b"):
             want = np.stack([sources[o][n][r] for o, r in zip(ords, recs)]) if size else None
             assert got[n].shape == (size, *sources[0][n].shape[1:])
             assert got[n].dtype == sources[0][n].dtype
             if size:
                 np.testing.assert_array_equal(got[n], want)
+            if into:
+                np.testing.assert_array_equal(out[n][:size], got[n])
+                assert (out[n][size:] == -1).all()  # nothing written past the rows
     one = take_mixed(sources, np.full(5, 2), np.arange(5))  # a batch of one source
     np.testing.assert_array_equal(one["b"], np.arange(5) + 2000)
 
