@@ -34,6 +34,41 @@ def test_bench_on_a_file_prints_its_passes_its_stats_and_numpy_beside_them(flr, 
     assert re.search(r"numpy's gather of the same batches: [\d,]+ rows/s; .* is [\d.]+x", out)
 
 
+def _order_over_two_files(tmp_path):
+    paths = []
+    for k, n in enumerate((600, 250)):
+        paths.append(tmp_path / f"part{k}.flr")
+        y = np.arange(n) + 10_000 * k
+        fl.recfile.write(paths[-1], Row, {"x": np.ones((n, 8), np.float32), "y": y})
+    with fl.recfile.open(paths[0]) as a, fl.recfile.open(paths[1]) as b:
+        seq = fl.Seq.mix(
+            [fl.Seq.source(a).shuffle(1), (fl.Seq.source(b), fl.Schedule.delayed(0.5))]
+        )
+        config = tmp_path / "order.json"
+        config.write_text(seq.to_json())
+    return config, paths
+
+
+def test_bench_on_an_order_configuration_reads_its_sources_files(tmp_path, capsys):
+    config, paths = _order_over_two_files(tmp_path)
+    args = ["bench", str(config), "--source", str(paths[0]), "--source", str(paths[1])]
+    assert main([*args, "--batch", "50", "--passes", "2", "--threads", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "850 rows in the order over 2 files of Row (x, y); batches of 50" in out
+    assert re.search(r"pass 1: [\d,]+ rows/s", out)
+    assert "34 batches, 1,700 rows" in out  # both passes, every row of both files once a pass
+    assert re.search(r"numpy's gather of the same batches: [\d,]+ rows/s; .* is [\d.]+x", out)
+
+
+def test_bench_on_an_order_needs_a_file_for_each_source(tmp_path, capsys):
+    config, paths = _order_over_two_files(tmp_path)
+    assert main(["bench", str(config), "--source", str(paths[0])]) != 0
+    err = capsys.readouterr().err
+    assert "has 2 sources: give each one's file" in err and "(found 1)" in err
+    assert main(["bench", str(paths[0]), "--source", str(paths[1])]) != 0
+    assert "--source FILE goes with an order configuration" in capsys.readouterr().err
+
+
 def test_bench_with_workers_and_a_parquet_file(tmp_path, capsys):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")

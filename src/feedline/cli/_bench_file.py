@@ -6,6 +6,10 @@ pass is timed apart (what a job's first epoch sees), then the loader's own
 ``stats()`` say where the time went. The baseline, in the same process on the same
 rows and the same order: numpy's ``take`` from the file's memory-mapped columns (or
 from the columns read into memory, for a file that does not map), a batch at a time.
+
+``feedline bench ORDER.json --source FILE ...``: the same over an order configuration
+(``Seq.to_json``: a mix, a curriculum) and the files of its sources, in its order; the
+baseline takes each batch's rows from each source it draws on.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from ..errors import FormatError
 from ..loader import Loader
+from ..order import Order
 from ..records import Ragged
 
 
@@ -54,37 +59,47 @@ def _columns(src: Any, n: int) -> dict[str, Any]:
     return src.getitems(np.arange(n))
 
 
-def _numpy_pass(cols: dict[str, Any], batches: list[np.ndarray]) -> float:
-    """Seconds for numpy's gather of every batch (a ragged column: its ``take``)."""
+def _take(cols: dict[str, Any], recs: np.ndarray) -> None:
+    for col in cols.values():
+        if isinstance(col, Ragged):
+            col.take(recs)
+        else:
+            np.take(col, recs, axis=0)
+
+
+def _numpy_pass(each: list[dict[str, Any]], batches: list[tuple]) -> float:
+    """Seconds for numpy's gather of every batch (``(sources, records)``; a ragged
+    column: its ``take``), from each source a batch draws on."""
     t = time.perf_counter()
-    for recs in batches:
-        for col in cols.values():
-            if isinstance(col, Ragged):
-                col.take(recs)
-            else:
-                np.take(col, recs, axis=0)
+    for ords, recs in batches:
+        if len(each) == 1:
+            _take(each[0], recs)
+            continue
+        for o in np.unique(ords).tolist():
+            _take(each[o], recs[ords == o])
     return time.perf_counter() - t
 
 
 def numpy_passes(
-    path: str, n: int, batches: list[np.ndarray], later: int
+    paths: list[str], lengths: list[int], batches: list[tuple], later: int
 ) -> tuple[float, list[float]]:
     """Seconds of numpy's gather of ``batches``: its first pass over a fresh opening of
     the file (a new memory map, whose pages fault in as the loader's first pass's did),
     then ``later`` passes over the same columns (mapped by then, as the loader's later
     passes find its own). The file's pages are in the page cache by then: a first pass
     of the loader's that read them from the disk is slower than this for that."""
-    src = open_source(path)
+    srcs = [open_source(path) for path in paths]
     try:
-        cols = _columns(src, n)
-        first = _numpy_pass(cols, batches)
-        again = [_numpy_pass(cols, batches) for _ in range(later)]
-        del cols  # the maps' views, before the file closes
+        each = [_columns(src, n) for src, n in zip(srcs, lengths)]
+        first = _numpy_pass(each, batches)
+        again = [_numpy_pass(each, batches) for _ in range(later)]
+        del each  # the maps' views, before the files close
         return first, again
     finally:
-        close = getattr(src, "close", None)
-        if close is not None:
-            close()
+        for src in srcs:
+            close = getattr(src, "close", None)
+            if close is not None:
+                close()
 
 
 def compared(n: int, loader_s: list[float], first_s: float, later_s: list[float]) -> str:
@@ -105,31 +120,63 @@ def compared(n: int, loader_s: list[float], first_s: float, later_s: list[float]
     return head + f"later passes' median is {later:.2f}x that, its " + tail
 
 
+def _sources(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
+    """What the loader reads (a file's source, or an order configuration over the files
+    of ``--source``), the files, and their opened sources."""
+    if not args.file.lower().endswith(".json"):
+        if args.source:
+            raise FormatError("--source FILE goes with an order configuration (.json)", args.file)
+        src = open_source(args.file)
+        return src, [args.file], [src]
+    from ..order import Seq
+
+    with open(args.file, encoding="utf-8") as f:
+        text = f.read()
+    wanted = len(Seq.from_json(text).sources())
+    paths = list(args.source or [])
+    if len(paths) != wanted:
+        raise FormatError(
+            f"the order configuration has {wanted} sources: give each one's file, in its "
+            f"order, with --source FILE (found {len(paths)})",
+            args.file,
+        )
+    srcs = [open_source(path) for path in paths]
+    return Seq.from_json(text, srcs), paths, srcs
+
+
 def run(args: argparse.Namespace) -> int:
-    src = open_source(args.file)
-    n = len(src)
     started = time.perf_counter()
+    source, paths, srcs = _sources(args)
     loader = Loader(
-        src,
+        source,
         args.batch,
         seed=args.seed,
         workers=args.workers,
         threads=args.threads,
     )
+    record = loader.record
+    n = len(srcs[0]) if source is srcs[0] else Order(source).length  # the rows a pass
+    of = "" if source is srcs[0] else f" in the order over {len(srcs)} files"
     print(
-        f"{args.file}: {n:,} rows of {src.record.__name__} "
-        f"({', '.join(src.record.fields)}); batches of {args.batch}, workers "
+        f"{args.file}: {n:,} rows{of} of {record.__name__} "
+        f"({', '.join(record.fields)}); batches of {args.batch}, workers "
         f"{loader.options.workers}, threads {loader.options.threads}"
     )
-    order: list[np.ndarray] = []
+    order: list[tuple] = []
     passes: list[float] = []
     for p in range(args.passes):
         t = time.perf_counter()
         rows = 0
         for batch in loader:
-            rows += batch.meta.size
+            m = batch.meta
+            rows += m.size
             if p == 0:
-                order.append(np.asarray(batch.meta.record_indices[: batch.meta.size]))
+                order.append(
+                    (
+                        np.asarray(m.source_ordinals[: m.size]),
+                        np.asarray(m.record_indices[: m.size]),
+                    )
+                )
         seconds = time.perf_counter() - t
         first = " (the first: from making the loader, in this fresh process)" if p == 0 else ""
         if p == 0:
@@ -139,17 +186,28 @@ def run(args: argparse.Namespace) -> int:
     stats = loader.stats()
     print(stats)
     loader.close()
-    first_s, later_s = numpy_passes(args.file, n, order, max(1, args.passes - 1))
+    lengths = [len(src) for src in srcs]
+    first_s, later_s = numpy_passes(paths, lengths, order, max(1, args.passes - 1))
     print(compared(n, passes, first_s, later_s))
-    close = getattr(src, "close", None)
-    if close is not None:
-        close()
+    for src in srcs:
+        close = getattr(src, "close", None)
+        if close is not None:
+            close()
     return 0
 
 
 def add_options(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
-        "file", nargs="?", help="a .flr, .ndf, .parquet or .arrow file: the loader over it"
+        "file",
+        nargs="?",
+        help="a .flr, .ndf, .parquet or .arrow file: the loader over it; or an order "
+        "configuration (.json, Seq.to_json) with --source for each of its sources",
+    )
+    bench.add_argument(
+        "--source",
+        action="append",
+        metavar="FILE",
+        help="with ORDER.json: the file of its next source (repeat, in the order's order)",
     )
     bench.add_argument("--batch", type=int, default=512, help="batch size (512)")
     bench.add_argument("--workers", type=int, default=0, help="worker processes (0)")
