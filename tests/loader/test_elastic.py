@@ -151,3 +151,27 @@ def test_a_state_with_an_impossible_base_or_world_is_refused():
     unsharded = fl.Loader(mixed(), 4, seed=5)
     with pytest.raises(fl.StateError):
         unsharded.load_state_dict({**unsharded.state_dict(), "world": 2})
+
+
+@pytest.mark.parametrize("world,new_world", [(2, 3), (3, 1)])
+def test_a_memory_mapped_mix_gathered_in_chunks_resumes_with_another_number_of_ranks(
+    tmp_path, small_chunks, world, new_world
+):
+    # Each rank's plain path over the mix of two files, its chunks gathered ahead by a
+    # second thread: the same exactly-once as the order's positions alone.
+    files = []
+    for k, (n, base) in enumerate(((900, 0), (400, 10_000))):
+        path = tmp_path / f"p{k}.flr"
+        fl.recfile.write(path, R, {"i": np.arange(base, base + n)})
+        files.append(fl.recfile.open(path))
+    seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), fl.Seq.source(files[1]).shuffle(2)])
+
+    def make(shard):
+        return fl.Loader(seq, 8, seed=5, shard=shard, threads=2)
+
+    assert make((0, world))._plan.ahead is not None
+    before, after, _ = run_elastic(make, world, new_world, 20)
+    want = list(range(900)) + list(range(10_000, 10_400))
+    assert Counter(before + after) == Counter(want)
+    for f in files:
+        f.close()
