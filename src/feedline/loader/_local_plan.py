@@ -163,7 +163,7 @@ class PlainPlan(LocalPlan):
                     fields = loader.gather(claim, claim.size)
                 else:
                     if cols is not self._sized or self._short:
-                        self._bounds(cols, claim)
+                        self._bounds(cols, claim, self.sources)
                     if ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
                         fields = take_mixed(cols, claim.ords, recs)
             else:
@@ -174,7 +174,7 @@ class PlainPlan(LocalPlan):
                     fields = loader.gather(claim, claim.size)
                 else:
                     if cols is not self._sized or self._short:
-                        self._bounds(cols, claim)
+                        self._bounds(cols, claim, [ds])
                     if ahead is None or (fields := ahead.fields(claim, block, cols)) is None:
                         fields = {k: col.take(recs, axis=0) for k, col in cols.items()}
             if self.tensors is not None:
@@ -203,17 +203,19 @@ class PlainPlan(LocalPlan):
 
     __next__ = next
 
-    def _bounds(self, cols: Any, claim: Any) -> None:
-        """Measure new columns against the rows the order reaches (``_need``), and check
-        the claim's records of any source found shorter (a ``BoundsError``)."""
+    def _bounds(self, cols: Any, claim: Any, sources: Any) -> None:
+        """Measure new columns (of ``sources``) against the rows the order reaches
+        (``_need``), and check the claim's records of any source found shorter (a
+        ``BoundsError``)."""
         if cols is not self._sized:
             each = cols if isinstance(cols, tuple) else (cols,)
             rows = [len(next(iter(c.values()))) for c in each]
             self._short = tuple(i for i, (n, need) in enumerate(zip(rows, self._need)) if n < need)
             self._sized = cols
-        sources = self.sources if self.sources is not None else [self.dataset]
+        if sources is None:  # closed by another thread meanwhile
+            raise ValueError("the loader is closed")
         for i in self._short:
-            recs = claim.recs if self.sources is None else claim.recs[claim.ords == i]
+            recs = claim.recs if len(sources) == 1 else claim.recs[claim.ords == i]
             sources[i]._check_bounds(recs)
 
     def shutdown(self) -> None:
@@ -229,7 +231,7 @@ class PlainPlan(LocalPlan):
         if not cols:
             return super()._fill(claim, out)
         if cols is not self._sized or self._short:
-            self._bounds(cols, claim)
+            self._bounds(cols, claim, self.sources or [self.dataset])
         size = claim.size
         ahead = self.ahead
         if ahead is not None:
