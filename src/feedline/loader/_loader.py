@@ -50,9 +50,10 @@ from ._blocks import OrderBlocks
 from ._buckets import Buckets, buckets_for
 from ._ledger import Claim, Ledger
 from ._options import LoaderOptions, check_int
+from ._pass_orders import PassOrders
 from ._plan import PlainPlan, WorkerPlan, choose_plan
 from ._stats import LoaderStats, Stats
-from ._util import as_dataset, datasets_of, typed, weak_method
+from ._util import as_dataset, datasets_of, typed
 
 
 class Loader:
@@ -128,20 +129,18 @@ class Loader:
             self._plain = as_dataset(source)
             seq, base_seed = Seq.source(self._plain), opts.seed
         self._one_dataset = self._plain is not None  # given one dataset, not a Seq/Order
-        self._seq: Seq | None = typed(seq)  # the order before split and shard (the fingerprint's)
-        self._datasets = datasets_of(self._seq)
+        self._orders = PassOrders(typed(seq), self._one_dataset, opts.split, opts.shard)
+        self._datasets = datasets_of(self._orders.sources())
         self.record = self._datasets[0].record
         self._mapped = any(ds.mapped for ds in self._datasets)
-        self._orders: dict[tuple, Order] = {}
-        self._pass_cache: tuple | None = None
-        self._full_len = Order(self._split_seq()).length if opts.shard is not None else -1
+        self._full_len = Order(self._orders.split_seq()).length if opts.shard is not None else -1
         self._geometry = _state.Geometry(
             opts.batch_size,
             opts.drop_last,
             opts.even,
             opts.shard,
             self._full_len,
-            weak_method(self._order_len),  # held by the loader: not a cycle through it
+            self._orders.length,  # the orders do not refer to the loader: not a cycle
         )
         self._ledger = Ledger(base_seed, self._geometry.steps(0))
         self._steps0 = self._ledger.steps
@@ -176,50 +175,9 @@ class Loader:
     progress = property(lambda self: self.options.progress)
 
     # -- construction helpers -----------------------------------------------------------
-    def _sources(self) -> Seq:
-        """The order before split and shard; a closed loader has let go of it."""
-        if self._seq is None:
-            raise ValueError("the loader is closed")
-        return self._seq
-
-    def _split_seq(self) -> Seq:
-        split = self.options.split
-        seq = self._sources()
-        return seq if split is None else seq.split(*split)
-
-    def _order(self, seed: int | None, base: int = 0) -> Order:
-        """Pass 0's order for ``seed``, dealt to this shard after ``base`` positions."""
-        key = (seed, base)
-        order = self._orders.get(key)
-        if order is None:
-            seq = self._split_seq()
-            if self._one_dataset and seed is not None and seed > 0:
-                seq = seq.shuffle(seed)
-            if self.options.shard is not None:
-                seq = (seq.skip(base) if base else seq).shard(*self.options.shard)
-            order = Order(seq) if self._one_dataset else Order(seq, seed=seed or 0)
-            if len(self._orders) >= 8:  # reset(seed) each epoch must not grow it forever
-                self._orders.clear()
-            self._orders[key] = order
-        return order
-
-    def _order_len(self, base: int) -> int:
-        """This rank's pass length after ``base`` positions (shuffles keep lengths, so any
-        seed's order tells it)."""
-        return self._order(None, base).length
-
     def _pass_order(self) -> Order:
         led = self._ledger
-        key = (led.seed, led.epoch, led.base)
-        cached = self._pass_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        order = self._order(led.seed, led.base)
-        if led.epoch:
-            # Pass e is pass e of an enclosing repeat: seq.repeat(k)'s e-th pass.
-            order = order.with_epoch(led.epoch)
-        self._pass_cache = (key, order)
-        return order
+        return self._orders.current(led.seed, led.epoch, led.base)
 
     def _stream(self) -> dict[str, Any]:
         """What a state records in the clear (and a refusal names): the options that
@@ -228,7 +186,7 @@ class Loader:
         saved after ``close`` (its sources let go) is the state saved before."""
         got = self._stream_fields
         if got is None:
-            length = self._full_len if self.options.shard is not None else self._order_len(0)
+            length = self._full_len if self.options.shard is not None else self._orders.length(0)
             seeds = _state.map_seeds(self._datasets)
             got = {**self.options.stream(), "length": length, "sources": len(self._datasets)}
             got = self._stream_fields = {**got, **seeds}
@@ -236,7 +194,7 @@ class Loader:
 
     def _make_fingerprint(self) -> str:
         return _state.fingerprint(
-            self._sources().to_dict(),
+            self._orders.sources().to_dict(),
             self._one_dataset,
             self.record,
             self._stream(),
@@ -502,10 +460,9 @@ class Loader:
             # Nothing of the sources is held from here (the loader and its plan refer to
             # each other, so the collector alone would free them): a file dropped or
             # closed by its user is unmapped now. The state keeps what it recorded.
-            self._plain = self._seq = None
+            self._plain = None
             self._datasets = []
-            self._orders.clear()
-            self._pass_cache = None
+            self._orders.close()
             self._blocks.clear()
 
     def __enter__(self) -> Loader:

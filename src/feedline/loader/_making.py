@@ -33,7 +33,7 @@ def positions(loader: Any, claim: Any) -> np.ndarray | None:
         return loader._ledger.base + p * count + index
     if opts.split is not None:  # data.nu's contiguous slice
         index, count = opts.split
-        return p + index * Order(loader._seq).length // count
+        return p + index * Order(loader._orders.sources()).length // count
     return p
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 import numpy as np
@@ -33,20 +33,6 @@ class Plan:
         if got is None:  # an iterator kept past its pass's end, its loader dropped
             raise StopIteration
         return got
-
-
-def weak_method(method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` without a strong reference to its object (a loader's own helpers
-    given to what it holds would make a cycle)."""
-    ref, name = weakref.WeakMethod(method), method.__qualname__  # not ``method`` itself
-
-    def call(*args: Any) -> Any:
-        got = ref()
-        if got is None:
-            raise ReferenceError(f"{name}: its object is gone")
-        return got(*args)
-
-    return call
 
 
 def as_dataset(src: Any) -> Dataset:
