@@ -154,10 +154,9 @@ class Dataset:
                 "TensorDataset",
             )
             self._seen = seen
-        before = self.__dict__.get("_len")
+        before = self.__dict__.get("_len", 0)  # read again with fewer: records may be gone
         self._len = len(self._cols[next(iter(record.fields))]) if self._cols else len(source)
-        # read again with fewer items: an order's records may be gone (``getitems``)
-        self._shrunk = self.__dict__.get("_shrunk", False) or self._len < (before or 0)
+        self._shrunk = self.__dict__.get("_shrunk", False) or self._len < before
         self._recheck = self._recheck or self._values_checked
         self._values_checked = False
 
@@ -365,11 +364,9 @@ class Dataset:
                 _write_rows(out, batch, len(idx))
             return batch
         idx = _as_indices(indices, self.record.__name__)
-        if self._seen is not None:
-            self._read_if_changed()
-        if not in_range or self._shrunk:
+        in_memory = self._columns is not None  # a TensorDataset changed: read again first
+        if not in_range or self._shrunk:  # an order's records fit unless it shrank
             self._check_bounds(idx)
-        in_memory = self._cols is not None
         columns = self._cols if in_memory else self._mapped_columns
         if columns is not None:
             if check_values and in_memory:
