@@ -22,8 +22,8 @@ import numpy as np
 from .._base import hashing, kernels
 from .._base.recycle import Recycler
 from . import _perm
-from ._mixplan import _FEW_PARTS, MixPlan, MixState
-from ._schedule import _BY_PART
+from ._mixplan import MixPlan, MixState
+from ._schedule import _BY_PART, by_part
 
 # Above this many distinct contexts in one call, a shuffle derives keys per element
 # instead of looping over the groups.
@@ -341,9 +341,10 @@ class Mix(Node):
         recs = np.empty(len(pos), dtype=np.uint64)
         if len(pos) == 0:
             return ords, recs
-        few = self._all_flat and len(self.parts) <= _FEW_PARTS
         plan = self.plan
-        kern = kernels.get(background=not few or plan is None or plan.load_kernels)
+        assert plan is not None  # compile always gives a mix its plan
+        few = self._all_flat and not plan.load_kernels  # the numpy path serves throughout
+        kern = kernels.get(background=not few)
         if kern is not None and isinstance(epoch, int) and self._all_flat:
             sh = self._shapes
             kern.locate_flat(
@@ -416,12 +417,13 @@ class Mix(Node):
         time, took 136 ns a position by element, 40 by part (the compiled kernels 35)."""
         shuffles = dict(self._flat_shuffles)
         j = j.astype(np.uint64, copy=False)
-        for i in np.flatnonzero(np.bincount(part, minlength=len(self.parts))):
-            sel = np.flatnonzero(part == i)
-            sh = shuffles.get(int(i))
-            rec = j[sel] if sh is None else sh.permute(j[sel], seed, epoch, in_place=True)
-            recs[sel] = rec + self._leaf_offset[i]
-            ords[sel] = self._leaf_ordinal[i]
+        for i, at in by_part(part, len(self.parts)):
+            sh = shuffles.get(i)
+            # permuted in place where ``j[at]`` is a copy (indices), not a view (a slice)
+            mine = isinstance(at, np.ndarray)
+            rec = j[at] if sh is None else sh.permute(j[at], seed, epoch, in_place=mine)
+            recs[at] = rec + self._leaf_offset[i]
+            ords[at] = self._leaf_ordinal[i]
         return ords, recs
 
 

@@ -268,6 +268,16 @@ _UNIFORM = Schedule()
 _BY_PART = 64
 
 
+def by_part(part: np.ndarray, k: int) -> list[tuple[int, Any]]:
+    """``(i, where)`` for each of the ``k`` parts present in ``part``: a slice where the
+    parts come in runs (a walk's span, parts in rank order), else their indices."""
+    if len(part) > 1 and (part[1:] >= part[:-1]).all():
+        cuts = np.searchsorted(part, np.arange(k + 1)).tolist()
+        return [(i, slice(cuts[i], cuts[i + 1])) for i in range(k) if cuts[i] < cuts[i + 1]]
+    present = np.flatnonzero(np.bincount(part, minlength=k)).tolist()
+    return [(i, np.flatnonzero(part == i)) for i in present]
+
+
 class ScheduleTable:
     """The schedules of a mix's non-empty parts as padded arrays, for vectorised keys.
 
@@ -306,22 +316,11 @@ class ScheduleTable:
         """``Q_part(y)`` elementwise (``part``: int array of rows; ``y``: float64 array)."""
         if self.all_uniform:
             return y
-        k = len(self.uniform)
-        if len(part) > 1 and k <= _BY_PART and (part[1:] >= part[:-1]).all():
-            # the parts in runs (a walk's span): a slice each
+        groups = by_part(part, len(self.uniform))
+        if len(groups) <= _BY_PART:
             out = np.empty(len(y), np.float64)
-            cuts = np.searchsorted(part, np.arange(k + 1)).tolist()
-            for i in range(k):
-                lo, hi = cuts[i], cuts[i + 1]
-                if lo < hi:
-                    out[lo:hi] = self._inverse_of(i, y[lo:hi])
-            return out
-        present = np.flatnonzero(np.bincount(part, minlength=k))
-        if len(present) <= _BY_PART:
-            out = np.empty(len(y), np.float64)
-            for p in present.tolist():
-                sel = np.flatnonzero(part == p)
-                out[sel] = self._inverse_of(p, y[sel])
+            for i, at in groups:
+                out[at] = self._inverse_of(i, y[at])
             return out
         seg = np.maximum((self.share[part] < y[:, None]).sum(axis=1) - 1, 0)
         return self._at(part, seg, y)
