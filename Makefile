@@ -10,11 +10,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+# setup.py and the C source: the compiled row copies (feedline._base._rowcopy) are built
+# at install, so a change to them installs again
+$(VENV)/.demo-installed: pyproject.toml setup.py src/feedline/_base/_rowcopy.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision,parquet]"
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+$(VENV)/.test-installed: pyproject.toml setup.py src/feedline/_base/_rowcopy.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision,parquet,test]"
 	touch $@ $(VENV)/.demo-installed
 
@@ -31,4 +33,4 @@ bench: $(VENV)/.demo-installed
 	$(BIN)/feedline bench
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache src/feedline/_base/*.so

@@ -55,6 +55,7 @@ def test_the_modules_docstring_examples_pass():
     import doctest
 
     import feedline._base.hashing
+    import feedline._base.rowcopy
     import feedline.formats._label
     import feedline.formats.nndataset
     import feedline.loader._loader
@@ -66,6 +67,7 @@ def test_the_modules_docstring_examples_pass():
 
     for mod in (
         feedline._base.hashing,
+        feedline._base.rowcopy,
         feedline.order._order,
         feedline.order._schedule,
         feedline.order._seq,

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 import feedline as fl
+from feedline._base import rowcopy
 from feedline.loader import _ahead, _blocks, _gather_ahead
 
 from ._rows import B, N, records, whole
 
 
 def test_the_helpers_make_the_order_blocks_and_the_stream_is_one_threads(
-    rows_flr, small_chunks, monkeypatch
+    rows_flr, small_chunks, monkeypatch, numpy_copies
 ):
     want = whole(rows_flr)
     made: list[tuple[int, str]] = []
@@ -42,6 +43,32 @@ def test_the_helpers_make_the_order_blocks_and_the_stream_is_one_threads(
     later = [name for _, name in made[2:]]
     assert not any(name.startswith("feedline-order") for name in later), made
     assert any(name.startswith("feedline-gather") for name in later), made
+
+
+def test_with_c_threads_copying_the_look_ahead_thread_makes_the_order_blocks(
+    rows_flr, small_chunks, monkeypatch
+):
+    # C's helpers copy rows and never run Python: the next order block is made on the
+    # look-ahead thread, each once, and the stream is one thread's
+    if not rowcopy.available():
+        pytest.skip("the compiled row copies are not built here")
+    want = whole(rows_flr)
+    made: list[tuple[int, str]] = []
+    real = _ahead.Ahead.make
+
+    def named(cursor, length):
+        made.append((cursor.offset, threading.current_thread().name))
+        return real(cursor, length)
+
+    monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(named))
+    with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
+        got = records(loader)
+        assert all(c.task is not None for c in loader._plan.ahead.chunks.values())
+    np.testing.assert_array_equal(got, want)
+    offsets = [at for at, _ in made]
+    assert offsets == sorted(set(offsets))  # each block once
+    assert made[0][1] == "MainThread"
+    assert all(name.startswith("feedline-order") for _, name in made[1:]), made
 
 
 def test_columns_gathered_batch_by_batch_keep_the_look_ahead_thread(small_chunks, monkeypatch):
@@ -83,7 +110,9 @@ def test_an_error_making_a_block_here_reaches_the_caller_and_loses_no_batch(
     np.testing.assert_array_equal(np.concatenate(got), want)
 
 
-def test_an_interrupt_while_the_caller_makes_a_block_loses_nothing(rows_flr, monkeypatch):
+def test_an_interrupt_while_the_caller_makes_a_block_loses_nothing(
+    rows_flr, monkeypatch, numpy_copies
+):
     """With no helper running (a window of no chunks), the caller makes the block when it
     needs it; an interrupt there leaves nothing claimed, and the block is made again
     from its position (the interrupted cursor is not trusted)."""

@@ -105,7 +105,7 @@ def test_user_threads_starting_a_pass_together_lose_no_batch(rows_flr, small_chu
 
 
 def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(
-    rows_flr, small_chunks, monkeypatch
+    rows_flr, small_chunks, monkeypatch, numpy_copies
 ):
     want = whole(rows_flr)
     real = _ahead.Ahead.make
@@ -191,7 +191,7 @@ def test_an_interrupt_while_a_chunk_is_given_back_hangs_nothing(
 
 
 def test_an_interrupt_while_a_helper_is_started_gives_its_place_back(
-    rows_flr, small_chunks, monkeypatch
+    rows_flr, small_chunks, monkeypatch, numpy_copies
 ):
     real = _gather_ahead._executor
     calls = {"n": 0}

@@ -190,7 +190,9 @@ def mapped_parts(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["even", "three", "scheduled", "runs"])
-def test_gather_threads_over_a_plain_mix_give_one_threads_batches(mapped_parts, small_chunks, name):
+def test_gather_threads_over_a_plain_mix_give_one_threads_batches(
+    mapped_parts, small_chunks, name, copies
+):
     a, b, c = (fl.Seq.source(f) for f in mapped_parts)
     seq = {
         "even": fl.Seq.mix([a.shuffle(1), b.shuffle(2)]),
@@ -202,13 +204,15 @@ def test_gather_threads_over_a_plain_mix_give_one_threads_batches(mapped_parts, 
     loader = fl.Loader(seq, 16, seed=3, threads=2)
     assert loader._plan.ahead is not None
     gathered = []
-    real = loader._plan.ahead._gather
+    real = loader._plan.ahead._new
 
-    def counted(key, chunk):
-        gathered.append(len(chunk.recs))
-        return real(key, chunk)
+    def counted(key, lo, recs, cols, ords):
+        gathered.append(len(recs))
+        chunk = real(key, lo, recs, cols, ords)
+        assert (chunk.task is not None) is (copies == "compiled")
+        return chunk
 
-    loader._plan.ahead._gather = counted
+    loader._plan.ahead._new = counted
     _same(_batches(loader, passes=2), one)
     assert sum(gathered) >= sum(w[5] for w in one)  # every row came from a chunk
     # next_into fills the caller's arrays from the same chunks

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .._base import recycle
+from .._base import recycle, rowcopy
 from ._blocks import _BLOCK, OrderBlocks
 from ._config import _in_torch_worker, usable_cpus
 from ._gather import take_mixed
@@ -125,15 +125,29 @@ def _holds(chunk: _Chunk | None, cols: Any, need: int) -> bool:
 class _Chunk:
     """Rows ``lo ..`` of an order block (their records ``recs``, of sources ``ords``),
     gathered (``fields``) once ``ready``; ``fields`` stays None when the gather failed
-    (the caller gathers its batch itself, and meets the error where it is reported)."""
+    (the caller gathers its batch itself, and meets the error where it is reported).
+    ``task``: the compiled copy of its rows into ``buffers`` (``rowcopy``), where the
+    helpers are C threads."""
 
-    __slots__ = ("buffers", "cols", "fields", "gate", "lo", "ords", "owner", "ready", "recs")
+    __slots__ = (
+        "buffers",
+        "cols",
+        "fields",
+        "gate",
+        "lo",
+        "ords",
+        "owner",
+        "ready",
+        "recs",
+        "task",
+    )
 
     def __init__(self, lo: int, recs: np.ndarray, cols: Any, ords: np.ndarray) -> None:
         self.lo, self.recs, self.cols, self.ords = lo, recs, cols, ords
         self.owner = threading.get_ident()  # the thread that took it, to gather it
         self.fields: dict[str, np.ndarray] | None = None
         self.buffers: dict[str, np.ndarray] | None = None  # what ``fields`` are views of
+        self.task: Any = None
         # Set by ``finish``, after ``fields``; the gate, held until then, is what waiters
         # block on (a lock of its own, not a ``threading.Event``: a chunk is made by the
         # caller's Python, and an Event's condition cost 3 - 4 us of it, under the GIL
@@ -195,7 +209,8 @@ class GatherAhead:
         self.chosen = False  # helpers only while a core is spare (``_spare``)
         self.spared: tuple[Any, bool] = (None, True)  # (block, helpers wanted there)
         self.starts: tuple[list[int], list[int]] = ([], [])  # (a pass's first block, others)
-        self.seen: tuple[Any, bool] = (None, False)  # (columns, gathered ahead)
+        # (columns, gathered ahead, by the compiled copies: ``rowcopy``)
+        self.seen: tuple[Any, bool, bool] = (None, False, False)
         self.closed = False  # released: the caller gathers any batch still being made
         self._reset()
 
@@ -208,6 +223,7 @@ class GatherAhead:
         self.current: Key | None = None  # the chunk the window follows
         self.helping = 0
         self.helpers: set = set()  # this loader's helpers' futures (``release`` waits)
+        self.native = 0  # C's helper threads known to run (``rowcopy.helpers``)
         # (generation, first and end position in the pass, columns, fields) of the chunk
         # that the last batch was cut from, gathered: the next batches' fast path
         self.last: tuple[int, int, int, dict, dict[str, np.ndarray]] | None = None
@@ -224,7 +240,7 @@ class GatherAhead:
             self.chunks = {}
             self.current = self.last = None
             self.spare = []
-            self.seen = (None, False)
+            self.seen = (None, False, False)
         if self.pid == os.getpid():
             for future in list(self.helpers):  # a helper's chunk in hand: one take at most
                 future.exception()  # waits
@@ -261,11 +277,14 @@ class GatherAhead:
             )
             # numpy arrays over memory nothing writes (memory maps); a remote file's columns
             # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
-            self.seen = (cols, all(_unwritten(a) for a in _arrays_of(cols)))
+            arrays = _arrays_of(cols)
+            ahead = all(_unwritten(a) for a in arrays)
+            self.seen = (cols, ahead, ahead and rowcopy.available() and rowcopy.copyable(arrays))
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
             return None
-        self.blocks.here = self.spared[1]  # a helper makes it, where helpers gather
+        # a helper makes it, where Python helpers gather (C's never hold the GIL)
+        self.blocks.here = self.spared[1] and not self.seen[2]
         if self.pid != os.getpid():
             # a forked child: no thread of its parent's is here to gather a chunk it took
             # (another user thread's, in flight at the fork), nor any helper of its
@@ -290,7 +309,10 @@ class GatherAhead:
                         taken = (key, chunk)
                     self._advance(key, block, cols)
             assert chunk is not None
-            if taken is not None:
+            if chunk.task is not None:  # copied by C's threads and this one
+                if not chunk.ready:
+                    self._copied(chunk)
+            elif taken is not None:
                 self._gather(*taken)
             elif not chunk.ready and chunk.owner == threading.get_ident():
                 # this thread took it and was stopped before it gathered it (an interrupt
@@ -342,7 +364,20 @@ class GatherAhead:
         return lo, recs[lo:hi], ords[lo:hi]
 
     def _new(self, key: Key, lo: int, recs: np.ndarray, cols: Any, ords: np.ndarray) -> _Chunk:
-        chunk = self.chunks[key] = _Chunk(lo, recs, cols, ords)
+        chunk = _Chunk(lo, recs, cols, ords)
+        queue = False
+        if cols is self.seen[0] and self.seen[2]:
+            # Copied by C: queued for the helpers at once (where a core is spare), and by
+            # whichever thread needs it first (``_copied``); no thread of Python owns it.
+            # Known by its key only once its task is made: an interrupt before that leaves
+            # no chunk that no thread copies.
+            chunk.owner = 0
+            chunk.buffers = self._buffers(cols)
+            queue = self.spared[1] and not self.closed
+            chunk.task = rowcopy.submit(chunk.buffers, cols, recs, ords, queue=queue)
+        self.chunks[key] = chunk
+        if queue and self.native < self.threads - 1:
+            self.native = rowcopy.helpers(self.threads - 1)
         return chunk
 
     def _advance(self, key: Key, block: tuple, cols: Any) -> None:
@@ -371,6 +406,11 @@ class GatherAhead:
             if dropped is not None and len(self.spare) < 2 * _AHEAD + 2:
                 self.spare.append(dropped)
         self.window = window
+        if self.seen[2] and cols is self.seen[0]:
+            for k, lo, rows, of, ords in window:  # the helpers (C's) start on them now
+                if k not in self.chunks:
+                    self._new(k, lo, rows, of, ords)
+            return
         if self.helping < self.threads - 1 and window:
             self.helping += 1
             try:
@@ -442,6 +482,21 @@ class GatherAhead:
         return None
 
     # -- gathering -------------------------------------------------------------------------
+    def _copied(self, chunk: _Chunk) -> None:
+        """Copy what is left of a chunk's task in this thread, wait for the rest, and
+        mark it gathered; given up (``fields`` None: the caller gathers its batch and
+        meets the error) where a record is out of range or the task was cancelled."""
+        try:
+            whole = bool(chunk.task.run())
+        except IndexError:
+            whole = False
+        with self.lock:  # any thread may get here: one marks it
+            if not chunk.ready:
+                if whole:
+                    k = len(chunk.recs)
+                    chunk.fields = {n: a[:k] for n, a in chunk.buffers.items()}  # type: ignore[union-attr]
+                chunk.finish()
+
     def _gather(self, key: Key, chunk: _Chunk) -> None:
         try:
             # the order's records are below 2**63 and in range: as int64 they index

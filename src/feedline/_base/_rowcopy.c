@@ -1,0 +1,469 @@
+/* Rows gathered by index into arrays, by the calling thread and by helper threads that
+ * never hold the GIL: the plain path's chunks of batches (feedline/_base/rowcopy.py).
+ *
+ * A Task is one chunk: for each field f, rows recs[i] of source ords[i] (its column of
+ * that field) copied to row i of dst[f]. Its rows are claimed in blocks with an atomic
+ * counter, so any number of threads copy one task at once, each block exactly once:
+ * the helpers (pthreads started here, waiting on a queue of tasks) and any Python
+ * thread that calls Task.run() (which copies blocks until none is left, then waits for
+ * the blocks in flight, copying blocks of the queue's other tasks meanwhile).
+ *
+ * A task holds a buffer (a reference) of every array it reads or writes until it is
+ * freed; it is freed only once no helper is in it (`users`), and a task
+ * freed before it was complete is cancelled first (its unclaimed rows are never
+ * copied). After a fork, the child has no helpers: tasks of the parent's are refused
+ * (run) or freed without waiting (dealloc).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_HELPERS 15
+/* Bytes of rows a block holds at most: small enough that two threads end a chunk
+ * together (a block of 3 KB rows is copied in about 10 us), large enough that the
+ * atomic counter costs nothing beside the copies. */
+#define BLOCK_BYTES (64 * 1024)
+
+typedef struct Task {
+    PyObject_HEAD
+    int nf, ns;             /* fields, sources */
+    Py_ssize_t n, blk;      /* rows, rows a block */
+    Py_buffer *views;       /* every buffer held: dst (nf), src (ns*nf), recs, ords */
+    int nviews;
+    char **dst;             /* [nf] */
+    const char **src;       /* [ns*nf]: source s, field f at s*nf+f */
+    Py_ssize_t *rb;         /* [nf] bytes a row */
+    Py_ssize_t *rows;       /* [ns] rows of each source */
+    const int64_t *recs, *ords;  /* ords NULL: one source */
+    _Atomic Py_ssize_t next, done;
+    _Atomic int bad;        /* a record out of its source's range was met */
+    _Atomic int cut;        /* cancelled before every row was claimed */
+    int users;              /* helpers in it (under mu) */
+    int queued;             /* in the queue (under mu) */
+    struct Task *qnext;
+    pid_t pid;
+} Task;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;  /* helpers wait for tasks */
+static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;  /* a task done, a user gone */
+static Task *qhead, *qtail;
+static int helpers;
+static int atfork_set;
+
+/* ---- copying (no GIL) ---------------------------------------------------------- */
+
+static void copy_rows(Task *t, Py_ssize_t s, Py_ssize_t e) {
+    const int nf = t->nf;
+    const int64_t *recs = t->recs, *ords = t->ords;
+    for (int f = 0; f < nf; f++) {
+        const Py_ssize_t rb = t->rb[f];
+        char *d = t->dst[f] + s * rb;
+        for (Py_ssize_t i = s; i < e; i++, d += rb) {
+            const int64_t o = ords ? ords[i] : 0;
+            const int64_t r = recs[i];
+            if (o < 0 || o >= t->ns || r < 0 || r >= t->rows[o]) {
+                atomic_store(&t->bad, 1);
+                continue;
+            }
+            const char *p = t->src[o * nf + f] + r * rb;
+            switch (rb) {  /* the small fields' copies inlined */
+            case 1: *d = *p; break;
+            case 2: memcpy(d, p, 2); break;
+            case 4: memcpy(d, p, 4); break;
+            case 8: memcpy(d, p, 8); break;
+            case 16: memcpy(d, p, 16); break;
+            default: memcpy(d, p, (size_t)rb);
+            }
+        }
+    }
+}
+
+static void finished(Task *t, Py_ssize_t k) {
+    if (atomic_fetch_add(&t->done, k) + k == t->n) {
+        pthread_mutex_lock(&mu);
+        pthread_cond_broadcast(&done_cv);
+        pthread_mutex_unlock(&mu);
+    }
+}
+
+/* Claim and copy one block; 0 when none is left. */
+static int one_block(Task *t) {
+    Py_ssize_t s = atomic_fetch_add(&t->next, t->blk);
+    if (s >= t->n) return 0;
+    Py_ssize_t e = s + t->blk < t->n ? s + t->blk : t->n;
+    copy_rows(t, s, e);
+    finished(t, e - s);
+    return 1;
+}
+
+/* The queue's first task with rows unclaimed, with a user taken (under mu); tasks with
+ * none left are dropped from the queue on the way. */
+static Task *first_open(void) {
+    while (qhead && atomic_load(&qhead->next) >= qhead->n) {
+        Task *t = qhead;
+        qhead = t->qnext;
+        if (!qhead) qtail = NULL;
+        t->qnext = NULL;
+        t->queued = 0;
+    }
+    if (qhead) qhead->users++;
+    return qhead;
+}
+
+static void let_go(Task *t) {  /* under mu */
+    if (--t->users == 0) pthread_cond_broadcast(&done_cv);
+}
+
+static void *helper_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    for (;;) {
+        Task *t = first_open();
+        if (!t) {
+            pthread_cond_wait(&work_cv, &mu);
+            continue;
+        }
+        pthread_mutex_unlock(&mu);
+        while (one_block(t)) {
+        }
+        pthread_mutex_lock(&mu);
+        let_go(t);
+    }
+    return NULL;
+}
+
+static void before_fork(void) { pthread_mutex_lock(&mu); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&mu); }
+static void after_fork_child(void) {
+    /* no helper is here: the parent's queue and counts mean nothing in this process */
+    pthread_mutex_init(&mu, NULL);
+    pthread_cond_init(&work_cv, NULL);
+    pthread_cond_init(&done_cv, NULL);
+    qhead = qtail = NULL;
+    helpers = 0;
+}
+
+/* Wait (without the GIL) until t is done, copying blocks of the queue's tasks meanwhile. */
+static void wait_done(Task *t) {
+    while (atomic_load(&t->done) < t->n) {
+        pthread_mutex_lock(&mu);
+        Task *h = first_open();
+        pthread_mutex_unlock(&mu);
+        if (h) {
+            one_block(h);
+            pthread_mutex_lock(&mu);
+            let_go(h);
+            pthread_mutex_unlock(&mu);
+            continue;
+        }
+        pthread_mutex_lock(&mu);
+        while (atomic_load(&t->done) < t->n) pthread_cond_wait(&done_cv, &mu);
+        pthread_mutex_unlock(&mu);
+    }
+}
+
+/* Stop t: its unclaimed rows are never copied (counted done); wait for the blocks in
+ * flight, and take it out of the queue. */
+static void cancel(Task *t) {
+    Py_ssize_t was = atomic_exchange(&t->next, t->n);
+    if (was < t->n) {
+        atomic_store(&t->cut, 1);
+        finished(t, t->n - was);
+    }
+    pthread_mutex_lock(&mu);
+    if (t->queued) {
+        Task **p = &qhead, *prev = NULL;
+        while (*p && *p != t) {
+            prev = *p;
+            p = &(*p)->qnext;
+        }
+        if (*p) {
+            *p = t->qnext;
+            if (qtail == t) qtail = prev;
+        }
+        t->qnext = NULL;
+        t->queued = 0;
+    }
+    while (t->users > 0) pthread_cond_wait(&done_cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+/* ---- the Python type -------------------------------------------------------------- */
+
+static void release_views(Task *t) {
+    for (int i = 0; i < t->nviews; i++) PyBuffer_Release(&t->views[i]);
+    t->nviews = 0;
+}
+
+static void Task_dealloc(Task *t) {
+    if (t->pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        cancel(t);
+        Py_END_ALLOW_THREADS
+    }
+    release_views(t);
+    PyMem_Free(t->views);
+    PyMem_Free(t->dst);
+    PyMem_Free(t->src);
+    PyMem_Free(t->rb);
+    PyMem_Free(t->rows);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static PyObject *Task_run(Task *t, PyObject *unused) {
+    (void)unused;
+    if (t->pid != getpid()) {
+        PyErr_SetString(PyExc_RuntimeError, "a row copy made in another process");
+        return NULL;
+    }
+    if (atomic_load(&t->done) < t->n) {
+        Py_BEGIN_ALLOW_THREADS
+        while (one_block(t)) {
+        }
+        wait_done(t);
+        Py_END_ALLOW_THREADS
+    }
+    if (atomic_load(&t->bad)) {
+        PyErr_SetString(PyExc_IndexError, "a record is outside its source's rows");
+        return NULL;
+    }
+    /* the arrays stay held until the task is freed: its owner's buffers must not look
+     * unviewed (free to be written again) before the owner views them itself */
+    return PyBool_FromLong(!atomic_load(&t->cut));
+}
+
+static PyObject *Task_cancel(Task *t, PyObject *unused) {
+    (void)unused;
+    if (t->pid == getpid()) {
+        Py_BEGIN_ALLOW_THREADS
+        cancel(t);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Task_get_done(Task *t, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(atomic_load(&t->done) >= t->n);
+}
+
+static PyMethodDef Task_methods[] = {
+    {"run", (PyCFunction)Task_run, METH_NOARGS,
+     "Copy the task's unclaimed rows in this thread (the GIL released), wait for the "
+     "rest; True if every row was copied, False if the task was cancelled; IndexError "
+     "if a record was outside its source."},
+    {"cancel", (PyCFunction)Task_cancel, METH_NOARGS,
+     "Copy no more of its rows; wait for the blocks being copied."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Task_getset[] = {
+    {"done", (getter)Task_get_done, NULL, "whether every row is copied (or cancelled)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject TaskType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "feedline._base._rowcopy.Task",
+    .tp_basicsize = sizeof(Task),
+    .tp_dealloc = (destructor)Task_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Rows being copied: see the module.",
+    .tp_methods = Task_methods,
+    .tp_getset = Task_getset,
+};
+
+static Py_ssize_t row_bytes(Py_buffer *v) {
+    Py_ssize_t b = v->itemsize;
+    for (int d = 1; d < v->ndim; d++) b *= v->shape[d];
+    return b;
+}
+
+static int get_view(Task *t, PyObject *o, int writable, const char *what) {
+    Py_buffer *v = &t->views[t->nviews];
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(o, v, flags) < 0) return -1;
+    t->nviews++;
+    if (v->ndim < 1) {
+        PyErr_Format(PyExc_ValueError, "%s: an array of rows (at least one dimension)", what);
+        return -1;
+    }
+    return 0;
+}
+
+/* submit(dst, sources, recs, ords, queue) -> Task
+ *   dst: tuple of nf writable C-contiguous arrays, each of at least len(recs) rows;
+ *   sources: tuple of ns tuples of nf C-contiguous arrays, row for row like dst's;
+ *   recs: int64 array; ords: int64 array of source ordinals, or None (one source);
+ *   queue: the helpers may copy it (else only threads that run() it). */
+static PyObject *submit(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *dst, *sources, *recs, *ords;
+    int queue;
+    if (!PyArg_ParseTuple(args, "O!O!OOp", &PyTuple_Type, &dst, &PyTuple_Type, &sources,
+                          &recs, &ords, &queue))
+        return NULL;
+    Py_ssize_t nf = PyTuple_GET_SIZE(dst), ns = PyTuple_GET_SIZE(sources);
+    if (nf < 1 || ns < 1 || nf > 4096 || ns > 4096) {
+        PyErr_SetString(PyExc_ValueError, "one to 4096 fields and sources");
+        return NULL;
+    }
+    if (ns > 1 && ords == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "several sources need ordinals");
+        return NULL;
+    }
+    Task *t = PyObject_New(Task, &TaskType);
+    if (!t) return NULL;
+    t->nf = (int)nf;
+    t->ns = (int)ns;
+    t->nviews = 0;
+    t->users = t->queued = 0;
+    t->qnext = NULL;
+    t->pid = getpid();
+    t->n = 0;
+    atomic_init(&t->next, 0);
+    atomic_init(&t->done, 0);
+    atomic_init(&t->bad, 0);
+    atomic_init(&t->cut, 0);
+    t->recs = t->ords = NULL;
+    t->views = PyMem_Calloc((size_t)(nf + ns * nf + 2), sizeof(Py_buffer));
+    t->dst = PyMem_Calloc((size_t)nf, sizeof(char *));
+    t->src = PyMem_Calloc((size_t)(ns * nf), sizeof(char *));
+    t->rb = PyMem_Calloc((size_t)nf, sizeof(Py_ssize_t));
+    t->rows = PyMem_Calloc((size_t)ns, sizeof(Py_ssize_t));
+    if (!t->views || !t->dst || !t->src || !t->rb || !t->rows) {
+        Py_DECREF(t);
+        return PyErr_NoMemory();
+    }
+    /* the indices first: the rows needed of each dst */
+    if (get_view(t, recs, 0, "recs") < 0) goto fail;
+    Py_buffer *rv = &t->views[t->nviews - 1];
+    if (rv->itemsize != 8 || rv->ndim != 1) {
+        PyErr_SetString(PyExc_ValueError, "recs: a one-dimensional int64 array");
+        goto fail;
+    }
+    t->recs = rv->buf;
+    t->n = rv->shape[0];
+    if (ords != Py_None) {
+        if (get_view(t, ords, 0, "ords") < 0) goto fail;
+        Py_buffer *ov = &t->views[t->nviews - 1];
+        if (ov->itemsize != 8 || ov->ndim != 1 || ov->shape[0] != t->n) {
+            PyErr_SetString(PyExc_ValueError, "ords: an int64 array as long as recs");
+            goto fail;
+        }
+        t->ords = ov->buf;
+    }
+    Py_ssize_t total = 0;
+    const int dst0 = t->nviews;  /* dst's views: t->views[dst0 + f] */
+    for (Py_ssize_t f = 0; f < nf; f++) {
+        if (get_view(t, PyTuple_GET_ITEM(dst, f), 1, "dst") < 0) goto fail;
+        Py_buffer *v = &t->views[t->nviews - 1];
+        if (v->shape[0] < t->n) {
+            PyErr_SetString(PyExc_ValueError, "dst: fewer rows than recs");
+            goto fail;
+        }
+        t->dst[f] = v->buf;
+        t->rb[f] = row_bytes(v);
+        total += t->rb[f];
+    }
+    for (Py_ssize_t s = 0; s < ns; s++) {
+        PyObject *cols = PyTuple_GET_ITEM(sources, s);
+        if (!PyTuple_Check(cols) || PyTuple_GET_SIZE(cols) != nf) {
+            PyErr_SetString(PyExc_ValueError, "each source: a tuple of one array a field");
+            goto fail;
+        }
+        for (Py_ssize_t f = 0; f < nf; f++) {
+            if (get_view(t, PyTuple_GET_ITEM(cols, f), 0, "source") < 0) goto fail;
+            Py_buffer *v = &t->views[t->nviews - 1];
+            if (row_bytes(v) != t->rb[f] || v->itemsize != t->views[dst0 + f].itemsize) {
+                PyErr_SetString(PyExc_ValueError, "a source's rows differ from dst's");
+                goto fail;
+            }
+            Py_ssize_t r = v->shape[0];
+            if (f == 0) t->rows[s] = r;
+            else if (r < t->rows[s]) t->rows[s] = r;
+            t->src[s * nf + f] = v->buf;
+        }
+    }
+    t->blk = total > 0 ? BLOCK_BYTES / total : t->n;
+    if (t->blk < 1) t->blk = 1;
+    if (queue && t->n > 0) {
+        pthread_mutex_lock(&mu);
+        t->queued = 1;
+        if (qtail) qtail->qnext = t;
+        else qhead = t;
+        qtail = t;
+        pthread_cond_broadcast(&work_cv);
+        pthread_mutex_unlock(&mu);
+    }
+    return (PyObject *)t;
+fail:
+    Py_DECREF(t);
+    return NULL;
+}
+
+/* start_helpers(k): at least k helper threads in this process (at most MAX_HELPERS);
+ * returns how many there are. */
+static PyObject *start_helpers(PyObject *self, PyObject *arg) {
+    (void)self;
+    long k = PyLong_AsLong(arg);
+    if (k == -1 && PyErr_Occurred()) return NULL;
+    if (k > MAX_HELPERS) k = MAX_HELPERS;
+    pthread_mutex_lock(&mu);
+    if (!atfork_set) {
+        pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+        atfork_set = 1;
+    }
+    int err = 0;
+    while (helpers < k) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        err = pthread_create(&th, &attr, helper_main, NULL);
+        pthread_attr_destroy(&attr);
+        if (err) break;
+        helpers++;
+    }
+    int now = helpers;
+    pthread_mutex_unlock(&mu);
+    if (err && now == 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromLong(now);
+}
+
+static PyMethodDef methods[] = {
+    {"submit", submit, METH_VARARGS,
+     "submit(dst, sources, recs, ords, queue) -> Task: rows recs[i] of sources[ords[i]] "
+     "into row i of each dst array"},
+    {"start_helpers", start_helpers, METH_O,
+     "start_helpers(k) -> int: at least k helper threads (at most 15); how many run"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_rowcopy", "Rows copied by index without the GIL.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__rowcopy(void) {
+    if (PyType_Ready(&TaskType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&TaskType);
+    if (PyModule_AddObject(m, "Task", (PyObject *)&TaskType) < 0) {
+        Py_DECREF(&TaskType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "MAX_HELPERS", MAX_HELPERS);
+    return m;
+}

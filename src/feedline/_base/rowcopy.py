@@ -1,0 +1,96 @@
+"""Rows copied by index without the GIL, by helper threads of C's own: the plain path's
+chunks of batches (``loader._gather_ahead``).
+
+numpy's ``np.take`` copies a chunk's rows with the GIL released, but a Python thread
+needs the GIL again between two takes, and the caller holds it for runs of batches
+(cutting views, the ledger, the caller's own loop): two Python threads gathering chunks
+wait on each other and reached 1.4 - 1.6x one thread on 3 KB rows where the machine's
+two cores copy 1.8 - 2.2x (docs/benchmarks.md, issue 20). Here a chunk is a task that
+C threads copy in blocks of rows claimed from an atomic counter: helpers started once
+per process, which never take the GIL, and any thread that needs the chunk (``run``:
+it copies the blocks left, then waits for those in flight while copying blocks of the
+next chunks). A task's rows are a pure function of its records and the columns, so
+which thread copied which block does not show.
+
+The extension is compiled when feedline is installed (``setup.py``) where a C compiler
+is found; without it, or with ``FEEDLINE_NATIVE=0``, ``available()`` is False and the
+loader gathers with numpy (the same rows).
+
+    >>> import numpy as np
+    >>> from feedline._base import rowcopy
+    >>> col = np.arange(12, dtype=np.int32).reshape(6, 2)
+    >>> out = {"x": np.zeros((3, 2), np.int32)}
+    >>> if rowcopy.available():
+    ...     task = rowcopy.submit(out, {"x": col}, np.array([5, 0, 2]), None, queue=False)
+    ...     whole = task.run()
+    ... else:
+    ...     out["x"][:] = col[[5, 0, 2]]
+    >>> out["x"].tolist()
+    [[10, 11], [0, 1], [4, 5]]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+try:
+    from . import _rowcopy  # type: ignore[attr-defined]
+except ImportError:  # not compiled (no C compiler at install)
+    _rowcopy = None
+
+
+def available() -> bool:
+    """Whether the compiled row copies are here and not turned off (``FEEDLINE_NATIVE=0``)."""
+    return _rowcopy is not None and os.environ.get("FEEDLINE_NATIVE", "1") != "0"
+
+
+def copyable(arrays: Sequence[Any]) -> bool:
+    """Whether every one of ``arrays`` is a C-contiguous numpy array of rows of plain
+    (not object) values, as ``submit`` reads them."""
+    return all(
+        isinstance(a, np.ndarray) and a.ndim >= 1 and a.flags.c_contiguous and not a.dtype.hasobject
+        for a in arrays
+    )
+
+
+def helpers(k: int) -> int:
+    """Start helper threads until at least ``k`` run in this process (at most 15; they
+    wait, without using a CPU, while no task is queued); how many run."""
+    assert _rowcopy is not None
+    return int(_rowcopy.start_helpers(k))
+
+
+def submit(
+    out: Mapping[str, np.ndarray],
+    cols: Mapping[str, np.ndarray] | tuple,
+    recs: np.ndarray,
+    ords: np.ndarray | None,
+    *,
+    queue: bool,
+) -> Any:
+    """A task copying, for each field of ``out``, rows ``recs[i]`` of the columns
+    ``cols`` (one dataset's: field -> array; or a mix's: a tuple of such, one per
+    source, picked by ``ords[i]``) into row ``i`` of ``out[field]``.
+
+    With ``queue`` the helpers copy it as soon as one is free; either way ``task.run()``
+    copies what is left in the calling thread, waits for the rest and returns True, or
+    False if the task was cancelled, and raises IndexError if a record was outside its
+    source's rows (the rows are then not all written).
+    ``task.cancel()`` stops it (no row is written after it returns). The task holds the
+    arrays until it is freed (cancelled first if it is not done).
+    """
+    assert _rowcopy is not None
+    names = tuple(out)
+    each = cols if isinstance(cols, tuple) else (cols,)
+    sources = tuple(tuple(c[n] for n in names) for c in each)
+    # read as int64 in C: an unsigned record past 2**63 is out of range there
+    if recs.dtype.kind not in "iu" or recs.dtype.itemsize != 8:
+        recs = recs.astype(np.int64)
+    recs = np.ascontiguousarray(recs)
+    if ords is not None:
+        ords = np.ascontiguousarray(ords, dtype=np.int64) if len(each) > 1 else None
+    return _rowcopy.submit(tuple(out[n] for n in names), sources, recs, ords, queue)

@@ -1,0 +1,216 @@
+"""The compiled row copies (``feedline._base.rowcopy``): numpy's take, row for row, by
+any number of threads at once, cancelled or freed early without a write after, refused
+where the arrays are not what they must be, and safe across a fork."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from feedline._base import rowcopy
+
+pytestmark = pytest.mark.skipif(
+    not rowcopy.available(), reason="the compiled row copies are not built here"
+)
+
+
+def _cols(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "u8": rng.integers(0, 255, (n, 3), dtype=np.uint8),  # 3-byte rows
+        "i16": rng.integers(-(2**15), 2**15, n, dtype=np.int16),
+        "f32": rng.standard_normal(n, dtype=np.float32),
+        "i64": np.arange(n, dtype=np.int64) * 7,
+        "c128": (rng.standard_normal(n) + 1j).astype(np.complex128),  # 16-byte rows
+        "img": rng.integers(0, 255, (n, 4, 5, 3), dtype=np.uint8),  # 60-byte rows
+        "none": np.empty((n, 0), np.float64),  # 0-byte rows
+        "big": rng.standard_normal((n, 300), dtype=np.float32),  # 1200-byte rows
+    }
+
+
+def _empty_like(cols: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    return {n: np.full((rows, *c.shape[1:]), 99, c.dtype) for n, c in cols.items()}
+
+
+@pytest.mark.parametrize("queue", [False, True])
+def test_a_task_copies_numpys_take_row_for_row(queue):
+    cols = _cols(5_000)
+    recs = np.random.default_rng(1).integers(0, 5_000, 3_000)
+    out = _empty_like(cols, 3_500)
+    assert rowcopy.helpers(1) >= 1
+    task = rowcopy.submit(out, cols, recs, None, queue=queue)
+    assert task.run() is True and task.done
+    for n, c in cols.items():
+        np.testing.assert_array_equal(out[n][:3_000], c[recs])
+        assert (out[n][3_000:] == 99).all()  # rows past the task's are left alone
+
+
+def test_a_mix_takes_each_row_from_its_source():
+    sources = tuple(_cols(n, seed=s) for s, n in enumerate((700, 1_300, 90)))
+    rng = np.random.default_rng(2)
+    ords = rng.integers(0, 3, 4_000)
+    recs = np.array([rng.integers(0, len(sources[o]["i64"])) for o in ords], np.uint64)
+    out = _empty_like(sources[0], 4_000)
+    assert rowcopy.submit(out, sources, recs, ords.astype(np.int8), queue=True).run()
+    for n in out:
+        want = np.stack([sources[o][n][r] for o, r in zip(ords, recs.astype(np.int64))])
+        np.testing.assert_array_equal(out[n], want.reshape(out[n].shape))
+
+
+@given(
+    rows=st.integers(1, 300),
+    take=st.integers(0, 600),
+    width=st.integers(0, 40),
+    dtype=st.sampled_from(["uint8", "int16", "float32", "int64", "complex128"]),
+    queue=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=60, deadline=None)
+def test_any_shape_and_dtype_is_copied_as_numpy_takes(rows, take, width, dtype, queue, seed):
+    rng = np.random.default_rng(seed)
+    col = rng.integers(0, 100, (rows, width)).astype(dtype)
+    recs = rng.integers(0, rows, take)
+    out = {"c": np.zeros((take, width), dtype)}
+    assert rowcopy.submit(out, {"c": col}, recs, None, queue=queue).run()
+    np.testing.assert_array_equal(out["c"], col[recs])
+
+
+def test_many_threads_running_the_same_tasks_copy_each_row_once():
+    cols = {"x": np.random.default_rng(3).standard_normal((20_000, 64), dtype=np.float32)}
+    rowcopy.helpers(2)
+    perm = np.random.default_rng(4).permutation(20_000)
+    outs = [{"x": np.zeros((2_000, 64), np.float32)} for _ in range(10)]
+    tasks = [
+        rowcopy.submit(o, cols, perm[i * 2_000 : (i + 1) * 2_000], None, queue=True)
+        for i, o in enumerate(outs)
+    ]
+    errors: list[BaseException] = []
+
+    def run_all(order):
+        try:
+            for t in order:
+                assert t.run()
+        except BaseException as e:  # handed to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run_all, args=(tasks[::k],)) for k in (1, -1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    for i, o in enumerate(outs):
+        np.testing.assert_array_equal(o["x"], cols["x"][perm[i * 2_000 : (i + 1) * 2_000]])
+
+
+def test_a_record_out_of_range_is_an_index_error():
+    cols = {"x": np.arange(10, dtype=np.int64)}
+    for recs, ords, srcs in (
+        (np.array([0, 10]), None, cols),
+        (np.array([-1, 0]), None, cols),
+        (np.array([2**63], np.uint64), None, cols),  # read as int64: negative
+        (np.array([0, 1]), np.array([0, 2]), (cols, cols)),  # no source 2
+        (np.array([0, 5]), np.array([0, 1]), (cols, {"x": cols["x"][:5]})),
+    ):
+        task = rowcopy.submit({"x": np.zeros(2, np.int64)}, srcs, recs, ords, queue=False)
+        with pytest.raises(IndexError, match="outside"):
+            task.run()
+
+
+def test_arrays_that_cannot_be_copied_are_refused():
+    col = np.arange(20, dtype=np.int64).reshape(10, 2)
+    recs = np.arange(4)
+    with pytest.raises(ValueError, match="fewer rows"):
+        rowcopy.submit({"x": np.zeros((3, 2), np.int64)}, {"x": col}, recs, None, queue=False)
+    with pytest.raises(ValueError, match="differ"):
+        rowcopy.submit({"x": np.zeros((4, 3), np.int64)}, {"x": col}, recs, None, queue=False)
+    with pytest.raises(ValueError, match="differ"):  # same bytes, another item size
+        rowcopy.submit({"x": np.zeros((4, 4), np.int32)}, {"x": col}, recs, None, queue=False)
+    with pytest.raises((ValueError, BufferError)):  # not contiguous
+        rowcopy.submit({"x": np.zeros((4, 2), np.int64)}, {"x": col[::2]}, recs, None, queue=False)
+    with pytest.raises((ValueError, BufferError)):  # read-only destination
+        ro = np.zeros((4, 2), np.int64)
+        ro.flags.writeable = False
+        rowcopy.submit({"x": ro}, {"x": col}, recs, None, queue=False)
+    with pytest.raises(ValueError, match="ordinals"):
+        rowcopy.submit(
+            {"x": np.zeros((4, 2), np.int64)}, ({"x": col},) * 2, recs, None, queue=False
+        )
+    with pytest.raises(ValueError, match="as long as recs"):
+        rowcopy.submit(
+            {"x": np.zeros((4, 2), np.int64)}, ({"x": col},) * 2, recs, np.zeros(3), queue=False
+        )
+    assert not rowcopy.copyable([col[::2]]) and not rowcopy.copyable([np.array([None])])
+    assert not rowcopy.copyable([col, [1, 2]])
+    assert rowcopy.copyable([col, col[:3]])
+
+
+def test_a_cancelled_task_writes_nothing_after_it_returns():
+    rowcopy.helpers(1)
+    cols = {"x": np.ones((50_000, 256), np.float32)}
+    recs = np.random.default_rng(5).integers(0, 50_000, 50_000)
+    for _ in range(5):
+        out = {"x": np.zeros((50_000, 256), np.float32)}
+        task = rowcopy.submit(out, cols, recs, None, queue=True)
+        task.cancel()
+        seen = out["x"].copy()
+        time.sleep(0.01)
+        np.testing.assert_array_equal(out["x"], seen)  # no block landed after the cancel
+        assert task.done
+        assert task.run() in (True, False)  # True only if the helper had copied it all
+        assert task.run() is task.run()
+
+
+def test_a_task_freed_before_it_is_done_is_cancelled():
+    rowcopy.helpers(1)
+    cols = {"x": np.ones((50_000, 256), np.float32)}
+    recs = np.random.default_rng(6).integers(0, 50_000, 50_000)
+    out = {"x": np.zeros((50_000, 256), np.float32)}
+    task = rowcopy.submit(out, cols, recs, None, queue=True)
+    del task  # the helper stops; the arrays are let go once no block is in flight
+    seen = out["x"].copy()
+    time.sleep(0.01)
+    np.testing.assert_array_equal(out["x"], seen)
+    del cols  # nothing reads the source after it is freed
+    assert rowcopy.submit(
+        {"y": np.zeros(3)}, {"y": np.arange(3.0)}, np.arange(3), None, queue=True
+    ).run()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork")
+def test_after_a_fork_the_child_copies_its_own_tasks_and_refuses_the_parents():
+    rowcopy.helpers(1)
+    cols = {"x": np.random.default_rng(7).standard_normal((200_000, 64), dtype=np.float32)}
+    recs = np.random.default_rng(8).permutation(200_000)
+    out = {"x": np.zeros((200_000, 64), np.float32)}
+    task = rowcopy.submit(out, cols, recs, None, queue=True)  # in flight at the fork
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            threading.Timer(20, os._exit, (3,)).start()
+            try:
+                task.run()
+            except RuntimeError:
+                mine = {"x": np.zeros((200_000, 64), np.float32)}
+                assert rowcopy.helpers(1) >= 1  # the child's own helpers
+                assert rowcopy.submit(mine, cols, recs, None, queue=True).run()
+                code = 0 if np.array_equal(mine["x"], cols["x"][recs]) else 2
+            del task  # freed without waiting for the parent's helpers
+        finally:
+            os._exit(code)
+    assert task.run()
+    np.testing.assert_array_equal(out["x"], cols["x"][recs])
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_native_copies_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("FEEDLINE_NATIVE", "0")
+    assert not rowcopy.available()
