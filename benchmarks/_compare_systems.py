@@ -330,9 +330,11 @@ def sys_numpy(wdir: str, workload: str, n: int, b: int, workers: int) -> tuple[O
     return run, ""
 
 
-def _feedline(threads: int | None) -> Callable[..., tuple[Opener, str]]:
+def _feedline(threads: int | None, native: bool = True) -> Callable[..., tuple[Opener, str]]:
     def make(wdir: str, workload: str, n: int, b: int, workers: int) -> tuple[Opener, str]:
         feat, _, _, label = LAYOUTS[workload]
+        if not native:  # this child process only: chunks taken by numpy on Python threads
+            os.environ["FEEDLINE_NATIVE"] = "0"
         # Nothing is loaded before the clock: as a user's job runs it (a plain shuffle
         # never loads the compiled kernels; a note says if they were loaded at the end).
         t = "" if threads is None else f", threads={threads}"
@@ -479,6 +481,7 @@ SYSTEMS: dict[str, Callable[..., tuple[Opener, str]]] = {
     "numpy": sys_numpy,
     "feedline": _feedline(None),
     "feedline-2threads": _feedline(2),
+    "feedline-numpy-copies": _feedline(None, native=False),
     "torch-item": sys_torch_item,
     "torch-batch": sys_torch_batch,
     "hf": sys_hf,

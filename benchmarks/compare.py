@@ -15,7 +15,9 @@ Systems (``--only`` takes these names, comma-separated):
 - ``feedline``: ``fl.Loader(fl.recfile.open(path), batch, seed=1, workers=0 or 2)`` at
   its defaults (two gather threads while a core is spare, ``default_threads``);
   ``feedline-2threads``: the same with ``threads=2`` (a helper thread gathers chunks of
-  batches ahead whatever the load);
+  batches ahead whatever the load); ``feedline-numpy-copies``: the default with
+  ``FEEDLINE_NATIVE=0`` (chunks taken by numpy on Python threads, as where the compiled
+  row copies are not built: the design before them);
 - ``torch-item``: ``torch.utils.data.DataLoader`` over a map-style dataset that returns
   one example from the memory maps, default collate, ``shuffle=True``, 0 and 2 workers;
 - ``torch-batch``: the same DataLoader with ``batch_size=None`` and
@@ -117,6 +119,7 @@ RUNS = [
     ("feedline", 0),
     ("feedline", 2),
     ("feedline-2threads", 0),
+    ("feedline-numpy-copies", 0),
     ("torch-batch", 0),
     ("torch-batch", 2),
     ("torch-item", 0),
@@ -138,6 +141,7 @@ PREP_OF = {"litdata-item": "litdata"}  # systems that read another system's form
 STORES = {
     "feedline": ["data.flr"],
     "feedline-2threads": ["data.flr"],
+    "feedline-numpy-copies": ["data.flr"],
     "hf": ["hf"],
     "streaming": ["mds"],
     "litdata": ["lit"],
@@ -147,6 +151,7 @@ LABELS = {
     "numpy": "numpy memmap gather (np.take, preallocated)",
     "feedline": "feedline Loader over .flr",
     "feedline-2threads": "feedline Loader over .flr, threads=2",
+    "feedline-numpy-copies": "feedline Loader over .flr, numpy's takes (FEEDLINE_NATIVE=0)",
     "torch-item": "torch DataLoader, per-item Dataset",
     "torch-batch": "torch DataLoader, BatchSampler",
     "hf": "HF datasets (arrow, numpy format, ds[idx])",
@@ -162,7 +167,7 @@ ALIASES = {
     "lit": ["litdata", "litdata-item"],
     "mosaic": ["streaming"],
     "datasets": ["hf"],
-    "fl": ["feedline", "feedline-2threads"],
+    "fl": ["feedline", "feedline-2threads", "feedline-numpy-copies"],
 }
 
 FAST_S = 5.0  # a full epoch faster than this is measured --repeat times

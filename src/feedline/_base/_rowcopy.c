@@ -28,6 +28,15 @@
  * together (a block of 3 KB rows is copied in about 10 us), large enough that the
  * atomic counter costs nothing beside the copies. */
 #define BLOCK_BYTES (64 * 1024)
+/* Rows at random are each a wait for memory: the first two cache lines of the row AHEAD
+ * rows on are fetched while this one is copied (the hardware follows a row once it has
+ * begun). Measured on the 2-core reference machine, one thread, chunks of a 4M-row
+ * array of 264-byte rows and a 500k-row one of 3,080-byte rows, mapped from the page
+ * cache, medians of 5 alternated rounds: 4 rows ahead fetching one or two lines gave
+ * 1.05 - 1.2x no prefetch, 8 rows two lines 1.08 - 1.24x numpy's np.take (no prefetch:
+ * 0.7 - 1.0x), 16 rows best for the small rows and worse for the large, whole rows
+ * 0.8x. */
+#define AHEAD 8
 
 typedef struct Task {
     PyObject_HEAD
@@ -67,6 +76,15 @@ static void copy_rows(Task *t, Py_ssize_t s, Py_ssize_t e) {
         for (Py_ssize_t i = s; i < e; i++, d += rb) {
             const int64_t o = ords ? ords[i] : 0;
             const int64_t r = recs[i];
+            if (i + AHEAD < e) {  /* the row AHEAD rows on: its first lines on their way */
+                const int64_t o2 = ords ? ords[i + AHEAD] : 0;
+                const int64_t r2 = recs[i + AHEAD];
+                if (o2 >= 0 && o2 < t->ns && r2 >= 0 && r2 < t->rows[o2]) {
+                    const char *q = t->src[o2 * nf + f] + r2 * rb;
+                    __builtin_prefetch(q, 0, 0);
+                    if (rb > 64) __builtin_prefetch(q + 64, 0, 0);
+                }
+            }
             if (o < 0 || o >= t->ns || r < 0 || r >= t->rows[o]) {
                 atomic_store(&t->bad, 1);
                 continue;
