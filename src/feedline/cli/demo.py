@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .. import recfile, text
+from .._base import rowcopy
 from ..loader import Loader
 from ..order import Order, Schedule, Seq
 from ..records import Index, Range, Record, field
@@ -378,6 +379,13 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
     print(
         "\n   Shuffled batches of 512 from a 1,000,000-row .flr, examples/s: "
         + "; ".join(f"{k} {v / 1e6:.1f} M ({v / base:.2f}x)" for k, v in bench.items())
+        + (
+            "\n   (feedline's two threads: chunks of batches copied by C threads without the"
+            " GIL, feedline._base._rowcopy)"
+            if rowcopy.available()
+            else "\n   (feedline's two threads: numpy's takes; the compiled row copies are not"
+            " built here)"
+        )
     )
 
     scale = orders_at_scale(out_dir)
