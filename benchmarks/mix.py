@@ -1,7 +1,8 @@
 """A mix of two .flr files (1,000,000 rows each of 64 float32 + an int64 label, 264
 bytes, in the page cache), shuffled and mixed evenly, batches of 512: the plain path's
 ``take_mixed`` (one take per field per source, ``PlainPlan``; with the default threads,
-chunks of batches gathered ahead by a helper thread too) against the general path
+chunks of batches copied ahead by C threads, ``rowcopy``, or with ``FEEDLINE_NATIVE=0``
+taken by numpy on a helper thread) against the general path
 (``LocalPlan``: a read per source and a scatter into the batch, the only path for a mix
 before 2026-12-04) and numpy's gather of the same rows from one 2,000,000-row file with
 a precomputed permutation (the machine's speed for these rows, as ``compare.py``).
@@ -74,7 +75,8 @@ def one(kind: str, paths: list[str], passes: int, delayed: bool) -> list[float]:
     second = fl.Seq.source(files[1]).shuffle(2)
     part = (second, fl.Schedule.delayed(0.5)) if delayed else second
     seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), part])
-    loader = fl.Loader(seq, BATCH, seed=1, threads=None if kind == "default" else 1)
+    threads = None if kind in ("default", "numpy-copies") else 1
+    loader = fl.Loader(seq, BATCH, seed=1, threads=threads)
     if kind == "general":
         loader._plan = LocalPlan(loader)
     assert type(loader._plan).__name__ == ("LocalPlan" if kind == "general" else "PlainPlan")
@@ -101,13 +103,18 @@ def main() -> None:
     try:
         paths = write(folder, args.rows)
         got: dict[str, list[list[float]]] = {
-            k: [] for k in ("numpy", "default", "plain", "general")
+            k: [] for k in ("numpy", "default", "numpy-copies", "plain", "general")
         }
         for _ in range(args.rounds):
             for kind in got:
                 cmd = [sys.executable, __file__, "--one", kind, json.dumps(paths)]
                 cmd += ["--delayed"] if args.delayed else []
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                # numpy-copies: the default threads with the chunks taken by numpy on Python
+                # threads (FEEDLINE_NATIVE=0), as before the compiled row copies
+                env = {**os.environ, "FEEDLINE_NATIVE": "0"} if kind == "numpy-copies" else None
+                out = subprocess.run(
+                    cmd, check=True, capture_output=True, text=True, env=env
+                ).stdout
                 got[kind].append(json.loads(out.splitlines()[-1]))
         how = ", the second delayed to 0.5" if args.delayed else ""
         print(f"mix of two .flr files of {args.rows:,} rows (264 B){how}, batches of {BATCH}")
@@ -115,6 +122,7 @@ def main() -> None:
         for kind, label in (
             ("numpy", "numpy gather, one file"),
             ("default", "feedline, default threads"),
+            ("numpy-copies", "  the same, numpy's takes"),
             ("plain", "feedline, plain, 1 thread"),
             ("general", "feedline, general path"),
         ):

@@ -11,8 +11,9 @@
  * A task holds a buffer (a reference) of every array it reads or writes until it is
  * freed; it is freed only once no helper is in it (`users`), and a task
  * freed before it was complete is cancelled first (its unclaimed rows are never
- * copied). After a fork, the child has no helpers: tasks of the parent's are refused
- * (run) or freed without waiting (dealloc).
+ * copied). After a fork, the child has no helpers: tasks of the parent's (an earlier
+ * fork generation) are refused (run) or freed without waiting (dealloc); the fork
+ * handlers are set when the module loads, so no fork finds the queue's lock held.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,7 +22,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <unistd.h>
+#include <errno.h>
 
 #define MAX_HELPERS 15
 /* Bytes of rows a block holds at most: small enough that two threads end a chunk
@@ -55,7 +56,7 @@ typedef struct Task {
     int users;              /* helpers in it (under mu) */
     int queued;             /* in the queue (under mu) */
     struct Task *qnext;
-    pid_t pid;
+    unsigned long generation;  /* the fork generation it was made in */
 } Task;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -63,7 +64,7 @@ static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;  /* helpers wait for t
 static pthread_cond_t done_cv = PTHREAD_COND_INITIALIZER;  /* a task done, a user gone */
 static Task *qhead, *qtail;
 static int helpers;
-static int atfork_set;
+static unsigned long generation;  /* forks this process descends through */
 
 /* ---- copying (no GIL) ---------------------------------------------------------- */
 
@@ -159,12 +160,14 @@ static void *helper_main(void *arg) {
 static void before_fork(void) { pthread_mutex_lock(&mu); }
 static void after_fork_parent(void) { pthread_mutex_unlock(&mu); }
 static void after_fork_child(void) {
-    /* no helper is here: the parent's queue and counts mean nothing in this process */
-    pthread_mutex_init(&mu, NULL);
+    /* no helper is here: the parent's queue and counts mean nothing in this process (the
+     * condition variables' waiters were the parent's threads) */
     pthread_cond_init(&work_cv, NULL);
     pthread_cond_init(&done_cv, NULL);
     qhead = qtail = NULL;
     helpers = 0;
+    generation++;
+    pthread_mutex_unlock(&mu);  /* locked by this thread in before_fork */
 }
 
 /* Wait (without the GIL) until t is done, copying blocks of the queue's tasks meanwhile. */
@@ -187,7 +190,7 @@ static void wait_done(Task *t) {
 }
 
 /* Stop t: its unclaimed rows are never copied (counted done); wait for the blocks in
- * flight, and take it out of the queue. */
+ * flight (a helper's, or another thread's in run()), and take it out of the queue. */
 static void cancel(Task *t) {
     Py_ssize_t was = atomic_exchange(&t->next, t->n);
     if (was < t->n) {
@@ -208,7 +211,7 @@ static void cancel(Task *t) {
         t->qnext = NULL;
         t->queued = 0;
     }
-    while (t->users > 0) pthread_cond_wait(&done_cv, &mu);
+    while (t->users > 0 || atomic_load(&t->done) < t->n) pthread_cond_wait(&done_cv, &mu);
     pthread_mutex_unlock(&mu);
 }
 
@@ -220,7 +223,7 @@ static void release_views(Task *t) {
 }
 
 static void Task_dealloc(Task *t) {
-    if (t->pid == getpid()) {
+    if (t->generation == generation) {
         Py_BEGIN_ALLOW_THREADS
         cancel(t);
         Py_END_ALLOW_THREADS
@@ -236,7 +239,7 @@ static void Task_dealloc(Task *t) {
 
 static PyObject *Task_run(Task *t, PyObject *unused) {
     (void)unused;
-    if (t->pid != getpid()) {
+    if (t->generation != generation) {
         PyErr_SetString(PyExc_RuntimeError, "a row copy made in another process");
         return NULL;
     }
@@ -258,7 +261,7 @@ static PyObject *Task_run(Task *t, PyObject *unused) {
 
 static PyObject *Task_cancel(Task *t, PyObject *unused) {
     (void)unused;
-    if (t->pid == getpid()) {
+    if (t->generation == generation) {
         Py_BEGIN_ALLOW_THREADS
         cancel(t);
         Py_END_ALLOW_THREADS
@@ -328,8 +331,8 @@ static PyObject *submit(PyObject *self, PyObject *args) {
                           &recs, &ords, &queue))
         return NULL;
     Py_ssize_t nf = PyTuple_GET_SIZE(dst), ns = PyTuple_GET_SIZE(sources);
-    if (nf < 1 || ns < 1 || nf > 4096 || ns > 4096) {
-        PyErr_SetString(PyExc_ValueError, "one to 4096 fields and sources");
+    if (nf < 1 || ns < 1 || nf * ns > 65536) {
+        PyErr_SetString(PyExc_ValueError, "one field and source at least, 65,536 columns at most");
         return NULL;
     }
     if (ns > 1 && ords == Py_None) {
@@ -343,7 +346,7 @@ static PyObject *submit(PyObject *self, PyObject *args) {
     t->nviews = 0;
     t->users = t->queued = 0;
     t->qnext = NULL;
-    t->pid = getpid();
+    t->generation = generation;
     t->n = 0;
     atomic_init(&t->next, 0);
     atomic_init(&t->done, 0);
@@ -434,10 +437,6 @@ static PyObject *start_helpers(PyObject *self, PyObject *arg) {
     if (k == -1 && PyErr_Occurred()) return NULL;
     if (k > MAX_HELPERS) k = MAX_HELPERS;
     pthread_mutex_lock(&mu);
-    if (!atfork_set) {
-        pthread_atfork(before_fork, after_fork_parent, after_fork_child);
-        atfork_set = 1;
-    }
     int err = 0;
     while (helpers < k) {
         pthread_t th;
@@ -473,6 +472,15 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__rowcopy(void) {
+    static int forks_handled;
+    if (!forks_handled) {  /* before any task can be queued */
+        int err = pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+        if (err) {
+            errno = err;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        forks_handled = 1;
+    }
     if (PyType_Ready(&TaskType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
@@ -482,6 +490,9 @@ PyMODINIT_FUNC PyInit__rowcopy(void) {
         Py_DECREF(m);
         return NULL;
     }
-    PyModule_AddIntConstant(m, "MAX_HELPERS", MAX_HELPERS);
+    if (PyModule_AddIntConstant(m, "MAX_HELPERS", MAX_HELPERS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -43,6 +43,9 @@ except ImportError:  # not compiled (no C compiler at install)
     _rowcopy = None
 
 
+_INDEX = (np.dtype(np.int64), np.dtype(np.uint64))  # native byte order
+
+
 def available() -> bool:
     """Whether the compiled row copies are here and not turned off (``FEEDLINE_NATIVE=0``)."""
     return _rowcopy is not None and os.environ.get("FEEDLINE_NATIVE", "1") != "0"
@@ -87,8 +90,12 @@ def submit(
     names = tuple(out)
     each = cols if isinstance(cols, tuple) else (cols,)
     sources = tuple(tuple(c[n] for n in names) for c in each)
-    # read as int64 in C: an unsigned record past 2**63 is out of range there
-    if recs.dtype.kind not in "iu" or recs.dtype.itemsize != 8:
+    for c in sources:  # C copies bytes: the values must already be of the rows' dtype
+        for n, a in zip(names, c):
+            if a.dtype != out[n].dtype:
+                raise ValueError(f"field {n!r}: rows of {a.dtype} into an array of {out[n].dtype}")
+    # read as native int64 in C: an unsigned record past 2**63 is out of range there
+    if recs.dtype not in _INDEX:
         recs = recs.astype(np.int64)
     recs = np.ascontiguousarray(recs)
     if ords is not None:

@@ -377,7 +377,10 @@ class GatherAhead:
             chunk.task = rowcopy.submit(chunk.buffers, cols, recs, ords, queue=queue)
         self.chunks[key] = chunk
         if queue and self.native < self.threads - 1:
-            self.native = rowcopy.helpers(self.threads - 1)
+            try:
+                self.native = rowcopy.helpers(self.threads - 1)
+            except OSError:  # no thread could start: whoever needs a chunk copies it
+                self.native = self.threads
         return chunk
 
     def _advance(self, key: Key, block: tuple, cols: Any) -> None:
@@ -498,6 +501,9 @@ class GatherAhead:
                 chunk.finish()
 
     def _gather(self, key: Key, chunk: _Chunk) -> None:
+        if chunk.task is not None:  # C's: copied (and marked) as any thread that needs it
+            self._copied(chunk)
+            return
         try:
             # the order's records are below 2**63 and in range: as int64 they index
             # without a conversion, and "clip" spares numpy its checks' buffered copy
