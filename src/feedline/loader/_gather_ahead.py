@@ -2,11 +2,20 @@
 
 A plain path's batch is rows of arrays in memory or memory-mapped (``PlainPlan``).
 Here the rows of several batches are gathered at once, a *chunk* of the order block,
-with one ``np.take`` per field (numpy releases the GIL while it copies), and the
-batches are views of their chunk. Helper threads gather the next chunks of the block
-while the caller takes batches from this one, and the calling thread, when the chunk
-it needs is still being gathered, gathers the next unclaimed one meanwhile: so with two
-threads both cores copy rows, and no thread waits for another to be woken per batch.
+and the batches are views of their chunk. Helper threads gather the next chunks of the
+block while the caller takes batches from this one:
+
+- where the compiled row copies are built (``rowcopy``), each chunk is a task queued as
+  soon as the caller reaches the chunk before it; C threads that never take the GIL copy
+  it in blocks, and so does the thread that needs it (``_copied``), which, while the
+  last blocks are in flight, copies blocks of the next chunks;
+- else (or with ``FEEDLINE_NATIVE=0``) Python helper threads take whole chunks with one
+  ``np.take`` per field (numpy releases the GIL while it copies), and the calling thread,
+  when the chunk it needs is still being gathered, gathers the next unclaimed one
+  meanwhile.
+
+Either way both cores copy rows with two threads, and no thread waits for another to be
+woken per batch.
 
 A chunk is a pure function of the order block's records and the dataset's columns, and
 its key carries the ledger's generation and the block's first position (a chunk found
@@ -33,6 +42,7 @@ import numpy as np
 
 from .._base import recycle, rowcopy
 from ._blocks import _BLOCK, OrderBlocks
+from ._chunk import _arrays_of, _Chunk, _fields_of, _holds, _unwritten
 from ._config import _in_torch_worker, usable_cpus
 from ._gather import take_mixed
 
@@ -60,9 +70,11 @@ def default_threads() -> int:
     Measured on the 2-core reference machine (docs/benchmarks.md, issue 20), 4,000,000
     rows of 264 bytes in batches of 512 and 500,000 of 3,080 bytes in batches of 256:
     with the cores to the process, two threads gave 1.4 - 1.7x one (passes interleaved
-    in one process) and 1.2 - 1.35x in ``benchmarks/compare.py``'s fresh processes;
-    with other sessions keeping both cores busy (load average 2.5 - 6), 0.6 - 1.1x. More
-    threads gain less than they take from the rest of a training step.
+    in one process) and 1.2 - 1.35x in ``benchmarks/compare.py``'s fresh processes with
+    numpy's takes; with the C copies, 1.2 - 1.45x and 1.4 - 1.7x numpy's one-thread gather
+    there; with other sessions keeping both cores busy (load average 2.5 - 6), 0.6 - 1.1x
+    one thread. Three threads (two C helpers) ran 0.75 - 0.9x two: more threads gain less
+    than they take from the rest of a training step.
     """
     return 1 if _in_torch_worker() else min(2, usable_cpus())
 
@@ -81,91 +93,6 @@ def _executor() -> ThreadPoolExecutor:
                 os.register_at_fork(before=_finish_running)
             pool = _pool = (os.getpid(), ThreadPoolExecutor(_MAX_HELPERS, "feedline-gather"))
         return pool[1]
-
-
-def _unwritten(a: Any) -> bool:
-    """Whether no reference can write ``a``'s rows while chunks of them are gathered
-    ahead: a numpy array flagged read-only over bases all flagged so, down to a buffer
-    that cannot be written (a file mapped read-only, ``bytes``). A read-only view of
-    writable memory, or an array owning its memory (its flag can be lifted), is not: a
-    write through it would show in a batch gathered batch by batch, as one thread
-    gathers it, and be missed by a chunk gathered before it."""
-    while isinstance(a, np.ndarray):
-        if a.flags.writeable:
-            return False
-        a = a.base
-    while isinstance(a, memoryview):  # a read-only view of a buffer may be over a writable one
-        if not a.readonly:
-            return False
-        a = a.obj
-    if a is None:
-        return False
-    try:
-        with memoryview(a) as m:  # the buffer's owner (a memory map opened to read, bytes)
-            return bool(m.readonly)
-    except TypeError:  # no buffer (an object numpy wraps): not known to be unwritten
-        return False
-
-
-def _fields_of(cols: Any) -> dict[str, np.ndarray]:
-    """The columns of one dataset (``cols``), or of a mix's first source (a tuple of
-    them, every source with the same fields, dtypes and row shapes)."""
-    return cols[0] if isinstance(cols, tuple) else cols
-
-
-def _arrays_of(cols: Any) -> list[np.ndarray]:
-    return [a for c in (cols if isinstance(cols, tuple) else (cols,)) for a in c.values()]
-
-
-def _holds(chunk: _Chunk | None, cols: Any, need: int) -> bool:
-    """Whether ``chunk`` is of ``cols`` and holds its block's first ``need`` rows."""
-    return chunk is not None and chunk.cols is cols and chunk.lo + len(chunk.recs) >= need
-
-
-class _Chunk:
-    """Rows ``lo ..`` of an order block (their records ``recs``, of sources ``ords``),
-    gathered (``fields``) once ``ready``; ``fields`` stays None when the gather failed
-    (the caller gathers its batch itself, and meets the error where it is reported).
-    ``task``: the compiled copy of its rows into ``buffers`` (``rowcopy``), where the
-    helpers are C threads."""
-
-    __slots__ = (
-        "buffers",
-        "cols",
-        "fields",
-        "gate",
-        "lo",
-        "ords",
-        "owner",
-        "ready",
-        "recs",
-        "task",
-    )
-
-    def __init__(self, lo: int, recs: np.ndarray, cols: Any, ords: np.ndarray) -> None:
-        self.lo, self.recs, self.cols, self.ords = lo, recs, cols, ords
-        self.owner = threading.get_ident()  # the thread that took it, to gather it
-        self.fields: dict[str, np.ndarray] | None = None
-        self.buffers: dict[str, np.ndarray] | None = None  # what ``fields`` are views of
-        self.task: Any = None
-        # Set by ``finish``, after ``fields``; the gate, held until then, is what waiters
-        # block on (a lock of its own, not a ``threading.Event``: a chunk is made by the
-        # caller's Python, and an Event's condition cost 3 - 4 us of it, under the GIL
-        # that the helpers wait for)
-        self.ready = False
-        self.gate = threading.Lock()
-        self.gate.acquire()
-
-    def finish(self) -> None:
-        """Mark it gathered (or given up), waking its waiters: only by its owner."""
-        if not self.ready:
-            self.ready = True
-            self.gate.release()
-
-    def wait(self) -> None:
-        if not self.ready:
-            with self.gate:
-                pass
 
 
 def for_plain(loader: Any) -> GatherAhead | None:
