@@ -345,7 +345,8 @@ def _feedline(threads: int | None, native: bool = True) -> Callable[..., tuple[O
                 for batch in loader:
                     yield getattr(batch, feat), getattr(batch, label)
 
-        return run, f"fl.Loader(fl.recfile.open(path), {b}, seed=1, workers=w{t})"
+        env = "" if native else " with FEEDLINE_NATIVE=0 (numpy's takes on Python threads)"
+        return run, f"fl.Loader(fl.recfile.open(path), {b}, seed=1, workers=w{t}){env}"
 
     return make
 
