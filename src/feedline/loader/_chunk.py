@@ -39,6 +39,18 @@ def _fields_of(cols: Any) -> dict[str, np.ndarray]:
     return cols[0] if isinstance(cols, tuple) else cols
 
 
+def _alike(cols: Any) -> bool:
+    """Whether every source of ``cols`` (one dataset's columns, or a mix's tuple of them)
+    has the same fields of the same dtypes, as the compiled copies need (they copy bytes)."""
+    if not isinstance(cols, tuple):
+        return True
+    first = cols[0]
+    return all(
+        c.keys() == first.keys() and all(c[n].dtype == a.dtype for n, a in first.items())
+        for c in cols[1:]
+    )
+
+
 def _arrays_of(cols: Any) -> list[np.ndarray]:
     return [a for c in (cols if isinstance(cols, tuple) else (cols,)) for a in c.values()]
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from .._base import recycle, rowcopy
 from ._blocks import _BLOCK, OrderBlocks
-from ._chunk import _arrays_of, _Chunk, _fields_of, _holds, _unwritten
+from ._chunk import _alike, _arrays_of, _Chunk, _fields_of, _holds, _unwritten
 from ._config import _in_torch_worker, usable_cpus
 from ._gather import take_mixed
 
@@ -206,7 +206,8 @@ class GatherAhead:
             # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
             arrays = _arrays_of(cols)
             ahead = all(_unwritten(a) for a in arrays)
-            self.seen = (cols, ahead, ahead and rowcopy.available() and rowcopy.copyable(arrays))
+            native = rowcopy.available() and rowcopy.copyable(arrays) and _alike(cols)
+            self.seen = (cols, ahead, ahead and native)
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
             return None
