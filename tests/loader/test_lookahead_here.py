@@ -17,18 +17,25 @@ from feedline.loader import _ahead, _blocks, _gather_ahead
 from ._rows import B, N, records, whole
 
 
-def test_the_helpers_make_the_order_blocks_and_the_stream_is_one_threads(
-    rows_flr, small_chunks, monkeypatch, numpy_copies
-):
-    want = whole(rows_flr)
-    made: list[tuple[int, str]] = []
+@pytest.fixture
+def made(monkeypatch) -> list[tuple[int, str]]:
+    """Each order block made: (its first position, the thread that made it)."""
+    blocks: list[tuple[int, str]] = []
     real = _ahead.Ahead.make
 
     def named(cursor, length):
-        made.append((cursor.offset, threading.current_thread().name))
+        blocks.append((cursor.offset, threading.current_thread().name))
         return real(cursor, length)
 
     monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(named))
+    return blocks
+
+
+def test_the_helpers_make_the_order_blocks_and_the_stream_is_one_threads(
+    rows_flr, small_chunks, made, numpy_copies
+):
+    want = whole(rows_flr)
+    made.clear()  # the blocks of the loader below only
     with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         got = records(loader)
     np.testing.assert_array_equal(got, want)
@@ -46,21 +53,14 @@ def test_the_helpers_make_the_order_blocks_and_the_stream_is_one_threads(
 
 
 def test_with_c_threads_copying_the_look_ahead_thread_makes_the_order_blocks(
-    rows_flr, small_chunks, monkeypatch
+    rows_flr, small_chunks, made
 ):
     # C's helpers copy rows and never run Python: the next order block is made on the
     # look-ahead thread, each once, and the stream is one thread's
     if not rowcopy.available():
         pytest.skip("the compiled row copies are not built here")
     want = whole(rows_flr)
-    made: list[tuple[int, str]] = []
-    real = _ahead.Ahead.make
-
-    def named(cursor, length):
-        made.append((cursor.offset, threading.current_thread().name))
-        return real(cursor, length)
-
-    monkeypatch.setattr(_ahead.Ahead, "make", staticmethod(named))
+    made.clear()  # the blocks of the loader below only
     with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=2) as loader:
         got = records(loader)
         assert all(c.task is not None for c in loader._plan.ahead.chunks.values())
