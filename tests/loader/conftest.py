@@ -8,7 +8,7 @@ import pytest
 
 import feedline as fl
 from feedline._base import rowcopy
-from feedline.loader import _gather_ahead
+from feedline.loader import _gather_ahead, _local_plan
 
 from ._rows import N, Row
 
@@ -35,6 +35,8 @@ def copies(request, monkeypatch):
         monkeypatch.setenv("FEEDLINE_NATIVE", "0")
     elif not rowcopy.available():
         pytest.skip("the compiled row copies are not built here")
+    else:  # a one-thread plain batch of any size copied in C too (``PlainPlan._take``)
+        monkeypatch.setattr(_local_plan, "_COPY_BYTES", 0)
     return request.param
 
 

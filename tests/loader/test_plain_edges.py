@@ -19,7 +19,9 @@ from ._rows import B, N, Row, in_thread, interrupted_pass, interrupting, whole
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_an_interrupt_after_the_batch_is_made_loses_no_batch(rows_flr, small_chunks, threads):
+def test_an_interrupt_after_the_batch_is_made_loses_no_batch(
+    rows_flr, small_chunks, threads, copies
+):
     want = whole(rows_flr)
     with fl.recfile.open(rows_flr) as f, fl.Loader(f, B, seed=8, threads=threads) as loader:
         # in the bookkeeping after the batch's rows
@@ -242,7 +244,7 @@ def _settles(check, seconds: float = 10.0) -> bool:
 @pytest.mark.parametrize("how", ["next", "next_into"])
 @pytest.mark.parametrize("change", ["tensors", "refresh"])
 @pytest.mark.parametrize("plan", ["PlainPlan", "LocalPlan"])
-def test_a_source_that_shrinks_mid_pass_is_an_error_not_other_rows(how, change, plan):
+def test_a_source_that_shrinks_mid_pass_is_an_error_not_other_rows(how, change, plan, copies):
     # The order reaches the rows the dataset had when the loader was made. A source read
     # again with fewer (a TensorDataset given shorter tensors, a dict refreshed) gives a
     # BoundsError for each batch whose records are gone, on the plain path and on the

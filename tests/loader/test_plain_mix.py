@@ -69,7 +69,7 @@ def _same(got: list[tuple], want: list[tuple]) -> None:
 @pytest.mark.parametrize("name", ["even", "three", "scheduled", "runs"])
 @pytest.mark.parametrize("output", ["numpy", "torch"])
 def test_a_mix_of_plain_datasets_takes_the_plain_path_with_the_general_paths_batches(
-    parts, name, output
+    parts, name, output, copies
 ):
     if output == "torch":
         pytest.importorskip("torch")
