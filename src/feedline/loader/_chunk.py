@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from .._base import rowcopy
+
 
 def _unwritten(a: Any) -> bool:
     """Whether no reference can write ``a``'s rows while chunks of them are gathered
@@ -37,6 +39,20 @@ def _fields_of(cols: Any) -> dict[str, np.ndarray]:
     """The columns of one dataset (``cols``), or of a mix's first source (a tuple of
     them, every source with the same fields, dtypes and row shapes)."""
     return cols[0] if isinstance(cols, tuple) else cols
+
+
+def _row_bytes(cols: Any) -> int:
+    """Bytes of one row over every field of ``cols`` (a dataset's columns, or a mix's)."""
+    return sum(
+        np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in _fields_of(cols).values()
+    )
+
+
+def _in_c(cols: Any) -> bool:
+    """Whether the compiled row copies (``rowcopy``) can copy rows of ``cols``: numpy
+    arrays of plain values, C-contiguous, every source's fields of the same dtypes (a
+    remote file's columns, fetched by ranges, are not)."""
+    return rowcopy.available() and rowcopy.copyable(_arrays_of(cols)) and _alike(cols)
 
 
 def _alike(cols: Any) -> bool:

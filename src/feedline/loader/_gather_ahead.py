@@ -42,7 +42,7 @@ import numpy as np
 
 from .._base import recycle, rowcopy
 from ._blocks import _BLOCK, OrderBlocks
-from ._chunk import _alike, _arrays_of, _Chunk, _fields_of, _holds, _unwritten
+from ._chunk import _arrays_of, _Chunk, _fields_of, _holds, _in_c, _row_bytes, _unwritten
 from ._config import _in_torch_worker, usable_cpus
 from ._gather import take_mixed
 
@@ -194,8 +194,7 @@ class GatherAhead:
         if self.closed:  # a batch claimed before the loader closed, on another thread
             return None
         if cols is not self.seen[0]:  # new columns (the first, or a refresh)
-            first = _fields_of(cols).values()
-            row = sum(np.dtype(a.dtype).itemsize * int(np.prod(a.shape[1:])) for a in first)
+            row = _row_bytes(cols)
             # the chunks' starts before the columns are marked seen: another user thread's
             # first batch that sees these columns finds their chunks (it met empty starts)
             self.starts = (
@@ -206,8 +205,7 @@ class GatherAhead:
             # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
             arrays = _arrays_of(cols)
             ahead = all(_unwritten(a) for a in arrays)
-            native = rowcopy.available() and rowcopy.copyable(arrays) and _alike(cols)
-            self.seen = (cols, ahead, ahead and native)
+            self.seen = (cols, ahead, ahead and _in_c(cols))
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
             return None

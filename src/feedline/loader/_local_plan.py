@@ -14,7 +14,7 @@ import numpy as np
 from .._base import clock, rowcopy
 from . import _into
 from ._batch import Batch
-from ._chunk import _alike, _arrays_of, _fields_of
+from ._chunk import _fields_of, _in_c, _row_bytes
 from ._device import DeviceColumns
 from ._gather import take_mixed
 from ._gather_ahead import for_plain
@@ -221,17 +221,13 @@ class PlainPlan(LocalPlan):
         1,000,000 rows of 264 bytes in batches of 512, 1.46x; one file of 4,000,000 such
         rows, 1.0x."""
         if cols is not self._copy[0]:
-            # numpy arrays only (a remote file's columns are fetched by ranges)
-            ok = rowcopy.available() and rowcopy.copyable(_arrays_of(cols)) and _alike(cols)
-            each = _fields_of(cols).values()
-            rows = sum(a.itemsize * int(np.prod(a.shape[1:])) for a in each) if ok else 0
-            self._copy = (cols, ok, rows)
+            ok = _in_c(cols)
+            self._copy = (cols, ok, _row_bytes(cols) if ok else 0)
         _, ok, rows = self._copy
         if ok and rows * len(recs) >= _COPY_BYTES:
             first = _fields_of(cols)
             out = {n: np.empty((len(recs), *a.shape[1:]), a.dtype) for n, a in first.items()}
-            mixed = isinstance(cols, tuple)
-            if rowcopy.submit(out, cols, recs, ords if mixed else None, queue=False).run():
+            if rowcopy.submit(out, cols, recs, ords, queue=False).run():
                 return out
         if isinstance(cols, tuple):
             return take_mixed(cols, ords, recs)
