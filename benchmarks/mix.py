@@ -12,8 +12,12 @@ and for two more passes there (the steady state), the three alternated for ``--r
 rounds; every figure is printed beside numpy's of the same round.
 
 With ``--delayed`` the second file enters the mix halfway (``Schedule.delayed(0.5)``).
+With ``--shards N`` the same 2 x ``--rows`` rows are N shard files instead of two,
+concatenated and shuffled as one dataset (``fl.Seq.concat(shards).shuffle(1)``, what a
+manifest's ``seq().shuffle(1)`` is).
 
     python benchmarks/mix.py [--rows 1000000] [--rounds 3] [--dir /tmp] [--delayed]
+                             [--shards N]
 """
 
 from __future__ import annotations
@@ -42,10 +46,14 @@ class Example(fl.Record, dims={"D": 64}):
     y = fl.field((), "int64")
 
 
-def write(folder: str, rows: int) -> list[str]:
+def write(folder: str, rows: int, shards: int = 2) -> list[str]:
+    """The parts' (or shards') paths, then the whole's (their rows in one file)."""
+    total = 2 * rows
+    sizes = [total * (k + 1) // shards - total * k // shards for k in range(shards)]
     paths = []
-    for k, n in enumerate((rows, rows, 2 * rows)):
-        path = os.path.join(folder, f"part{k}.flr" if k < 2 else "whole.flr")
+    for k, n in enumerate([*sizes, total]):
+        last = k == len(sizes)
+        path = os.path.join(folder, "whole.flr" if last else f"part{k}.flr")
         rng = np.random.default_rng(k)
         x = rng.standard_normal((n, 64), dtype=np.float32)
         fl.recfile.write(path, Example, {"x": x, "y": rng.integers(0, 10, n)})
@@ -58,7 +66,7 @@ def one(kind: str, paths: list[str], passes: int, delayed: bool) -> list[float]:
     from feedline.loader._local_plan import LocalPlan
 
     if kind == "numpy":
-        f = fl.recfile.open(paths[2])
+        f = fl.recfile.open(paths[-1])
         cols = f.columns
         perm = np.random.default_rng(1).permutation(len(f))
         out = {n: np.empty((BATCH, *a.shape[1:]), a.dtype) for n, a in cols.items()}
@@ -71,10 +79,13 @@ def one(kind: str, paths: list[str], passes: int, delayed: bool) -> list[float]:
                     np.take(a, idx, axis=0, out=out[n][: len(idx)], mode="clip")
             rates.append(len(perm) / (time.perf_counter() - t0))
         return rates
-    files = [fl.recfile.open(p) for p in paths[:2]]
-    second = fl.Seq.source(files[1]).shuffle(2)
-    part = (second, fl.Schedule.delayed(0.5)) if delayed else second
-    seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), part])
+    files = [fl.recfile.open(p) for p in paths[:-1]]
+    if len(files) > 2:  # shards
+        seq = fl.Seq.concat([fl.Seq.source(f) for f in files]).shuffle(1)
+    else:
+        second = fl.Seq.source(files[1]).shuffle(2)
+        part = (second, fl.Schedule.delayed(0.5)) if delayed else second
+        seq = fl.Seq.mix([fl.Seq.source(files[0]).shuffle(1), part])
     threads = None if kind in ("default", "numpy-copies") else 1
     loader = fl.Loader(seq, BATCH, seed=1, threads=threads)
     if kind == "general":
@@ -94,14 +105,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--delayed", action="store_true")
+    ap.add_argument("--shards", type=int, default=2, help="shard files, concatenated")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)  # kind, paths (json)
     args = ap.parse_args()
+    if args.shards < 2 or (args.shards > 2 and args.delayed):
+        ap.error("--shards takes 2 or more, and not with --delayed")
     if args.one:
         print(json.dumps(one(args.one[0], json.loads(args.one[1]), 3, args.delayed)))
         return
     folder = tempfile.mkdtemp(dir=args.dir)
     try:
-        paths = write(folder, args.rows)
+        paths = write(folder, args.rows, args.shards)
         got: dict[str, list[list[float]]] = {
             k: [] for k in ("numpy", "default", "numpy-copies", "plain", "general")
         }
@@ -117,7 +131,13 @@ def main() -> None:
                 ).stdout
                 got[kind].append(json.loads(out.splitlines()[-1]))
         how = ", the second delayed to 0.5" if args.delayed else ""
-        print(f"mix of two .flr files of {args.rows:,} rows (264 B){how}, batches of {BATCH}")
+        if args.shards > 2:
+            print(
+                f"{args.shards} .flr shards of {2 * args.rows // args.shards:,} rows (264 B), "
+                f"concatenated and shuffled, batches of {BATCH}"
+            )
+        else:
+            print(f"mix of two .flr files of {args.rows:,} rows (264 B){how}, batches of {BATCH}")
         print(f"{'':28} {'first pass':>16} {'steady':>16}   (M rows/s, medians; x numpy)")
         for kind, label in (
             ("numpy", "numpy gather, one file"),

@@ -60,8 +60,9 @@ def test_a_recycler_keeps_at_most_keep_arrays():
         fl.Seq.source(N),
         fl.Seq.source(N).shuffle(3).skip(7),
         fl.Seq.concat([fl.Seq.source(N // 2), fl.Seq.source(N - N // 2)]).shuffle(1),
+        fl.Seq.concat([fl.Seq.source(N // 10 + i) for i in range(10)]).shuffle(1),
     ],
-    ids=["shuffle", "identity", "skip", "concat"],
+    ids=["shuffle", "identity", "skip", "concat", "shards"],
 )
 def test_blocks_held_are_never_written_by_the_blocks_after_them(seq, numpy_path):
     want = _blocks(_order_of(seq), 4096)

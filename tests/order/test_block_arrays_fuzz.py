@@ -407,8 +407,9 @@ def test_blocks_on_the_numpy_path(seed, numpy_path):
         fl.Seq.source(9000).shuffle(4).repeat(3),
         fl.Seq.concat([fl.Seq.source(5000), fl.Seq.source(4000).shuffle(1)]),
         fl.Seq.mix([fl.Seq.source(5000).shuffle(2), fl.Seq.source(4000)]),
+        fl.Seq.concat([fl.Seq.source(700 + i).skip(i % 3) for i in range(12)]).shuffle(5),
     ],
-    ids=["identity", "shuffle", "offset", "repeat", "concat", "mix"],
+    ids=["identity", "shuffle", "offset", "repeat", "concat", "mix", "shards"],
 )
 @pytest.mark.parametrize("seed", range(3))
 def test_every_block_held_or_dropped_in_turn(seq, seed):
@@ -467,8 +468,9 @@ def test_blocks_made_on_another_thread(seed):
         (fl.Seq.source(BIG + 9).shuffle(2), BIG),
         (fl.Seq.concat([fl.Seq.source(10), fl.Seq.source(3000)]), 1000),
         (fl.Seq.mix([fl.Seq.source(2000).shuffle(1), fl.Seq.source(1000)]), 1000),
+        (fl.Seq.concat([fl.Seq.source(300 + i) for i in range(12)]).shuffle(3), 1000),
     ],
-    ids=["identity", "shuffle", "past-shared", "concat", "mix"],
+    ids=["identity", "shuffle", "past-shared", "concat", "mix", "shards"],
 )
 def test_ordinals_never_break_a_consumer(seq, k):
     order = fl.Order(seq, seed=9)

@@ -268,14 +268,31 @@ _UNIFORM = Schedule()
 _BY_PART = 64
 
 
+# Parts present up to which ``by_part`` finds each part's indices by a scan of the whole
+# array (``flatnonzero(part == i)``: the array read once a part); above, by one stable
+# sort of the parts (numpy's radix sort of 8- and 16-bit integers, one pass whatever the
+# parts). 262,144 positions at random over k parts, ns a position, scans / sort: k = 4
+# 3.4 / 4.1, 8 5.6 / 3.8, 300 88 / 10 (a shuffled concat of 1,024 shards located child
+# by child took 410 ns a position with scans).
+_SCAN_PARTS = 6
+
+
 def by_part(part: np.ndarray, k: int) -> list[tuple[int, Any]]:
     """``(i, where)`` for each of the ``k`` parts present in ``part``: a slice where the
-    parts come in runs (a walk's span, parts in rank order), else their indices."""
+    parts come in runs (a walk's span, parts in rank order), else their indices in
+    ascending order."""
     if len(part) > 1 and (part[1:] >= part[:-1]).all():
         cuts = np.searchsorted(part, np.arange(k + 1)).tolist()
         return [(i, slice(cuts[i], cuts[i + 1])) for i in range(k) if cuts[i] < cuts[i + 1]]
-    present = np.flatnonzero(np.bincount(part, minlength=k)).tolist()
-    return [(i, np.flatnonzero(part == i)) for i in present]
+    counts = np.bincount(part, minlength=k)
+    present = np.flatnonzero(counts).tolist()
+    if len(present) <= _SCAN_PARTS:
+        return [(i, np.flatnonzero(part == i)) for i in present]
+    narrow = np.uint8 if k <= 1 << 8 else np.uint16 if k <= 1 << 16 else None
+    order = np.argsort(part.astype(narrow) if narrow else part, kind="stable")
+    ends = np.cumsum(counts).tolist()
+    counts = counts.tolist()
+    return [(i, order[ends[i] - counts[i] : ends[i]]) for i in present]
 
 
 class ScheduleTable:
