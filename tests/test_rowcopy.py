@@ -283,3 +283,68 @@ def test_after_a_fork_the_child_copies_its_own_tasks_and_refuses_the_parents():
 def test_native_copies_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("FEEDLINE_NATIVE", "0")
     assert not rowcopy.available()
+
+
+def test_prepared_sources_serve_many_tasks_as_the_columns_themselves_would():
+    """``prepare`` takes every source's buffers once; tasks made with it copy what
+    tasks made from the columns copy, from any number of sources."""
+    sources = tuple(_cols(20 + 3 * s, seed=s) for s in range(300))
+    prepared = rowcopy.prepare(sources)
+    assert prepared.parts == 300 and prepared.names == tuple(sources[0])
+    rng = np.random.default_rng(4)
+    rowcopy.helpers(1)
+    for _ in range(5):
+        ords = rng.integers(0, 300, 2_000)
+        recs = np.array([rng.integers(0, 20 + 3 * o) for o in ords], np.int64)
+        a, b = _empty_like(sources[0], 2_000), _empty_like(sources[0], 2_000)
+        assert rowcopy.submit(a, sources, recs, ords, queue=True, prepared=prepared).run()
+        assert rowcopy.submit(b, sources, recs, ords, queue=False).run()
+        for n in a:
+            np.testing.assert_array_equal(a[n], b[n])
+            want = np.stack([sources[o][n][r] for o, r in zip(ords, recs)])
+            np.testing.assert_array_equal(a[n], want.reshape(a[n].shape))
+
+
+def test_prepare_refuses_sources_unlike_the_first_and_outputs_unlike_them():
+    x = {"x": np.zeros((5, 2), np.int64), "y": np.zeros(5, np.float32)}
+    for other, why in (
+        ({"x": np.zeros((5, 2), np.int32), "y": x["y"]}, "field 'x'"),  # another dtype
+        ({"y": x["y"], "x": x["x"]}, "fields"),  # the fields in another order
+        ({"x": x["x"]}, "fields"),  # a field missing
+        ({"x": np.zeros((5, 3), np.int64), "y": x["y"]}, "differ"),  # other rows
+    ):
+        with pytest.raises(ValueError, match=why):
+            rowcopy.prepare((x, other))
+    prepared = rowcopy.prepare((x, x))
+    recs, ords = np.zeros(2, np.int64), np.zeros(2, np.int64)
+    for out, why in (
+        ({"x": np.zeros((2, 2), np.int64)}, "fields"),  # a field too few
+        ({**_empty_like(x, 2), "z": np.zeros(2)}, "fields"),  # one too many
+        ({"x": np.zeros((2, 2), np.float64), "y": np.zeros(2, np.float32)}, "into"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            rowcopy.submit(out, (x, x), recs, ords, queue=False, prepared=prepared)
+
+
+def test_prepared_sources_hold_their_buffers_until_freed_with_their_tasks(tmp_path):
+    """A memory map cannot close while prepared sources (or a task made with them) hold
+    a buffer of it, and can once they are gone: a loader lets go of them when it
+    closes (``GatherAhead.release``, ``PlainPlan.shutdown``)."""
+    import mmap
+
+    path = tmp_path / "rows"
+    path.write_bytes(bytes(range(256)) * 64)
+    with open(path, "rb") as f:
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    col = np.frombuffer(m, np.uint8).reshape(-1, 16)
+    prepared = rowcopy.prepare(({"x": col},))
+    del col
+    out = {"x": np.zeros((3, 16), np.uint8)}
+    task = rowcopy.submit(out, None, np.array([0, 5, 9]), None, queue=False, prepared=prepared)
+    del prepared
+    with pytest.raises(BufferError):
+        m.close()  # the task still holds the sources
+    assert task.run()
+    assert out["x"][1].tolist() == list(range(80, 96))
+    del task
+    m.close()

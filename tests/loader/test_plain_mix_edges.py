@@ -253,7 +253,7 @@ def test_a_closed_chunked_mix_lets_go_of_its_chunks_and_says_so(files, chunks):
     loader.close()
     assert ahead.chunks == {} and ahead.last is None and ahead.window == []
     assert not ahead.helpers  # no helper still gathers
-    assert loader._plan.sources is None and loader._plan._mix == ()
+    assert loader._plan.sources is None and loader._plan._mix == (-1, None, [])  # no columns
     with pytest.raises(ValueError, match="closed"):
         next(it)
     for b, y in zip(kept, rows):  # batches already delivered keep their rows
@@ -481,3 +481,56 @@ def test_a_plain_mix_loader_on_the_numpy_order_path_gives_the_compiled_paths_bat
     compiled = _passes(fl.Loader(seq, B, seed=11, threads=2), 2)
     monkeypatch.setitem(_kernels._state, "k", None)
     _same(_passes(fl.Loader(seq, B, seed=11, threads=2), 2), compiled)
+
+
+# -- many sources: a manifest's shards -----------------------------------------------------
+SHARD_SIZES = [37 + (k * 13) % 50 for k in range(150)]  # 150 shards, 37 - 86 rows
+
+
+@pytest.fixture
+def shards(tmp_path):
+    """150 memory-mapped shard files; ``y`` = 1,000 x shard + row."""
+    out = []
+    for k, n in enumerate(SHARD_SIZES):
+        path = tmp_path / f"s{k:03d}.flr"
+        fl.recfile.write(path, R, _arrays(n, 1_000 * k))
+        out.append(fl.recfile.open(path))
+    yield out
+    for f in out:
+        f.close()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_shuffled_concat_of_many_shards_gives_the_general_paths_batches(shards, chunks, threads):
+    seq = fl.Seq.concat([fl.Seq.source(f) for f in shards]).shuffle(4).repeat(2)
+    want = _passes(_general(seq, B, seed=3), 1)
+    loader = fl.Loader(seq, B, seed=3, threads=threads)
+    assert type(loader._plan).__name__ == "PlainPlan"
+    got = _passes(loader, 1)
+    _same(got, want)
+    _rows_named(got, loader)
+    pairs = Counter((int(o), int(r)) for g in got for o, r in zip(g[3], g[4]))
+    assert pairs == Counter({(o, r): 2 for o, n in enumerate(SHARD_SIZES) for r in range(n)})
+
+
+def test_a_refreshed_source_of_a_plain_mix_is_read_again():
+    """A dict source given new arrays and ``refresh``ed mid-pass: the next batch of the
+    plain path reads them, as the general path does (the mix's columns are read again
+    once any dataset's columns are assigned, not checked source by source)."""
+    got = {}
+    for path in ("plain", "general"):
+        arrays = [_arrays(300, 0), _arrays(200, 10_000)]
+        dss = [fl.Dataset(R, a) for a in arrays]
+        seq = fl.Seq.mix([dss[0].shuffle(1), dss[1].shuffle(2)])
+        loader = (fl.Loader if path == "plain" else _general)(seq, B, seed=1, threads=1)
+        rows = []
+        for i in range(20):
+            if i == 4:
+                arrays[1]["y"] = arrays[1]["y"] + 7  # a new array: seen only after refresh
+                dss[1].refresh()
+            batch = next(loader)
+            rows.append(batch.y.copy())
+        got[path] = rows
+    assert any((p >= 10_007).any() for p in got["plain"][4:])
+    for p, g in zip(got["plain"], got["general"]):
+        np.testing.assert_array_equal(p, g)

@@ -8,8 +8,11 @@
  * thread that calls Task.run() (which copies blocks until none is left, then waits for
  * the blocks in flight, copying blocks of the queue's other tasks meanwhile).
  *
- * A task holds a buffer (a reference) of every array it reads or writes until it is
- * freed; it is freed only once no helper is in it (`users`), and a task
+ * The arrays read are a Sources object (prepare()): a buffer of every source's column,
+ * taken once and shared by the tasks of a loader (a manifest's 1,024 shards were 2,048
+ * buffers taken again at each chunk). A task holds its Sources and a buffer of every
+ * array it writes until it is freed; it is freed only once no helper is in it
+ * (`users`), and a task
  * freed before it was complete is cancelled first (its unclaimed rows are never
  * copied). After a fork, the child has no helpers: tasks of the parent's (an earlier
  * fork generation) are refused (run) or freed without waiting (dealloc); the fork
@@ -39,16 +42,29 @@
  * 0.8x. */
 #define AHEAD 8
 
+/* The columns rows are read from: ns sources of nf fields, every source's field f of
+ * rows of rb[f] bytes (items of isz[f] bytes). */
+typedef struct {
+    PyObject_HEAD
+    int nf, ns;
+    Py_buffer *views;       /* [ns*nf], nviews of them taken */
+    int nviews;
+    const char **src;       /* [ns*nf]: source s, field f at s*nf+f */
+    Py_ssize_t *rows;       /* [ns] rows of each source (its shortest field's) */
+    Py_ssize_t *rb, *isz;   /* [nf] */
+} Sources;
+
 typedef struct Task {
     PyObject_HEAD
     int nf, ns;             /* fields, sources */
     Py_ssize_t n, blk;      /* rows, rows a block */
-    Py_buffer *views;       /* every buffer held: dst (nf), src (ns*nf), recs, ords */
+    Py_buffer *views;       /* every buffer held: dst (nf), recs, ords */
     int nviews;
+    PyObject *sources;      /* the Sources read (a reference held) */
     char **dst;             /* [nf] */
-    const char **src;       /* [ns*nf]: source s, field f at s*nf+f */
+    const char **src;       /* the Sources' */
     Py_ssize_t *rb;         /* [nf] bytes a row */
-    Py_ssize_t *rows;       /* [ns] rows of each source */
+    const Py_ssize_t *rows; /* the Sources' */
     const int64_t *recs, *ords;  /* ords NULL: one source */
     _Atomic Py_ssize_t next, done;
     _Atomic int bad;        /* a record out of its source's range was met */
@@ -229,11 +245,10 @@ static void Task_dealloc(Task *t) {
         Py_END_ALLOW_THREADS
     }
     release_views(t);
+    Py_CLEAR(t->sources);  /* after the cancel: no thread reads its columns any more */
     PyMem_Free(t->views);
     PyMem_Free(t->dst);
-    PyMem_Free(t->src);
     PyMem_Free(t->rb);
-    PyMem_Free(t->rows);
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
@@ -306,11 +321,12 @@ static Py_ssize_t row_bytes(Py_buffer *v) {
     return b;
 }
 
-static int get_view(Task *t, PyObject *o, int writable, const char *what) {
-    Py_buffer *v = &t->views[t->nviews];
+/* A buffer of o in views[*nviews] (counted once taken, to be released). */
+static int take_view(Py_buffer *views, int *nviews, PyObject *o, int writable, const char *what) {
+    Py_buffer *v = &views[*nviews];
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(o, v, flags) < 0) return -1;
-    t->nviews++;
+    (*nviews)++;
     if (v->ndim < 1) {
         PyErr_Format(PyExc_ValueError, "%s: an array of rows (at least one dimension)", what);
         return -1;
@@ -318,29 +334,125 @@ static int get_view(Task *t, PyObject *o, int writable, const char *what) {
     return 0;
 }
 
+static int get_view(Task *t, PyObject *o, int writable, const char *what) {
+    return take_view(t->views, &t->nviews, o, writable, what);
+}
+
+static void Sources_dealloc(Sources *s) {
+    for (int i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
+    PyMem_Free(s->views);
+    PyMem_Free(s->src);
+    PyMem_Free(s->rows);
+    PyMem_Free(s->rb);
+    PyMem_Free(s->isz);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyTypeObject SourcesType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "feedline._base._rowcopy.Sources",
+    .tp_basicsize = sizeof(Sources),
+    .tp_dealloc = (destructor)Sources_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Columns rows are copied from, their buffers held: see prepare().",
+};
+
+/* prepare(sources) -> Sources
+ *   sources: tuple of ns tuples of nf C-contiguous arrays, every source's field f of
+ *   rows of the same bytes and items of the same size. */
+static PyObject *prepare(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyTuple_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "sources: a tuple of tuples of arrays");
+        return NULL;
+    }
+    Py_ssize_t ns = PyTuple_GET_SIZE(arg);
+    PyObject *first = ns > 0 ? PyTuple_GET_ITEM(arg, 0) : NULL;
+    Py_ssize_t nf = first && PyTuple_Check(first) ? PyTuple_GET_SIZE(first) : 0;
+    if (nf < 1 || ns < 1 || nf * ns > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "one field and source at least, 16,777,216 columns at most");
+        return NULL;
+    }
+    Sources *S = PyObject_New(Sources, &SourcesType);
+    if (!S) return NULL;
+    S->nf = (int)nf;
+    S->ns = (int)ns;
+    S->nviews = 0;
+    S->views = PyMem_Calloc((size_t)(ns * nf), sizeof(Py_buffer));
+    S->src = PyMem_Calloc((size_t)(ns * nf), sizeof(char *));
+    S->rows = PyMem_Calloc((size_t)ns, sizeof(Py_ssize_t));
+    S->rb = PyMem_Calloc((size_t)nf, sizeof(Py_ssize_t));
+    S->isz = PyMem_Calloc((size_t)nf, sizeof(Py_ssize_t));
+    if (!S->views || !S->src || !S->rows || !S->rb || !S->isz) {
+        Py_DECREF(S);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t s = 0; s < ns; s++) {
+        PyObject *cols = PyTuple_GET_ITEM(arg, s);
+        if (!PyTuple_Check(cols) || PyTuple_GET_SIZE(cols) != nf) {
+            PyErr_SetString(PyExc_ValueError, "each source: a tuple of one array a field");
+            goto fail;
+        }
+        for (Py_ssize_t f = 0; f < nf; f++) {
+            if (take_view(S->views, &S->nviews, PyTuple_GET_ITEM(cols, f), 0, "source") < 0)
+                goto fail;
+            Py_buffer *v = &S->views[S->nviews - 1];
+            if (s == 0) {
+                S->rb[f] = row_bytes(v);
+                S->isz[f] = v->itemsize;
+            } else if (row_bytes(v) != S->rb[f] || v->itemsize != S->isz[f]) {
+                PyErr_SetString(PyExc_ValueError, "a source's rows differ from the first's");
+                goto fail;
+            }
+            Py_ssize_t r = v->shape[0];
+            if (f == 0 || r < S->rows[s]) S->rows[s] = r;
+            S->src[s * nf + f] = v->buf;
+        }
+    }
+    return (PyObject *)S;
+fail:
+    Py_DECREF(S);
+    return NULL;
+}
+
 /* submit(dst, sources, recs, ords, queue) -> Task
  *   dst: tuple of nf writable C-contiguous arrays, each of at least len(recs) rows;
- *   sources: tuple of ns tuples of nf C-contiguous arrays, row for row like dst's;
- *   recs: int64 array; ords: int64 array of source ordinals, or None (one source);
- *   queue: the helpers may copy it (else only threads that run() it). */
+ *   sources: a Sources (prepare()) of nf fields, row for row like dst's, or the tuple
+ *   prepare() takes; recs: int64 array; ords: int64 array of source ordinals, or None
+ *   (one source); queue: the helpers may copy it (else only threads that run() it). */
 static PyObject *submit(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *dst, *sources, *recs, *ords;
     int queue;
-    if (!PyArg_ParseTuple(args, "O!O!OOp", &PyTuple_Type, &dst, &PyTuple_Type, &sources,
-                          &recs, &ords, &queue))
+    if (!PyArg_ParseTuple(args, "O!OOOp", &PyTuple_Type, &dst, &sources, &recs, &ords, &queue))
         return NULL;
-    Py_ssize_t nf = PyTuple_GET_SIZE(dst), ns = PyTuple_GET_SIZE(sources);
-    if (nf < 1 || ns < 1 || nf * ns > 65536) {
-        PyErr_SetString(PyExc_ValueError, "one field and source at least, 65,536 columns at most");
+    if (Py_IS_TYPE(sources, &SourcesType)) {
+        Py_INCREF(sources);
+    } else {
+        sources = prepare(NULL, sources);
+        if (!sources) return NULL;
+    }
+    Sources *S = (Sources *)sources;  /* a reference of this call's, given to the task */
+    Py_ssize_t nf = PyTuple_GET_SIZE(dst), ns = S->ns;
+    if (nf != S->nf) {
+        PyErr_SetString(PyExc_ValueError, "dst: one array for each of the sources' fields");
+        Py_DECREF(sources);
         return NULL;
     }
     if (ns > 1 && ords == Py_None) {
         PyErr_SetString(PyExc_ValueError, "several sources need ordinals");
+        Py_DECREF(sources);
         return NULL;
     }
     Task *t = PyObject_New(Task, &TaskType);
-    if (!t) return NULL;
+    if (!t) {
+        Py_DECREF(sources);
+        return NULL;
+    }
+    t->sources = sources;
+    t->src = S->src;
+    t->rows = S->rows;
     t->nf = (int)nf;
     t->ns = (int)ns;
     t->nviews = 0;
@@ -353,12 +465,10 @@ static PyObject *submit(PyObject *self, PyObject *args) {
     atomic_init(&t->bad, 0);
     atomic_init(&t->cut, 0);
     t->recs = t->ords = NULL;
-    t->views = PyMem_Calloc((size_t)(nf + ns * nf + 2), sizeof(Py_buffer));
+    t->views = PyMem_Calloc((size_t)(nf + 2), sizeof(Py_buffer));
     t->dst = PyMem_Calloc((size_t)nf, sizeof(char *));
-    t->src = PyMem_Calloc((size_t)(ns * nf), sizeof(char *));
     t->rb = PyMem_Calloc((size_t)nf, sizeof(Py_ssize_t));
-    t->rows = PyMem_Calloc((size_t)ns, sizeof(Py_ssize_t));
-    if (!t->views || !t->dst || !t->src || !t->rb || !t->rows) {
+    if (!t->views || !t->dst || !t->rb) {
         Py_DECREF(t);
         return PyErr_NoMemory();
     }
@@ -381,7 +491,6 @@ static PyObject *submit(PyObject *self, PyObject *args) {
         t->ords = ov->buf;
     }
     Py_ssize_t total = 0;
-    const int dst0 = t->nviews;  /* dst's views: t->views[dst0 + f] */
     for (Py_ssize_t f = 0; f < nf; f++) {
         if (get_view(t, PyTuple_GET_ITEM(dst, f), 1, "dst") < 0) goto fail;
         Py_buffer *v = &t->views[t->nviews - 1];
@@ -391,26 +500,11 @@ static PyObject *submit(PyObject *self, PyObject *args) {
         }
         t->dst[f] = v->buf;
         t->rb[f] = row_bytes(v);
-        total += t->rb[f];
-    }
-    for (Py_ssize_t s = 0; s < ns; s++) {
-        PyObject *cols = PyTuple_GET_ITEM(sources, s);
-        if (!PyTuple_Check(cols) || PyTuple_GET_SIZE(cols) != nf) {
-            PyErr_SetString(PyExc_ValueError, "each source: a tuple of one array a field");
+        if (t->rb[f] != S->rb[f] || v->itemsize != S->isz[f]) {
+            PyErr_SetString(PyExc_ValueError, "a source's rows differ from dst's");
             goto fail;
         }
-        for (Py_ssize_t f = 0; f < nf; f++) {
-            if (get_view(t, PyTuple_GET_ITEM(cols, f), 0, "source") < 0) goto fail;
-            Py_buffer *v = &t->views[t->nviews - 1];
-            if (row_bytes(v) != t->rb[f] || v->itemsize != t->views[dst0 + f].itemsize) {
-                PyErr_SetString(PyExc_ValueError, "a source's rows differ from dst's");
-                goto fail;
-            }
-            Py_ssize_t r = v->shape[0];
-            if (f == 0) t->rows[s] = r;
-            else if (r < t->rows[s]) t->rows[s] = r;
-            t->src[s * nf + f] = v->buf;
-        }
+        total += t->rb[f];
     }
     t->blk = total > 0 ? BLOCK_BYTES / total : t->n;
     if (t->blk < 1) t->blk = 1;
@@ -461,6 +555,9 @@ static PyMethodDef methods[] = {
     {"submit", submit, METH_VARARGS,
      "submit(dst, sources, recs, ords, queue) -> Task: rows recs[i] of sources[ords[i]] "
      "into row i of each dst array"},
+    {"prepare", prepare, METH_O,
+     "prepare(sources) -> Sources: buffers of every source's columns (a tuple of tuples "
+     "of arrays, one a field), held for the tasks that copy from them"},
     {"start_helpers", start_helpers, METH_O,
      "start_helpers(k) -> int: at least k helper threads (at most 15); how many run"},
     {NULL, NULL, 0, NULL},
@@ -481,12 +578,18 @@ PyMODINIT_FUNC PyInit__rowcopy(void) {
         }
         forks_handled = 1;
     }
-    if (PyType_Ready(&TaskType) < 0) return NULL;
+    if (PyType_Ready(&TaskType) < 0 || PyType_Ready(&SourcesType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&TaskType);
     if (PyModule_AddObject(m, "Task", (PyObject *)&TaskType) < 0) {
         Py_DECREF(&TaskType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SourcesType);
+    if (PyModule_AddObject(m, "Sources", (PyObject *)&SourcesType) < 0) {
+        Py_DECREF(&SourcesType);
         Py_DECREF(m);
         return NULL;
     }

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -67,6 +67,36 @@ def helpers(k: int) -> int:
     return int(_rowcopy.start_helpers(k))
 
 
+class Prepared(NamedTuple):
+    """Columns to copy rows from (``prepare``): their fields' names and dtypes, and the
+    buffers of every source's columns, held until this is freed."""
+
+    names: tuple[str, ...]
+    dtypes: tuple[np.dtype, ...]
+    sources: Any  # _rowcopy.Sources
+    parts: int  # how many sources
+
+
+def prepare(cols: Mapping[str, np.ndarray] | tuple) -> Prepared:
+    """The buffers of ``cols`` (one dataset's columns: field -> array; or a mix's: a
+    tuple of such, one per source, every source with the first's fields and dtypes),
+    taken once for every task that copies from them (``submit(..., prepared=)``): a
+    loader over many sources takes them once, not at each chunk. They are held until
+    the result is freed (and every task made with it)."""
+    assert _rowcopy is not None
+    each = cols if isinstance(cols, tuple) else (cols,)
+    names = tuple(each[0])
+    dtypes = tuple(each[0][n].dtype for n in names)
+    for c in each[1:]:  # C copies bytes: every source's values of the same dtypes
+        if tuple(c) != names:
+            raise ValueError(f"a source's fields {tuple(c)} differ from the first's {names}")
+        for n, d in zip(names, dtypes):
+            if c[n].dtype != d:
+                raise ValueError(f"field {n!r}: a source's rows of {c[n].dtype}, the first's {d}")
+    sources = _rowcopy.prepare(tuple(tuple(c[n] for n in names) for c in each))
+    return Prepared(names, dtypes, sources, len(each))
+
+
 def submit(
     out: Mapping[str, np.ndarray],
     cols: Mapping[str, np.ndarray] | tuple,
@@ -74,10 +104,12 @@ def submit(
     ords: np.ndarray | None,
     *,
     queue: bool,
+    prepared: Prepared | None = None,
 ) -> Any:
     """A task copying, for each field of ``out``, rows ``recs[i]`` of the columns
     ``cols`` (one dataset's: field -> array; or a mix's: a tuple of such, one per
-    source, picked by ``ords[i]``) into row ``i`` of ``out[field]``.
+    source, picked by ``ords[i]``) into row ``i`` of ``out[field]``; ``prepared``:
+    ``prepare(cols)`` made before (the columns are then not looked at).
 
     With ``queue`` the helpers copy it as soon as one is free; either way ``task.run()``
     copies what is left in the calling thread, waits for the rest and returns True, or
@@ -87,17 +119,18 @@ def submit(
     arrays until it is freed (cancelled first if it is not done).
     """
     assert _rowcopy is not None
-    names = tuple(out)
-    each = cols if isinstance(cols, tuple) else (cols,)
-    sources = tuple(tuple(c[n] for n in names) for c in each)
-    for c in sources:  # C copies bytes: the values must already be of the rows' dtype
-        for n, a in zip(names, c):
-            if a.dtype != out[n].dtype:
-                raise ValueError(f"field {n!r}: rows of {a.dtype} into an array of {out[n].dtype}")
+    if prepared is None:
+        prepared = prepare(cols)
+    if len(out) != len(prepared.names):
+        raise ValueError(f"fields {tuple(out)} written, the sources have {prepared.names}")
+    for n, d in zip(prepared.names, prepared.dtypes):  # C copies bytes: the rows' dtype
+        if out[n].dtype != d:
+            raise ValueError(f"field {n!r}: rows of {d} into an array of {out[n].dtype}")
     # read as native int64 in C: an unsigned record past 2**63 is out of range there
     if recs.dtype not in _INDEX:
         recs = recs.astype(np.int64)
     recs = np.ascontiguousarray(recs)
     if ords is not None:
-        ords = np.ascontiguousarray(ords, dtype=np.int64) if len(each) > 1 else None
-    return _rowcopy.submit(tuple(out[n] for n in names), sources, recs, ords, queue)
+        ords = np.ascontiguousarray(ords, dtype=np.int64) if prepared.parts > 1 else None
+    dst = tuple(out[n] for n in prepared.names)
+    return _rowcopy.submit(dst, prepared.sources, recs, ords, queue)

@@ -55,6 +55,17 @@ def _in_c(cols: Any) -> bool:
     return rowcopy.available() and rowcopy.copyable(_arrays_of(cols)) and _alike(cols)
 
 
+def _prepared(cols: Any) -> rowcopy.Prepared | None:
+    """``rowcopy.prepare(cols)`` where the compiled copies serve ``cols`` (``_in_c``),
+    else None (numpy's takes serve): their buffers, taken once for every chunk."""
+    if not _in_c(cols):
+        return None
+    try:
+        return rowcopy.prepare(cols)
+    except (ValueError, TypeError, BufferError):  # what C cannot read as rows
+        return None
+
+
 def _alike(cols: Any) -> bool:
     """Whether every source of ``cols`` (one dataset's columns, or a mix's tuple of them)
     has the same fields of the same dtypes, as the compiled copies need (they copy bytes)."""

@@ -42,7 +42,7 @@ import numpy as np
 
 from .._base import recycle, rowcopy
 from ._blocks import _BLOCK, OrderBlocks
-from ._chunk import _arrays_of, _Chunk, _fields_of, _holds, _in_c, _row_bytes, _unwritten
+from ._chunk import _arrays_of, _Chunk, _fields_of, _holds, _prepared, _row_bytes, _unwritten
 from ._config import _in_torch_worker, usable_cpus
 from ._gather import take_mixed
 
@@ -136,8 +136,9 @@ class GatherAhead:
         self.chosen = False  # helpers only while a core is spare (``_spare``)
         self.spared: tuple[Any, bool] = (None, True)  # (block, helpers wanted there)
         self.starts: tuple[list[int], list[int]] = ([], [])  # (a pass's first block, others)
-        # (columns, gathered ahead, by the compiled copies: ``rowcopy``)
-        self.seen: tuple[Any, bool, bool] = (None, False, False)
+        # (columns, gathered ahead, by the compiled copies: ``rowcopy``, and their
+        # buffers taken for those: ``rowcopy.prepare``, once for every chunk)
+        self.seen: tuple[Any, bool, bool, Any] = (None, False, False, None)
         self.closed = False  # released: the caller gathers any batch still being made
         self._reset()
 
@@ -167,7 +168,7 @@ class GatherAhead:
             self.chunks = {}
             self.current = self.last = None
             self.spare = []
-            self.seen = (None, False, False)
+            self.seen = (None, False, False, None)
         if self.pid == os.getpid():
             for future in list(self.helpers):  # a helper's chunk in hand: one take at most
                 future.exception()  # waits
@@ -205,7 +206,8 @@ class GatherAhead:
             # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
             arrays = _arrays_of(cols)
             ahead = all(_unwritten(a) for a in arrays)
-            self.seen = (cols, ahead, ahead and _in_c(cols))
+            prepared = _prepared(cols) if ahead else None
+            self.seen = (cols, ahead, prepared is not None, prepared)
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
             return None
@@ -292,7 +294,8 @@ class GatherAhead:
     def _new(self, key: Key, lo: int, recs: np.ndarray, cols: Any, ords: np.ndarray) -> _Chunk:
         chunk = _Chunk(lo, recs, cols, ords)
         queue = False
-        if cols is self.seen[0] and self.seen[2]:
+        seen = self.seen
+        if cols is seen[0] and seen[2]:
             # Copied by C: queued for the helpers at once (where a core is spare), and by
             # whichever thread needs it first (``_copied``); no thread of Python owns it.
             # Known by its key only once its task is made: an interrupt before that leaves
@@ -300,7 +303,9 @@ class GatherAhead:
             chunk.owner = 0
             chunk.buffers = self._buffers(cols)
             queue = self.spared[1] and not self.closed
-            chunk.task = rowcopy.submit(chunk.buffers, cols, recs, ords, queue=queue)
+            chunk.task = rowcopy.submit(
+                chunk.buffers, cols, recs, ords, queue=queue, prepared=seen[3]
+            )
         self.chunks[key] = chunk
         if queue and self.native < self.threads - 1:
             try:

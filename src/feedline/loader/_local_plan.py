@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from .._base import clock, rowcopy
+from ..sources._dataset import columns_changed
 from . import _into
 from ._batch import Batch
-from ._chunk import _fields_of, _in_c, _row_bytes
+from ._chunk import _fields_of, _prepared, _row_bytes
 from ._device import DeviceColumns
 from ._gather import take_mixed
 from ._gather_ahead import for_plain
@@ -97,7 +98,9 @@ class PlainPlan(LocalPlan):
         self.sources: list | None = dataset if mixed else None
         # the sources' columns, one tuple while none changes (``GatherAhead`` knows its
         # chunks' columns by identity)
-        self._mix: tuple = ()
+        # (``columns_changed()`` when last read, the mix's columns then or None, its
+        # TensorDataset sources: read again at each batch if their tensors changed)
+        self._mix: tuple[int, tuple | None, list] = (-1, None, [])
         # A source's columns read again (a TensorDataset's new tensors, a ``refresh``) may
         # hold fewer rows than the order's records reach: its batches' records are then
         # checked (the general path's ``BoundsError``), never clipped by ``np.take``.
@@ -105,8 +108,9 @@ class PlainPlan(LocalPlan):
         self._sized: Any = None  # the columns last measured against ``_need``
         self._short: tuple[int, ...] = ()  # the sources shorter than that
         self.ahead = for_plain(loader)  # a chunk of batches at a time, by threads
-        # (columns, copied by the compiled row copies, bytes a row): ``_take``
-        self._copy: tuple[Any, bool, int] = (None, False, 0)
+        # (columns, copied by the compiled row copies, bytes a row, their buffers taken
+        # for those: ``rowcopy.prepare``): ``_take``
+        self._copy: tuple[Any, bool, int, Any] = (None, False, 0, None)
         # output="torch" (on the CPU): tensors over the gathered arrays' memory
         self.tensors = torch_module().from_numpy if loader.options.output == "torch" else None
 
@@ -119,20 +123,31 @@ class PlainPlan(LocalPlan):
         return ds._columns if ds._columns is not None else ds._mapped_columns
 
     def _mix_cols(self) -> tuple | None:
+        """The sources' columns as one tuple, the same object while none of them changed
+        (one number read a batch, whatever the number of sources)."""
         sources = self.sources
         if sources is None:
             raise ValueError("the loader is closed")
+        seen, mix, tensors = self._mix
+        for ds in tensors:  # a TensorDataset: read again if it changed (a new number)
+            ds._read_if_changed()
+        now = columns_changed()
+        if now == seen:
+            return mix
         cols = []
         for ds in sources:
-            if ds._seen is not None:  # a TensorDataset: read again if it changed
+            if ds._seen is not None:
                 ds._read_if_changed()
             got = ds._cols if ds._cols is not None else ds._mapped_columns
             if not got:
-                return None
+                break
             cols.append(got)
-        mix = self._mix
-        if len(mix) != len(cols) or any(a is not b for a, b in zip(mix, cols)):
-            mix = self._mix = tuple(cols)
+        if len(cols) < len(sources):
+            mix = None  # a source without columns: the general path serves
+        elif mix is None or len(mix) != len(cols) or any(a is not b for a, b in zip(mix, cols)):
+            mix = tuple(cols)
+        # one assignment: another thread reads the three together
+        self._mix = (now, mix, [ds for ds in sources if ds._seen is not None])
         return mix
 
     def next(self) -> Any:
@@ -221,13 +236,15 @@ class PlainPlan(LocalPlan):
         1,000,000 rows of 264 bytes in batches of 512, 1.46x; one file of 4,000,000 such
         rows, 1.0x."""
         if cols is not self._copy[0]:
-            ok = _in_c(cols)
-            self._copy = (cols, ok, _row_bytes(cols) if ok else 0)
-        _, ok, rows = self._copy
+            prepared = _prepared(cols)
+            ok = prepared is not None
+            self._copy = (cols, ok, _row_bytes(cols) if ok else 0, prepared)
+        _, ok, rows, prepared = self._copy
         if ok and rows * len(recs) >= _COPY_BYTES:
             first = _fields_of(cols)
             out = {n: np.empty((len(recs), *a.shape[1:]), a.dtype) for n, a in first.items()}
-            if rowcopy.submit(out, cols, recs, ords, queue=False).run():
+            task = rowcopy.submit(out, cols, recs, ords, queue=False, prepared=prepared)
+            if task.run():
                 return out
         if isinstance(cols, tuple):
             return take_mixed(cols, ords, recs)
@@ -252,8 +269,8 @@ class PlainPlan(LocalPlan):
         # the loader closes: the dataset and the chunks (views of its columns) go now,
         # not when the collector frees the loader and this plan (they refer to each other)
         self.dataset = self.sources = self._sized = None
-        self._mix = ()
-        self._copy = (None, False, 0)
+        self._mix = (-1, None, [])
+        self._copy = (None, False, 0, None)
         if self.ahead is not None:
             self.ahead.release()
 

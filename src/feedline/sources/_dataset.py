@@ -24,6 +24,7 @@ version counters tell.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,20 @@ from ._kinds import (
     check_through,
     lengths_of,
 )
+
+# Each assignment of a dataset's columns (``_cols``, ``_mapped_columns``) takes the next
+# number of this count: a loader over many sources (a mix, a manifest's shards) reads one
+# number a batch to know whether any of their columns changed (``columns_changed``), not
+# each source's (a loop over 1,024 shards a batch cost more than the batch's copies).
+_changes = itertools.count(1)  # next() is one step under the GIL: no number is given twice
+_changed = 0
+_COLUMNS = frozenset(("_cols", "_mapped_columns"))
+
+
+def columns_changed() -> int:
+    """A number that differs from every earlier one once any dataset's columns have been
+    assigned again (read it before reading the columns it vouches for)."""
+    return _changed
 
 
 class Dataset:
@@ -122,6 +137,12 @@ class Dataset:
                 f"{type(source).__name__}"
             )
         self._read_source()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _COLUMNS:  # after the assignment: a reader that saw the old number rereads
+            global _changed
+            _changed = next(_changes)
 
     def _read_source(self) -> None:
         """Check and convert an in-memory source as a whole; take the source's length."""
