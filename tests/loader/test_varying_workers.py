@@ -179,6 +179,29 @@ def test_a_mix_of_sources_gives_every_pair_once_the_same_with_workers():
     assert seen == Counter([(0, i) for i in range(40)] + [(1, i) for i in range(30)])
 
 
+def test_many_sources_of_varying_rows_put_each_row_in_its_place():
+    """Nine decoded sources shuffled as one: a batch draws from more sources than the
+    gather scans for one by one (it sorts them), and each row, fixed or varying, is
+    its own record's wherever it comes from."""
+    seq = fl.Seq.concat([docs(7 + 3 * k, seed=k) for k in range(9)]).shuffle(3)
+    seen = Counter()
+    with fl.Loader(seq, 24, workers=0, pad=True) as loader:
+        for b in loader:
+            m = b.meta
+            rows = range(m.size)
+            recs, ords = _array(m.record_indices), _array(m.source_ordinals)
+            assert len(set(ords[: m.size].tolist())) > 6 or m.size < 24
+            assert _array(b.label)[: m.size].tolist() == recs[: m.size].tolist()
+            assert [b.name[r] for r in rows] == [f"doc-{int(recs[r])}-é" for r in rows]
+            assert [len(b.blob[r]) for r in rows] == [int(recs[r]) % 50 for r in rows]
+            tags, lengths = _array(b.tags), _array(m.lengths["T"])
+            for r in rows:
+                assert (tags[r, : lengths[r]] == recs[r] % 100).all()
+                assert (tags[r, lengths[r] :] == -1).all()
+            seen.update(zip(ords[: m.size].tolist(), recs[: m.size].tolist()))
+    assert seen == Counter((k, i) for k in range(9) for i in range(7 + 3 * k))
+
+
 def test_a_batch_that_cannot_be_collated_is_passed_over_as_in_process():
     def outcomes(loader) -> list:
         got = []

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..order._schedule import by_part
 from ..records._ragged import Ragged
 from ._collate import empty
 
@@ -54,9 +55,9 @@ def gather(
         return target
     target = dict(out) if out is not None else empty(fields, rows)
     parts: dict[str, list[tuple[np.ndarray, Ragged]]] = {}
-    for o in np.unique(ords):
-        sel = np.flatnonzero(ords == o)
-        cols = datasets[int(o)].getitems(
+    for o, at in by_part(ords, len(datasets)):  # many sources: one sort, not a scan each
+        sel = np.arange(size)[at] if isinstance(at, slice) else at
+        cols = datasets[o].getitems(
             recs[sel],
             check_values=check_values,
             positions=None if positions is None else positions[sel],
@@ -111,10 +112,9 @@ def take_mixed(
             # the order's records are in range: "clip" spares numpy a buffered copy
             np.take(col, recs, axis=0, out=got[n], mode="clip")
         return got
-    present = np.flatnonzero(np.bincount(ords, minlength=len(sources))).tolist()
+    groups = by_part(ords, len(sources))  # many sources: one sort, not a scan each
     if size < _STAGED:
-        for o in present:
-            sel = np.flatnonzero(ords == o)
+        for o, sel in groups:
             rows = recs[sel]
             for n, col in sources[o].items():
                 got[n][sel] = col.take(rows, axis=0)
@@ -122,9 +122,8 @@ def take_mixed(
     staged = _staging(got)
     back = np.empty(size, np.intp)  # each row's place in the staging buffer
     at = 0
-    for o in present:
-        sel = np.flatnonzero(ords == o)
-        k = len(sel)
+    for o, sel in groups:
+        k = len(recs[sel]) if isinstance(sel, slice) else len(sel)
         back[sel] = np.arange(at, at + k)
         rows = recs[sel]
         for n, col in sources[o].items():
