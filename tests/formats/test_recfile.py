@@ -259,6 +259,34 @@ def test_columns_are_read_only_memory_maps_shared_by_the_handles(image_file):
         g.close()
 
 
+def test_a_share_takes_the_parse_and_lives_on_its_own(image_file, monkeypatch):
+    """A share of a local file takes the header already read and checked through the
+    same descriptor (a loader shares every shard: reading each header again cost most
+    of a loader's start over many shards); each handle then closes on its own."""
+    path, _, cols = image_file
+    f = fl.recfile.open(path)
+    calls = []
+    real = fl.recfile.RecFile._parse
+    monkeypatch.setattr(fl.recfile.RecFile, "_parse", lambda self: calls.append(1) or real(self))
+    g = f.share()
+    assert calls == []  # not parsed again
+    assert g.record is f.record and len(g) == len(f) and g.path == f.path
+    for name in cols:
+        assert g.columns[name] is not None
+    f.close()  # the original gone: the share reads on, through its own share
+    assert f.closed and not g.closed
+    for name, want in cols.items():
+        got = g.getitems([3, 0])[name]
+        want = want[[3, 0]] if isinstance(want, np.ndarray) else [want[3], want[0]]
+        assert [np.array_equal(a, b) for a, b in zip(got, want)] == [True, True]
+    h = g.share()
+    g.close()
+    assert np.array_equal(h.getitems([1])["label"], cols["label"][[1]])
+    h.close()
+    with pytest.raises(ValueError, match="closed"):
+        f.share()
+
+
 def test_a_pickled_handle_reopens_the_file(image_file):
     path, _, cols = image_file
     with fl.recfile.open(path) as f:
