@@ -29,7 +29,8 @@ def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_pat
     assert "every window read once: True" in out.stdout
     assert summary["orders"]["positions"] == 2_000_000_000
     assert set(summary["bench"]) == {
-        "numpy gather", "feedline, 0 workers", "feedline, 2 workers", "feedline, a mix of 2 files"
+        "numpy gather", "feedline, 0 workers", "feedline, 2 workers", "feedline, a mix of 2 files",
+        "feedline, 256 shards",
     }  # fmt: skip
     assert all(rate > 0 for rate in summary["bench"].values())
     var = summary["variable_length"]
