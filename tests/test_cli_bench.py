@@ -69,6 +69,25 @@ def test_bench_on_an_order_needs_a_file_for_each_source(tmp_path, capsys):
     assert "--source FILE goes with an order configuration" in capsys.readouterr().err
 
 
+def test_bench_on_a_manifest_shuffles_its_shards_as_one(tmp_path, capsys):
+    from feedline.formats.manifest import write_manifest
+
+    paths = []
+    for k in range(12):
+        paths.append(tmp_path / f"shard-{k:02d}.flr")
+        y = np.arange(40 + k) + 1_000 * k
+        fl.recfile.write(paths[-1], Row, {"x": np.ones((40 + k, 8), np.float32), "y": y})
+    write_manifest(tmp_path / "manifest.json", paths)
+    args = ["bench", str(tmp_path / "manifest.json"), "--batch", "32", "--passes", "2"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "546 rows in the order over 12 files of Row (x, y); batches of 32" in out
+    assert "36 batches, 1,092 rows" in out  # both passes, every row of every shard once a pass
+    assert re.search(r"numpy's gather of the same batches: [\d,]+ rows/s; .* is [\d.]+x", out)
+    assert main([*args, "--source", str(paths[0])]) != 0
+    assert "not a manifest" in capsys.readouterr().err
+
+
 def test_bench_with_workers_and_a_parquet_file(tmp_path, capsys):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")

@@ -10,11 +10,15 @@ from the columns read into memory, for a file that does not map), a batch at a t
 ``feedline bench ORDER.json --source FILE ...``: the same over an order configuration
 (``Seq.to_json``: a mix, a curriculum) and the files of its sources, in its order; the
 baseline takes each batch's rows from each source it draws on.
+
+``feedline bench MANIFEST.json``: the same over a manifest's ``.flr`` shards, shuffled as
+one dataset (``open_manifest(path).seq().shuffle(1)``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from typing import Any
@@ -24,6 +28,7 @@ import numpy as np
 from ..errors import FormatError
 from ..loader import Loader
 from ..order import Order
+from ..order._schedule import by_part
 from ..records import Ragged
 
 
@@ -75,8 +80,8 @@ def _numpy_pass(each: list[dict[str, Any]], batches: list[tuple]) -> float:
         if len(each) == 1:
             _take(each[0], recs)
             continue
-        for o in np.unique(ords).tolist():
-            _take(each[o], recs[ords == o])
+        for o, at in by_part(ords, len(each)):  # many sources: one sort, not a scan each
+            _take(each[o], recs[at])
     return time.perf_counter() - t
 
 
@@ -121,8 +126,9 @@ def compared(n: int, loader_s: list[float], first_s: float, later_s: list[float]
 
 
 def _sources(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
-    """What the loader reads (a file's source, or an order configuration over the files
-    of ``--source``), the files, and their opened sources."""
+    """What the loader reads (a file's source, an order configuration over the files of
+    ``--source``, or a manifest's shards shuffled as one), the files, and their opened
+    sources."""
     if not args.file.lower().endswith(".json"):
         if args.source:
             raise FormatError("--source FILE goes with an order configuration (.json)", args.file)
@@ -132,6 +138,8 @@ def _sources(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
 
     with open(args.file, encoding="utf-8") as f:
         text = f.read()
+    if _is_manifest(text):
+        return _manifest(args)
     wanted = len(Seq.from_json(text).sources())
     paths = list(args.source or [])
     if len(paths) != wanted:
@@ -142,6 +150,35 @@ def _sources(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
         )
     srcs = [open_source(path) for path in paths]
     return Seq.from_json(text, srcs), paths, srcs
+
+
+def _is_manifest(text: str) -> bool:
+    from ..formats.manifest import KIND
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False  # the order configuration's reader says what is wrong with it
+    return isinstance(doc, dict) and doc.get("kind") == KIND
+
+
+def _manifest(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
+    """A manifest's ``.flr`` shards shuffled as one dataset, their files and handles."""
+    from ..manifest import open_manifest
+
+    if args.source:
+        raise FormatError(
+            "--source FILE goes with an order configuration, not a manifest", args.file
+        )
+    m = open_manifest(args.file)
+    if m.format != "flr":
+        m.close()
+        raise FormatError(
+            f"feedline bench reads a manifest of .flr shards; this one lists .{m.format} shards",
+            args.file,
+        )
+    # the loader's datasets keep shares of the files; the handles serve numpy's lengths
+    return m.seq().shuffle(1), [h.path for h in m.handles], list(m.handles)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -200,8 +237,9 @@ def add_options(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "file",
         nargs="?",
-        help="a .flr, .ndf, .parquet or .arrow file: the loader over it; or an order "
-        "configuration (.json, Seq.to_json) with --source for each of its sources",
+        help="a .flr, .ndf, .parquet or .arrow file: the loader over it; an order "
+        "configuration (.json, Seq.to_json) with --source for each of its sources; or a "
+        "manifest of .flr shards (.json), shuffled as one dataset",
     )
     bench.add_argument(
         "--source",
