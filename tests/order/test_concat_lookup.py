@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import feedline as fl
-from feedline.order import _nodes
+from feedline.order import _child_table, _nodes
 from feedline.order._schedule import _SCAN_PARTS, by_part
 
 
@@ -92,7 +92,7 @@ def test_every_position_of_many_shards_finds_its_child(lengths):
     want = np.repeat(np.arange(len(lengths)), lengths)
     assert np.array_equal(c.children_of(pos), want)
     if c._which is not None:
-        assert c._which[3] <= _nodes._TABLE_PASSES
+        assert c._which[3] <= _child_table._TABLE_PASSES
 
 
 def _slow(order: fl.Order) -> fl.Order:

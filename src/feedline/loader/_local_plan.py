@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .._base import clock, rowcopy
-from ..sources._dataset import columns_changed
+from ..sources._watched import columns_changed
 from . import _into
 from ._batch import Batch
 from ._chunk import _fields_of, _prepared, _row_bytes

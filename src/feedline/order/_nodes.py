@@ -22,6 +22,7 @@ import numpy as np
 from .._base import hashing, kernels
 from .._base.recycle import Recycler
 from . import _perm
+from ._child_table import child_table
 from ._mixplan import MixPlan, MixState
 from ._schedule import _BY_PART, by_part
 
@@ -126,41 +127,6 @@ class Select(Node):
         return self.child.locate(p, seed, epoch, cache)
 
 
-# A concat of more children than this finds each position's child in a table of
-# buckets of positions (``_child_table``), not by a binary search of the children's
-# starts (about log2(children) dependent reads a position). 262,144 positions at random
-# over 4,000,000, ns a position, search / table: 2 children 5.7 / 10.9, 3 9.1 / 4.4,
-# 16 19 / 3.2, 1,024 50 / 3.2, 100,000 114 / 8.1.
-_SEARCH_CHILDREN = 2
-# Most buckets in such a table (int64: 8 MB), and most boundaries between children in
-# one bucket (a pass over the positions each).
-_TABLE_BUCKETS = 1 << 20
-_TABLE_PASSES = 2
-
-
-def _child_table(
-    starts: np.ndarray, n: int
-) -> tuple[np.uint64, np.ndarray, np.ndarray, int] | None:
-    """``(shift, table, ends, passes)``: position ``p``'s child is ``table[p >> shift]``
-    advanced past each child whose end (``ends``) is at or below ``p``, at most
-    ``passes`` times; or None where a binary search serves (few children, or no bucket
-    size both keeps the table small and holds few boundaries)."""
-    k = len(starts)
-    if k <= _SEARCH_CHILDREN:
-        return None
-    ends = np.append(starts[1:], np.uint64(n))
-    shift = max(0, (n // k).bit_length() - 1)  # buckets of at most the mean length
-    while shift >= 0 and (n - 1 >> shift) < _TABLE_BUCKETS:
-        firsts = np.arange((n - 1 >> shift) + 1, dtype=np.uint64) << np.uint64(shift)
-        lasts = np.minimum(firsts + np.uint64((1 << shift) - 1), np.uint64(n - 1))
-        table = np.searchsorted(starts, firsts, side="right") - 1
-        passes = int((np.searchsorted(starts, lasts, side="right") - 1 - table).max())
-        if passes <= _TABLE_PASSES:
-            return np.uint64(shift), table, ends, passes
-        shift -= 1  # smaller buckets: fewer boundaries in each, more buckets
-    return None
-
-
 @dataclass(eq=False)
 class Concat(Node):
     """The children one after another; ``offsets[i]`` is where child ``i`` starts."""
@@ -170,7 +136,7 @@ class Concat(Node):
 
     def __post_init__(self) -> None:
         self._starts = np.array(self.offsets, dtype=np.uint64)
-        self._which = _child_table(self._starts, self.n)
+        self._which = child_table(self._starts, self.n)
         # Every child a leaf (sources, or ranges of them: a manifest's shards): each
         # position's ordinal and record from two per-child tables, with no call per child.
         self._ordinal: np.ndarray | None = None

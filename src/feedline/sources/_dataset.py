@@ -24,7 +24,6 @@ version counters tell.
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,30 +42,17 @@ from ._kinds import (
     _column,
     _is_hf_dataset,
     _is_tensor_dataset,
-    _rows_of,
     _versions,
     _write_rows,
     arrays_record,
     check_through,
+    check_whole,
     lengths_of,
 )
-
-# Each assignment of a dataset's columns (``_cols``, ``_mapped_columns``) takes the next
-# number of this count: a loader over many sources (a mix, a manifest's shards) reads one
-# number a batch to know whether any of their columns changed (``columns_changed``), not
-# each source's (a loop over 1,024 shards a batch cost more than the batch's copies).
-_changes = itertools.count(1)  # next() is one step under the GIL: no number is given twice
-_changed = 0
-_COLUMNS = frozenset(("_cols", "_mapped_columns"))
+from ._watched import WatchedColumns
 
 
-def columns_changed() -> int:
-    """A number that differs from every earlier one once any dataset's columns have been
-    assigned again (read it before reading the columns it vouches for)."""
-    return _changed
-
-
-class Dataset:
+class Dataset(WatchedColumns):
     """A typed view of a map-style source: every item is checked against ``record``.
 
     ``len(ds)``, ``ds[i]`` (a dict of the fields' arrays), ``ds.getitems(indices)``
@@ -138,18 +124,13 @@ class Dataset:
             )
         self._read_source()
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        if name in _COLUMNS:  # after the assignment: a reader that saw the old number rereads
-            global _changed
-            _changed = next(_changes)
-
     def _read_source(self) -> None:
         """Check and convert an in-memory source as a whole; take the source's length."""
         source, record = self.source, self.record
         self._lengths_cache = {}
         if isinstance(source, Mapping):
-            self._cols = self._check_whole(
+            self._cols = check_whole(
+                self.record,
                 {
                     f: source[f]
                     if record.fields[f].ragged
@@ -167,7 +148,8 @@ class Dataset:
                     f"tensors, the record has {len(record.fields)} fields"
                 )
             seen = (tensors, _versions(tensors))
-            self._cols = self._check_whole(
+            self._cols = check_whole(
+                self.record,
                 {
                     f: _column(t, self._where(f, "TensorDataset"))
                     for f, t in zip(record.fields, tensors)
@@ -223,18 +205,6 @@ class Dataset:
             self._mapped_columns = dict(self.source.columns)
         if self._cols is not None and _is_tensor_dataset(self.source):
             self._seen = (self.source.tensors, _versions(self.source.tensors))
-
-    def _check_whole(self, columns: dict[str, Any], what: str) -> dict[str, Any]:
-        sizes = {k: _rows_of(v) for k, v in columns.items()}
-        if len(set(sizes.values())) > 1:
-            raise ShapeError(
-                f"{self.record.__name__}: the {what}'s columns have different lengths: {sizes}"
-            )
-        n = next(iter(sizes.values()), None) or 0
-        checked = self.record.check_columns(columns, np.arange(n), check_values=False)
-        return {
-            k: v if isinstance(v, Ragged) else np.ascontiguousarray(v) for k, v in checked.items()
-        }
 
     # -- building -----------------------------------------------------------------------
     @classmethod

@@ -226,3 +226,14 @@ def check_through(base: Any, record: Any) -> None:
         base.getitems(
             np.arange(start, min(start + step, len(base))), check_values=True, in_range=True
         )
+
+
+def check_whole(record: Any, columns: dict[str, Any], what: str) -> dict[str, Any]:
+    """An in-memory source's columns (``what``: "dict", "TensorDataset") checked as a
+    whole against ``record``: one length, the fields' shapes and dtypes; contiguous."""
+    sizes = {k: _rows_of(v) for k, v in columns.items()}
+    if len(set(sizes.values())) > 1:
+        raise ShapeError(f"{record.__name__}: the {what}'s columns have different lengths: {sizes}")
+    n = next(iter(sizes.values()), None) or 0
+    checked = record.check_columns(columns, np.arange(n), check_values=False)
+    return {k: v if isinstance(v, Ragged) else np.ascontiguousarray(v) for k, v in checked.items()}
