@@ -136,9 +136,9 @@ class GatherAhead:
         self.chosen = False  # helpers only while a core is spare (``_spare``)
         self.spared: tuple[Any, bool] = (None, True)  # (block, helpers wanted there)
         self.starts: tuple[list[int], list[int]] = ([], [])  # (a pass's first block, others)
-        # (columns, gathered ahead, by the compiled copies: ``rowcopy``, and their
-        # buffers taken for those: ``rowcopy.prepare``, once for every chunk)
-        self.seen: tuple[Any, bool, bool, Any] = (None, False, False, None)
+        # (columns, gathered ahead, their buffers taken for the compiled copies, once
+        # for every chunk: ``rowcopy.prepare``; None where numpy's takes serve)
+        self.seen: tuple[Any, bool, Any] = (None, False, None)
         self.closed = False  # released: the caller gathers any batch still being made
         self._reset()
 
@@ -168,7 +168,7 @@ class GatherAhead:
             self.chunks = {}
             self.current = self.last = None
             self.spare = []
-            self.seen = (None, False, False, None)
+            self.seen = (None, False, None)
         if self.pid == os.getpid():
             for future in list(self.helpers):  # a helper's chunk in hand: one take at most
                 future.exception()  # waits
@@ -207,12 +207,12 @@ class GatherAhead:
             arrays = _arrays_of(cols)
             ahead = all(_unwritten(a) for a in arrays)
             prepared = _prepared(cols) if ahead else None
-            self.seen = (cols, ahead, prepared is not None, prepared)
+            self.seen = (cols, ahead, prepared)
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
             return None
         # a helper makes it, where Python helpers gather (C's never hold the GIL)
-        self.blocks.here = self.spared[1] and not self.seen[2]
+        self.blocks.here = self.spared[1] and self.seen[2] is None
         if self.pid != os.getpid():
             # a forked child: no thread of its parent's is here to gather a chunk it took
             # (another user thread's, in flight at the fork), nor any helper of its
@@ -295,7 +295,7 @@ class GatherAhead:
         chunk = _Chunk(lo, recs, cols, ords)
         queue = False
         seen = self.seen
-        if cols is seen[0] and seen[2]:
+        if cols is seen[0] and seen[2] is not None:
             # Copied by C: queued for the helpers at once (where a core is spare), and by
             # whichever thread needs it first (``_copied``); no thread of Python owns it.
             # Known by its key only once its task is made: an interrupt before that leaves
@@ -304,7 +304,7 @@ class GatherAhead:
             chunk.buffers = self._buffers(cols)
             queue = self.spared[1] and not self.closed
             chunk.task = rowcopy.submit(
-                chunk.buffers, cols, recs, ords, queue=queue, prepared=seen[3]
+                chunk.buffers, cols, recs, ords, queue=queue, prepared=seen[2]
             )
         self.chunks[key] = chunk
         if queue and self.native < self.threads - 1:
@@ -340,7 +340,7 @@ class GatherAhead:
             if dropped is not None and len(self.spare) < 2 * _AHEAD + 2:
                 self.spare.append(dropped)
         self.window = window
-        if self.seen[2] and cols is self.seen[0]:
+        if self.seen[2] is not None and cols is self.seen[0]:
             for k, lo, rows, of, ords in window:  # the helpers (C's) start on them now
                 if k not in self.chunks:
                     self._new(k, lo, rows, of, ords)

@@ -108,9 +108,9 @@ class PlainPlan(LocalPlan):
         self._sized: Any = None  # the columns last measured against ``_need``
         self._short: tuple[int, ...] = ()  # the sources shorter than that
         self.ahead = for_plain(loader)  # a chunk of batches at a time, by threads
-        # (columns, copied by the compiled row copies, bytes a row, their buffers taken
-        # for those: ``rowcopy.prepare``): ``_take``
-        self._copy: tuple[Any, bool, int, Any] = (None, False, 0, None)
+        # (columns, bytes a row, their buffers taken for the compiled row copies:
+        # ``rowcopy.prepare``; None where numpy's takes serve): ``_take``
+        self._copy: tuple[Any, int, Any] = (None, 0, None)
         # output="torch" (on the CPU): tensors over the gathered arrays' memory
         self.tensors = torch_module().from_numpy if loader.options.output == "torch" else None
 
@@ -237,10 +237,9 @@ class PlainPlan(LocalPlan):
         rows, 1.0x."""
         if cols is not self._copy[0]:
             prepared = _prepared(cols)
-            ok = prepared is not None
-            self._copy = (cols, ok, _row_bytes(cols) if ok else 0, prepared)
-        _, ok, rows, prepared = self._copy
-        if ok and rows * len(recs) >= _COPY_BYTES:
+            self._copy = (cols, _row_bytes(cols) if prepared is not None else 0, prepared)
+        _, rows, prepared = self._copy
+        if prepared is not None and rows * len(recs) >= _COPY_BYTES:
             first = _fields_of(cols)
             out = {n: np.empty((len(recs), *a.shape[1:]), a.dtype) for n, a in first.items()}
             task = rowcopy.submit(out, cols, recs, ords, queue=False, prepared=prepared)
@@ -270,7 +269,7 @@ class PlainPlan(LocalPlan):
         # not when the collector frees the loader and this plan (they refer to each other)
         self.dataset = self.sources = self._sized = None
         self._mix = (-1, None, [])
-        self._copy = (None, False, 0, None)
+        self._copy = (None, 0, None)
         if self.ahead is not None:
             self.ahead.release()
 
