@@ -1,8 +1,10 @@
-"""The compiled part of feedline: one optional C extension (``feedline._base._rowcopy``,
-the plain path's row copies without the GIL). Everything else is in pyproject.toml.
+"""The compiled part of feedline: two optional C extensions, ``feedline._base._rowcopy``
+(the plain path's row copies without the GIL) and ``feedline._base._spans`` (a ragged
+batch's spans gathered and padded). Everything else is in pyproject.toml.
 
-The extension is optional: where no C compiler is found the install goes on without it
-and feedline gathers rows with numpy (``feedline._base.rowcopy.available()`` says which).
+The extensions are optional: where no C compiler is found the install goes on without
+them and feedline copies with numpy (``rowcopy.available()`` and ``spans.available()``
+in ``feedline._base`` say which).
 """
 
 from setuptools import Extension, setup
@@ -15,6 +17,12 @@ setup(
             extra_compile_args=["-O3", "-std=gnu11", "-pthread"],
             extra_link_args=["-pthread"],
             optional=True,
-        )
+        ),
+        Extension(
+            "feedline._base._spans",
+            sources=["src/feedline/_base/_spans.c"],
+            extra_compile_args=["-O3", "-std=gnu11"],
+            optional=True,
+        ),
     ]
 )

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import feedline as fl
-from feedline._base import kernels
+from feedline._base import kernels, spans
 from feedline.records import record_from_schema
 
 
@@ -288,11 +288,14 @@ def test_byte_and_string_columns():
 @pytest.mark.parametrize("dtype", ["int32", "float32", "uint8", "bool", "int64"])
 @pytest.mark.parametrize("inner", [(), (3,)])
 def test_the_compiled_padding_is_the_numpy_padding(monkeypatch, dtype, inner):
+    # three ways: C (``_base.spans``), numba's kernel (without C), numpy's masks (neither)
     rng = np.random.default_rng(5)
     examples = [rng.integers(0, 2, (n, *inner)).astype(dtype) for n in (4, 0, 9, 1, 6)]
     col = fl.Ragged.from_examples(examples, (None, *inner), np.dtype(dtype))
     pad = True if dtype == "bool" else 7
     views = [col.take(np.array([3, 0, 2])), col, col.take(np.array([1]))]
+    in_c = [v.padded(5, {0: 10}, pad) for v in views] if spans.available() else []
+    monkeypatch.setattr(spans, "available", lambda: False)
     compiled = []
     if kernels.get() is not None:  # numba installed and on: load the kernel, then use it
         from feedline.records._ragged import _warm
@@ -304,7 +307,7 @@ def test_the_compiled_padding_is_the_numpy_padding(monkeypatch, dtype, inner):
         compiled = [v.padded(5, {0: 10}, pad) for v in views]
     monkeypatch.setattr(kernels, "when_ready", lambda *a: None)
     plain = [v.padded(5, {0: 10}, pad) for v in views]
-    for a, b in zip(compiled, plain):
+    for a, b in zip([*compiled, *in_c], plain + plain):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     expect = np.full((5, 10, *inner), pad, dtype=dtype)
     for r, i in enumerate([3, 0, 2]):
@@ -322,6 +325,7 @@ def test_a_dtype_the_compiled_kernel_cannot_take_stays_on_the_numpy_path(monkeyp
 
     died = []
     monkeypatch.setattr(threading, "excepthook", died.append)
+    monkeypatch.setattr(spans, "available", lambda: False)  # numba's way, not C's
     key = np.dtype(np.float16).str
     col = fl.Ragged.from_examples(
         [np.arange(n, dtype=np.float16) for n in (1, 3, 2)], (None,), np.float16

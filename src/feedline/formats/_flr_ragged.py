@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._base import spans
 from ..errors import FormatError
 from ..records import Ragged
 from ..records._ragged import utf8_problem
@@ -213,12 +214,7 @@ class FileRagged(Ragged):
 
 
 def _gather(values: Any, starts: np.ndarray, counts: np.ndarray, out: np.ndarray) -> np.ndarray:
-    total = int(out[-1])
-    if len(starts) == 1:
-        return np.array(values[int(starts[0]) : int(starts[0]) + total])
-    gather = np.repeat(starts - out[:-1], counts)
-    gather += np.arange(total, dtype=np.int64)
-    return np.take(values, gather)
+    return spans.gather(values, starts, counts, int(out[-1]))
 
 
 def shapes_for(f: Any, offsets: Any, shapes: Any) -> Any:

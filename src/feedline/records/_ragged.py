@@ -5,7 +5,7 @@ example. A column of such a field is a ``Ragged``: the values of all its example
 concatenated (each raveled in C order), the offsets of each example's values (int64,
 ``n + 1``, in elements) and each example's lengths of the field's varying axes (int64,
 ``n x k``). Gathering a batch is one gather of offsets and one copy of the spans
-(``take``); collating pads it (``padded``) in one masked assignment. ``bytes`` and
+(``take``); collating pads it (``padded``) in one pass (C, ``_base.spans``). ``bytes`` and
 ``str`` fields are ragged columns of ``uint8`` (a ``str`` one holds UTF-8).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._base import kernels
+from .._base import kernels, spans
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Ragged:
 
     ``take`` gives a view: its offsets and shapes at once, its values copied from the
     source's spans only when read; ``padded`` copies the spans straight into the padded
-    batch (one pass, a compiled kernel where numba is loaded).
+    batch (one pass, in C; numba's kernel or numpy's masks without the compiled copies).
     """
 
     __slots__ = ("_source", "_starts", "_values", "offsets", "shapes", "template")
@@ -132,10 +132,8 @@ class Ragged:
         v = self._values
         if v is None:
             source, starts = self._spans()
-            counts = np.diff(self.offsets)
-            gather = np.repeat(starts - self.offsets[:-1], counts)
-            gather += np.arange(int(self.offsets[-1]), dtype=np.int64)
-            v = self._values = source.take(gather)
+            v = spans.gather(source, starts, np.diff(self.offsets), int(self.offsets[-1]))
+            self._values = v
             self._source = self._starts = None
         return v
 
@@ -296,8 +294,13 @@ class Ragged:
         shape = self.padded_shape(lengths)
         source, starts = self._spans()
         if self.template[0] is None and None not in self.template[1:]:
-            # one varying axis, the first: an example is the first elements of its row
-            # (the numpy path below while the kernel loads: never a wait)
+            # one varying axis, the first: an example is the first elements of its row,
+            # copied in C (``spans``), else by numba's kernel once loaded (the numpy path
+            # below while it loads: never a wait)
+            if spans.available() and not source.dtype.hasobject:
+                out = np.empty((rows, *shape), dtype=source.dtype)
+                spans.pad(source, starts, np.diff(self.offsets), out.reshape(rows, -1), pad)
+                return out
             pad_spans = kernels.when_ready("pad_spans", source.dtype.str, _warm(source.dtype))
             if pad_spans is not None:
                 out = np.empty((rows, *shape), dtype=source.dtype)

@@ -1,0 +1,80 @@
+"""Spans of a ragged column copied in C without the GIL: a batch of examples of varying
+length gathered into one array (``gather``) or into the rows of a padded batch
+(``pad``).
+
+These are a ragged batch's whole cost. numpy's way (an index of every value built with
+``np.repeat`` and ``np.arange``, then one ``take``) writes three int64 temporaries of
+every value; numba's kernel must load first, which in a fresh process took 0.4 - 0.6 s
+while the numpy path ran beside it at a quarter of its speed (the first 400 batches of
+512 token lists ran at 1.5 ms each, then 0.2 ms: issue 20, part 1). The C copies are
+compiled at install (``setup.py``), so the first batch runs at the speed of the last.
+Without them (no C compiler, or ``FEEDLINE_NATIVE=0``) ``available()`` is False and
+the callers keep their numpy and numba ways (the same values).
+
+    >>> import numpy as np
+    >>> from feedline._base import spans
+    >>> values = np.arange(10, dtype=np.int32)
+    >>> starts, counts = np.array([7, 0]), np.array([3, 2])
+    >>> spans.gather(values, starts, counts).tolist()
+    [7, 8, 9, 0, 1]
+    >>> spans.pad(values, starts, counts, np.empty((3, 4), np.int32), -1).tolist()
+    [[7, 8, 9, -1], [0, 1, -1, -1], [-1, -1, -1, -1]]
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+try:
+    from . import _spans  # type: ignore[attr-defined]
+except ImportError:  # not compiled (no C compiler at install)
+    _spans = None
+
+
+def available() -> bool:
+    """Whether the compiled copies are here and not turned off (``FEEDLINE_NATIVE=0``)."""
+    return _spans is not None and os.environ.get("FEEDLINE_NATIVE", "1") != "0"
+
+
+def _index(a: Any) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _flat(values: Any) -> np.ndarray:
+    """``values`` as a C-contiguous array (a memory map's pages are not copied)."""
+    return values if values.flags.c_contiguous else np.ascontiguousarray(values)
+
+
+def gather(values: np.ndarray, starts: Any, counts: Any, total: int | None = None) -> np.ndarray:
+    """Spans ``values[starts[i] : starts[i] + counts[i]]`` one after another (1-D, of
+    ``values``' dtype); ``total`` is ``counts``' sum when the caller knows it. Raises
+    IndexError (copying nothing) for a span outside ``values``."""
+    starts, counts = _index(starts), _index(counts)
+    if total is None:
+        total = int(counts.sum())
+    if available() and isinstance(values, np.ndarray) and not values.dtype.hasobject:
+        out = np.empty(total, dtype=values.dtype)
+        assert _spans is not None
+        _spans.gather(_flat(values), starts, counts, out)
+        return out
+    if len(starts) == 1:
+        s = int(starts[0])
+        return np.array(values[s : s + total])
+    ends = np.cumsum(counts)
+    index = np.repeat(starts - (ends - counts), counts)
+    index += np.arange(total, dtype=np.int64)
+    return np.take(values, index)
+
+
+def pad(values: np.ndarray, starts: Any, counts: Any, out: np.ndarray, pad: Any) -> np.ndarray:
+    """``out`` (rows x width, ``values``' dtype, rows at least the spans) with row ``i``
+    span ``i`` then ``pad`` to its end, and rows past the spans all ``pad``; C only
+    (``available()``). Raises IndexError (writing nothing) for a span outside
+    ``values`` or longer than a row."""
+    assert _spans is not None
+    item = np.asarray(pad, dtype=out.dtype).reshape(1)
+    _spans.pad(_flat(values), _index(starts), _index(counts), out, item)
+    return out

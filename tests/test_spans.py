@@ -1,0 +1,184 @@
+"""The compiled span copies (``feedline._base.spans``): numpy's gather and padding, value
+for value, for any dtype and pad; nothing written where a span is outside its arrays;
+and a fresh process pads ragged batches from its first batch without loading numba."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from feedline._base import spans
+
+pytestmark = pytest.mark.skipif(
+    not spans.available(), reason="the compiled span copies are not built here"
+)
+
+_DTYPES = ["uint8", "int8", "int16", "float32", "int64", "complex128", "bool", ">i4", "V3"]
+
+
+def _numpy_gather(values, starts, counts):
+    if not len(starts):
+        return values[:0].copy()
+    # concatenate gives native byte order: the values' own dtype again
+    return np.concatenate([values[s : s + c] for s, c in zip(starts, counts)]).astype(values.dtype)
+
+
+def _numpy_pad(values, starts, counts, rows, width, pad):
+    out = np.full((rows, width), pad, dtype=values.dtype)
+    for r, (s, c) in enumerate(zip(starts, counts)):
+        out[r, :c] = values[s : s + c]
+    return out
+
+
+def _values(dtype: str, n: int, seed: int) -> np.ndarray:
+    raw = np.random.default_rng(seed).integers(0, 256, n * np.dtype(dtype).itemsize)
+    return raw.astype(np.uint8).view(dtype)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from(_DTYPES),
+    n=st.integers(0, 200),
+    spans_=st.lists(st.tuples(st.integers(0, 250), st.integers(0, 40)), max_size=30),
+    seed=st.integers(0, 2**16),
+)
+def test_gather_is_numpy_concatenating_the_spans(dtype, n, spans_, seed):
+    values = _values(dtype, n, seed)
+    ok = [(s, c) for s, c in spans_ if s + c <= n]
+    starts = np.array([s for s, _ in ok], dtype=np.int64)
+    counts = np.array([c for _, c in ok], dtype=np.int64)
+    got = spans.gather(values, starts, counts)
+    want = _numpy_gather(values, starts, counts)
+    assert got.dtype == values.dtype and got.tobytes() == want.tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from([d for d in _DTYPES if d != "V3"]),
+    n=st.integers(0, 200),
+    spans_=st.lists(st.tuples(st.integers(0, 250), st.integers(0, 12)), max_size=20),
+    extra=st.integers(0, 3),
+    width=st.integers(12, 16),
+    pad=st.integers(0, 1),
+    seed=st.integers(0, 2**16),
+)
+def test_pad_is_numpy_padding_each_span_to_its_row(dtype, n, spans_, extra, width, pad, seed):
+    values = _values(dtype, n, seed)
+    if values.dtype == bool:
+        values = values.view(np.uint8) % 2 == 1  # bools of 0 and 1 only
+    ok = [(s, c) for s, c in spans_ if s + c <= n]
+    starts = np.array([s for s, _ in ok], dtype=np.int64)
+    counts = np.array([c for _, c in ok], dtype=np.int64)
+    item = values.dtype.type(pad * 7 if values.dtype != bool else pad)
+    rows = len(ok) + extra
+    got = spans.pad(values, starts, counts, np.empty((rows, width), values.dtype), item)
+    want = _numpy_pad(values, starts, counts, rows, width, item)
+    assert got.tobytes() == want.tobytes()
+
+
+def test_pad_fills_multibyte_pads_of_any_bytes():
+    values = np.arange(10, dtype=np.float64)
+    out = spans.pad(values, [2, 9], [3, 1], np.empty((3, 37), np.float64), -1.5)
+    assert out[0, :3].tolist() == [2, 3, 4] and (out[0, 3:] == -1.5).all()
+    assert out[1, 0] == 9 and (out[1, 1:] == -1.5).all() and (out[2] == -1.5).all()
+
+
+def test_a_memory_map_and_a_strided_array_are_read_in_place_or_copied(tmp_path):
+    path = tmp_path / "v.npy"
+    np.save(path, np.arange(100, dtype=np.int32))
+    mapped = np.load(path, mmap_mode="r")
+    assert spans.gather(mapped, [90, 5], [3, 2]).tolist() == [90, 91, 92, 5, 6]
+    strided = np.arange(200, dtype=np.int32)[::2]  # not contiguous
+    assert spans.gather(strided, [1], [3]).tolist() == [2, 4, 6]
+
+
+@pytest.mark.parametrize(
+    "starts, counts, match",
+    [
+        ([0, 8], [2, 3], "span 1 .start 8, 3 items. outside the 10 values"),
+        ([-1], [1], "span 0 .start -1"),
+        ([2], [-1], "span 0"),
+        ([2**62], [2**62], "span 0"),
+    ],
+)
+def test_a_span_outside_the_values_raises_and_writes_nothing(starts, counts, match):
+    values = np.arange(10, dtype=np.int16)
+    dst = np.full(20, 99, np.int16)
+    with pytest.raises(IndexError, match=match):
+        spans._spans.gather(values, np.array(starts), np.array(counts), dst)
+    assert (dst == 99).all()
+    out = np.full((3, 4), 99, np.int16)
+    with pytest.raises(IndexError, match=match):
+        spans.pad(values, starts, counts, out, 0)
+    assert (out == 99).all()
+
+
+def test_refusals_name_what_is_wrong():
+    values = np.arange(10, dtype=np.int16)
+    with pytest.raises(IndexError, match="spans of 5 items, room for 4"):
+        spans._spans.gather(values, np.array([0]), np.array([5]), np.empty(4, np.int16))
+    with pytest.raises(ValueError, match="dst: items of the values' size"):
+        spans._spans.gather(values, np.array([0]), np.array([1]), np.empty(4, np.int32))
+    with pytest.raises(ValueError, match="int64 arrays of one length"):
+        spans._spans.gather(values, np.array([0, 1]), np.array([1]), np.empty(4, np.int16))
+    with pytest.raises(ValueError, match="int64 arrays"):
+        spans._spans.gather(values, np.array([0], np.int32), np.array([1]), np.empty(4, np.int16))
+    with pytest.raises(IndexError, match="span 0 of 5 items, rows of 4"):
+        spans.pad(values, [0], [5], np.empty((2, 4), np.int16), 0)
+    with pytest.raises(IndexError, match="2 spans, 1 rows"):
+        spans.pad(values, [0, 1], [1, 1], np.empty((1, 4), np.int16), 0)
+    with pytest.raises(ValueError, match="rows x width"):
+        spans.pad(values, [0], [1], np.empty(4, np.int16), 0)
+    read_only = np.zeros(4, np.int16)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        spans._spans.gather(values, np.array([0]), np.array([1]), read_only)
+
+
+def test_without_the_compiled_copies_numpy_gathers_the_same(monkeypatch):
+    values = np.arange(50, dtype=np.float32)
+    starts, counts = np.array([40, 0, 7, 7]), np.array([10, 0, 3, 1])
+    fast = spans.gather(values, starts, counts)
+    monkeypatch.setenv("FEEDLINE_NATIVE", "0")
+    assert not spans.available()
+    assert np.array_equal(spans.gather(values, starts, counts), fast)
+    assert spans.gather(values, [3], [4]).tolist() == [3, 4, 5, 6]
+
+
+_FRESH = """
+import sys
+import numpy as np
+import feedline as fl
+class Doc(fl.Record, dims={{"T": None}}):
+    tokens = fl.field("T", "int32", pad=-1)
+    title = fl.field((), "str")
+rng = np.random.default_rng(0)
+docs = [{{"tokens": np.arange(k, dtype=np.int32), "title": "t" * int(k % 5)}}
+        for k in rng.integers(0, 40, 3000)]
+fl.recfile.write({path!r}, Doc, docs)
+ds = fl.Dataset(Doc, fl.recfile.open({path!r}))
+total = 0
+for batch in fl.Loader(ds.shuffle(3), 128, seed=1, workers=0):
+    lengths = batch.meta.lengths["T"]
+    assert (batch.tokens[np.arange(batch.tokens.shape[1]) >= lengths[:, None]] == -1).all()
+    total += int(batch.tokens.clip(0).sum())
+print(total, "numba" in sys.modules)
+"""
+
+
+def test_a_fresh_process_pads_ragged_batches_without_loading_numba(tmp_path):
+    # The first batches of a fresh process ran at a quarter of the later ones' speed while
+    # numba's kernel for the padding loaded beside them: the C copies need no loading.
+    code = _FRESH.format(path=str(tmp_path / "d.flr"))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    total, numba_imported = done.stdout.split()
+    lengths = np.random.default_rng(0).integers(0, 40, 3000)
+    assert int(total) == int(sum(k * (k - 1) // 2 for k in lengths))
+    assert numba_imported == "False"
