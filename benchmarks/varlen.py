@@ -3,12 +3,15 @@ lognormal, median 256, at most 4,096) padded to the batch's longest, from memory
 from a ``.flr`` when the file format holds ragged columns), beside a hand-written
 vectorised numpy baseline over the same values + offsets in the same run (the
 permutation precomputed, one ``np.take`` of offsets, one fill of the padded array),
-and the padding with and without length bucketing.
+and the padding with and without length bucketing. ``--shards K`` also reads the same
+sequences from K ``.flr`` shards concatenated and shuffled as one (a manifest's way), the
+sources' columns read together (``loader._many``) and, in the same run, source by source
+(the general path's read before them).
 
 Each figure is the median of ``--repeat`` timed epochs after one untimed warm-up epoch
 (the first epoch of a fresh process is printed too).
 
-    python benchmarks/varlen.py [--n 200000] [--repeat 3]
+    python benchmarks/varlen.py [--n 200000] [--repeat 3] [--shards 256]
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ def main() -> None:
     p.add_argument("--n", type=int, default=200_000)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--memory-only", action="store_true", help="skip the .flr measurement")
+    p.add_argument("--shards", type=int, default=0, help="also from this many .flr shards")
     args = p.parse_args()
     values, offsets = make(args.n)
     n = args.n
@@ -96,7 +100,7 @@ def main() -> None:
 
     def row(name: str, first: float, steady: float) -> None:
         print(
-            f"  {name:<34} {n / steady / 1e3:8.1f} k seq/s {tokens / steady / 1e6:7.1f} M tok/s"
+            f"  {name:<46} {n / steady / 1e3:8.1f} k seq/s {tokens / steady / 1e6:7.1f} M tok/s"
             f"   {base / steady:5.2f}x numpy   (first epoch {base_first / first:5.2f}x)"
         )
 
@@ -124,6 +128,9 @@ def main() -> None:
             )
     except fl.FeedlineError as e:
         print(f"  feedline, from a .flr: not measured ({type(e).__name__}: {e})")
+    if args.shards:
+        with tempfile.TemporaryDirectory() as tmp:
+            shards(tmp, column, args.shards, args.repeat, tokens, row)
 
     real = int(lengths.sum())
     for name, options in (("no bucketing", {}), ("bucket='T'", {"bucket": "T"})):
@@ -131,6 +138,32 @@ def main() -> None:
         for batch in fl.Loader(ds, BATCH, seed=1, workers=0, **options):
             padded += batch.tokens.size
         print(f"  padding, {name:<14} {1 - real / padded:6.1%} of the padded tokens")
+
+
+def shards(tmp: str, column: fl.Ragged, k: int, repeat: int, tokens: int, row) -> None:
+    """The rows of ``--shards``: the sequences from ``k`` .flr files, read together and
+    source by source."""
+    from feedline.loader import _many
+
+    n = len(column)
+    cuts = np.linspace(0, n, k + 1).astype(np.int64)
+    files = []
+    for i in range(k):
+        path = os.path.join(tmp, f"{i:05d}.flr")
+        fl.recfile.write(path, Seq, {"tokens": column.take(np.arange(cuts[i], cuts[i + 1]))})
+        files.append(fl.recfile.open(path))
+    seq = fl.Seq.concat([fl.Seq.source(fl.Dataset(Seq, f)) for f in files]).shuffle(1)
+    keep = _many.MIN_SOURCES
+    for name, least in (("together", keep), ("source by source", 1 << 30)):
+        _many.MIN_SOURCES = least
+        each = fl.Loader(seq, BATCH, seed=1, workers=0)
+        first, steady, got = timed(lambda each=each: feedline_epoch(each), repeat)
+        assert got == tokens
+        each.close()
+        row(f"feedline, {k} .flr shards, {name}", first, steady)
+    _many.MIN_SOURCES = keep
+    for f in files:
+        f.close()
 
 
 if __name__ == "__main__":

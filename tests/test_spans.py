@@ -182,3 +182,88 @@ def test_a_fresh_process_pads_ragged_batches_without_loading_numba(tmp_path):
     lengths = np.random.default_rng(0).integers(0, 40, 3000)
     assert int(total) == int(sum(k * (k - 1) // 2 for k in lengths))
     assert numba_imported == "False"
+
+
+def _sources(k: int, seed: int):
+    rng = np.random.default_rng(seed)
+    values, offsets = [], []
+    for _ in range(k):
+        lengths = rng.integers(0, 9, rng.integers(1, 30))
+        o = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=o[1:])
+        values.append(rng.integers(-1000, 1000, int(o[-1])).astype(np.int16))
+        offsets.append(o)
+    return values, offsets
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(1, 12), rows=st.integers(0, 60), seed=st.integers(0, 2**16))
+def test_take_mixed_is_each_sources_record_in_order(k, rows, seed):
+    values, offsets = _sources(k, seed)
+    rng = np.random.default_rng(seed + 1)
+    ords = rng.integers(0, k, rows)
+    recs = np.array([rng.integers(0, len(offsets[o]) - 1) for o in ords], dtype=np.int64)
+    columns = spans.prepare(tuple(values), tuple(offsets))
+    got, counts = spans.take_mixed(columns, ords, recs, np.dtype(np.int16))
+    want = [values[o][offsets[o][r] : offsets[o][r + 1]] for o, r in zip(ords, recs)]
+    assert counts.tolist() == [len(w) for w in want]
+    assert got.dtype == np.int16
+    assert got.tolist() == (np.concatenate(want).tolist() if want else [])
+
+
+def test_take_mixed_refuses_records_and_offsets_outside_their_sources():
+    values, offsets = _sources(3, 0)
+    columns = spans.prepare(tuple(values), tuple(offsets))
+    last = len(offsets[1]) - 1
+    with pytest.raises(IndexError, match=f"row 1: record {last} of source 1 is outside it"):
+        spans.take_mixed(columns, [0, 1], [0, last], np.dtype(np.int16))
+    with pytest.raises(IndexError, match="record 0 of source 3 is outside it"):
+        spans.take_mixed(columns, [3], [0], np.dtype(np.int16))
+    with pytest.raises(IndexError, match="record -1 of source 0"):
+        spans.take_mixed(columns, [0], [-1], np.dtype(np.int16))
+    bad = offsets[2].copy()
+    bad[1] = len(values[2]) + 5  # an offset past the values (a damaged file)
+    damaged = spans.prepare(tuple(values), (offsets[0], offsets[1], bad))
+    with pytest.raises(IndexError, match=r"row 0: record 0 of source 2 spans \[0, "):
+        spans.take_mixed(damaged, [2], [0], np.dtype(np.int16))
+    dst = np.full(50, 7, np.int16)  # take() checks every span before a byte is copied
+    with pytest.raises(IndexError, match="span 1 outside its source's values"):
+        spans._spans.take(columns, np.array([0, 0]), np.array([0, 10**6]), np.array([1, 1]), dst)
+    assert (dst == 7).all()
+    with pytest.raises(ValueError, match="items of one size in every source"):
+        spans.prepare((values[0], values[1].astype(np.int32)), tuple(offsets[:2]))
+    with pytest.raises(ValueError, match="offsets: int64"):
+        spans.prepare((values[0],), (offsets[0].astype(np.int32),))
+    with pytest.raises(ValueError, match="one of each a source"):
+        spans.prepare((values[0],), ())
+
+
+def test_prepared_columns_hold_their_buffers():
+    values, offsets = _sources(2, 3)
+    want = values[1][offsets[1][0] : offsets[1][1]].tolist()
+    columns = spans.prepare((values[0], values[1].copy()), tuple(o.copy() for o in offsets))
+    del values, offsets  # the copies live on in the columns' buffers
+    got, _ = spans.take_mixed(columns, [1], [0], np.dtype(np.int16))
+    assert got.tolist() == want
+
+
+def test_shrunk_names_the_first_file_shorter_than_it_was(tmp_path):
+    import os
+
+    fds, sizes = [], []
+    for k in range(4):
+        path = tmp_path / f"{k}"
+        path.write_bytes(b"x" * 1000)
+        fds.append(os.open(path, os.O_RDONLY))
+        sizes.append(1000)
+    try:
+        assert spans.shrunk(np.array(fds), np.array(sizes)) == -1
+        os.truncate(tmp_path / "2", 10)
+        assert spans.shrunk(np.array(fds), np.array(sizes)) == 2
+        assert spans.shrunk(np.array(fds[:2]), np.array(sizes[:2])) == -1
+        assert spans.shrunk(np.array([fds[0], -1]), np.array([1000, 0])) == 1  # no descriptor
+        assert spans.shrunk(np.array([], np.int64), np.array([], np.int64)) == -1
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert spans.shrunk(np.array(fds[:1]), np.array([0])) == 0  # closed: cannot be asked

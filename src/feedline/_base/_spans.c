@@ -1,50 +1,70 @@
 /* Spans of a ragged column copied without the GIL (feedline/_base/spans.py): a batch of
  * examples of varying length gathered into one array, or straight into the rows of a
- * padded batch. The values are read as items of their buffer's size, whatever their
+ * padded batch; the spans of one ragged field in many sources (a manifest's shards)
+ * located and gathered by one call; and many files checked for a truncation under the
+ * reader. The values are read as items of their buffer's size, whatever their
  * dtype: a copy of bytes. Every span is checked against the buffers before the first
  * byte is copied, so a bad one raises IndexError and writes nothing.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
+/* The buffers a call reads and writes: b[i] taken when bit i of held is set. */
 typedef struct {
-    Py_buffer values, starts, counts, dst, pad;
-    int held;  /* bit i: view i taken */
+    Py_buffer b[5];
+    int held;
 } Views;
 
 static void let_go(Views *v) {
-    Py_buffer *all[5] = {&v->values, &v->starts, &v->counts, &v->dst, &v->pad};
     for (int i = 0; i < 5; i++)
-        if (v->held & (1 << i)) PyBuffer_Release(all[i]);
+        if (v->held & (1 << i)) PyBuffer_Release(&v->b[i]);
 }
 
-static int take(Views *v, int i, PyObject *o, int writable, const char *what) {
-    Py_buffer *all[5] = {&v->values, &v->starts, &v->counts, &v->dst, &v->pad};
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(o, all[i], flags) < 0) return -1;
-    v->held |= 1 << i;
-    if (all[i]->itemsize < 1) {
-        PyErr_Format(PyExc_ValueError, "%s: items of at least one byte", what);
-        return -1;
+/* Views of objs[0 .. k) (named names[i]), those whose bit is set in writable writable. */
+static int take_all(Views *v, PyObject *const *objs, const char *const *names, int k,
+                    int writable) {
+    for (int i = 0; i < k; i++) {
+        int w = (writable >> i) & 1;
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND | (w ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[i], &v->b[i], flags) < 0) return -1;
+        v->held |= 1 << i;
+        if (v->b[i].itemsize < 1) {
+            PyErr_Format(PyExc_ValueError, "%s: items of at least one byte", names[i]);
+            return -1;
+        }
     }
     return 0;
+}
+
+static int is_int64(Py_buffer *b) {
+    return b->itemsize == 8 && b->ndim == 1 &&
+           (!b->format || !strcmp(b->format, "l") || !strcmp(b->format, "q") ||
+            !strcmp(b->format, "<l") || !strcmp(b->format, "<q")) &&
+           *(const char *)&(int){1} == 1;  /* little-endian: "<" is native */
+}
+
+/* Whether b[first .. first + k) are int64 arrays of one length (else a ValueError naming
+ * them as what). */
+static int int64s(Views *v, int first, int k, const char *what) {
+    for (int i = first; i < first + k; i++)
+        if (!is_int64(&v->b[i]) || v->b[i].len != v->b[first].len) {
+            PyErr_Format(PyExc_ValueError, "%s: int64 arrays of one length", what);
+            return 0;
+        }
+    return 1;
 }
 
 /* starts and counts: int64 of one length, every span inside values' n items, and their
  * sum (or, with width >= 0, each count) within the room given; the number of spans. */
 static Py_ssize_t check(Views *v, Py_ssize_t room, Py_ssize_t width) {
-    if (v->starts.itemsize != 8 || v->counts.itemsize != 8 || v->starts.ndim != 1 ||
-        v->counts.ndim != 1 || v->starts.len != v->counts.len ||
-        (v->starts.format && strcmp(v->starts.format, "l") && strcmp(v->starts.format, "q")) ||
-        (v->counts.format && strcmp(v->counts.format, "l") && strcmp(v->counts.format, "q"))) {
-        PyErr_SetString(PyExc_ValueError, "starts and counts: int64 arrays of one length");
-        return -1;
-    }
-    Py_ssize_t n = v->starts.len / 8, items = v->values.len / v->values.itemsize;
-    const int64_t *s = v->starts.buf, *c = v->counts.buf;
+    if (!int64s(v, 1, 2, "starts and counts")) return -1;
+    Py_ssize_t n = v->b[1].len / 8, items = v->b[0].len / v->b[0].itemsize;
+    const int64_t *s = v->b[1].buf, *c = v->b[2].buf;
     int64_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (s[i] < 0 || c[i] < 0 || s[i] > items || c[i] > items - s[i]) {
@@ -72,22 +92,21 @@ static Py_ssize_t check(Views *v, Py_ssize_t room, Py_ssize_t width) {
  * copied to dst after span i - 1. */
 static PyObject *gather(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *a, *b, *c, *d;
-    if (!PyArg_ParseTuple(args, "OOOO", &a, &b, &c, &d)) return NULL;
+    static const char *const names[] = {"values", "starts", "counts", "dst"};
+    PyObject *o[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &o[0], &o[1], &o[2], &o[3])) return NULL;
     Views v = {.held = 0};
-    if (take(&v, 0, a, 0, "values") < 0 || take(&v, 1, b, 0, "starts") < 0 ||
-        take(&v, 2, c, 0, "counts") < 0 || take(&v, 3, d, 1, "dst") < 0)
-        goto fail;
-    Py_ssize_t isz = v.values.itemsize;
-    if (v.dst.itemsize != isz) {
+    if (take_all(&v, o, names, 4, 1 << 3) < 0) goto fail;
+    Py_ssize_t isz = v.b[0].itemsize;
+    if (v.b[3].itemsize != isz) {
         PyErr_SetString(PyExc_ValueError, "dst: items of the values' size");
         goto fail;
     }
-    Py_ssize_t n = check(&v, v.dst.len / isz, -1);
+    Py_ssize_t n = check(&v, v.b[3].len / isz, -1);
     if (n < 0) goto fail;
-    const char *src = v.values.buf;
-    char *out = v.dst.buf;
-    const int64_t *s = v.starts.buf, *k = v.counts.buf;
+    const char *src = v.b[0].buf;
+    char *out = v.b[3].buf;
+    const int64_t *s = v.b[1].buf, *k = v.b[2].buf;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         size_t bytes = (size_t)k[i] * (size_t)isz;
@@ -122,31 +141,29 @@ static void fill(char *at, size_t bytes, const char *item, size_t isz, int zero)
  * span i then the item pad to its end; rows past the spans hold only pad. */
 static PyObject *pad(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *a, *b, *c, *d, *e;
-    if (!PyArg_ParseTuple(args, "OOOOO", &a, &b, &c, &d, &e)) return NULL;
+    static const char *const names[] = {"values", "starts", "counts", "dst", "pad"};
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
     Views v = {.held = 0};
-    if (take(&v, 0, a, 0, "values") < 0 || take(&v, 1, b, 0, "starts") < 0 ||
-        take(&v, 2, c, 0, "counts") < 0 || take(&v, 3, d, 1, "dst") < 0 ||
-        take(&v, 4, e, 0, "pad") < 0)
-        goto fail;
-    Py_ssize_t isz = v.values.itemsize;
-    if (v.dst.itemsize != isz || v.pad.len != isz || v.dst.ndim != 2) {
+    if (take_all(&v, o, names, 5, 1 << 3) < 0) goto fail;
+    Py_ssize_t isz = v.b[0].itemsize;
+    if (v.b[3].itemsize != isz || v.b[4].len != isz || v.b[3].ndim != 2) {
         PyErr_SetString(PyExc_ValueError,
                         "dst: rows x width items of the values' size; pad: one such item");
         goto fail;
     }
-    Py_ssize_t rows = v.dst.shape[0], width = v.dst.shape[1];
+    Py_ssize_t rows = v.b[3].shape[0], width = v.b[3].shape[1];
     Py_ssize_t n = check(&v, 0, width);
     if (n < 0) goto fail;
     if (n > rows) {
         PyErr_Format(PyExc_IndexError, "%zd spans, %zd rows", n, rows);
         goto fail;
     }
-    const char *src = v.values.buf, *item = v.pad.buf;
+    const char *src = v.b[0].buf, *item = v.b[4].buf;
     int zero = 1;
     for (Py_ssize_t j = 0; j < isz; j++) zero &= item[j] == 0;
-    char *out = v.dst.buf;
-    const int64_t *s = v.starts.buf, *k = v.counts.buf;
+    char *out = v.b[3].buf;
+    const int64_t *s = v.b[1].buf, *k = v.b[2].buf;
     size_t row = (size_t)width * (size_t)isz;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -164,7 +181,217 @@ fail:
     return NULL;
 }
 
+/* The spans of one ragged field in ns sources (prepare()): each source's values and
+ * offsets (int64, a record's values from offsets[r] to offsets[r + 1]), their buffers
+ * held until this is freed. */
+typedef struct {
+    PyObject_HEAD
+    int ns, nviews;
+    Py_buffer *views;
+    const char **vals;
+    Py_ssize_t *nvals;      /* items of each source's values */
+    const int64_t **offs;
+    Py_ssize_t *nrecs;      /* records of each source (its offsets less one) */
+    Py_ssize_t isz;
+} Columns;
+
+static void Columns_dealloc(Columns *c) {
+    for (int i = 0; i < c->nviews; i++) PyBuffer_Release(&c->views[i]);
+    PyMem_Free(c->views);
+    PyMem_Free(c->vals);
+    PyMem_Free(c->nvals);
+    PyMem_Free(c->offs);
+    PyMem_Free(c->nrecs);
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyTypeObject ColumnsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "feedline._base._spans.Columns",
+    .tp_basicsize = sizeof(Columns),
+    .tp_dealloc = (destructor)Columns_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A ragged field's values and offsets in many sources: see prepare().",
+};
+
+/* prepare(values, offsets) -> Columns: two tuples of ns arrays, values of items of one
+ * size, offsets int64 (at least one each). */
+static PyObject *prepare(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *vt, *ot;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &vt, &PyTuple_Type, &ot)) return NULL;
+    Py_ssize_t ns = PyTuple_GET_SIZE(vt);
+    if (ns < 1 || ns != PyTuple_GET_SIZE(ot) || ns > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "values and offsets: one of each a source");
+        return NULL;
+    }
+    Columns *c = PyObject_New(Columns, &ColumnsType);
+    if (!c) return NULL;
+    c->ns = (int)ns;
+    c->nviews = 0;
+    c->isz = 0;
+    c->views = PyMem_Calloc((size_t)(2 * ns), sizeof(Py_buffer));
+    c->vals = PyMem_Calloc((size_t)ns, sizeof(char *));
+    c->nvals = PyMem_Calloc((size_t)ns, sizeof(Py_ssize_t));
+    c->offs = PyMem_Calloc((size_t)ns, sizeof(int64_t *));
+    c->nrecs = PyMem_Calloc((size_t)ns, sizeof(Py_ssize_t));
+    if (!c->views || !c->vals || !c->nvals || !c->offs || !c->nrecs) {
+        Py_DECREF(c);
+        return PyErr_NoMemory();
+    }
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND;
+    for (Py_ssize_t s = 0; s < ns; s++) {
+        Py_buffer *v = &c->views[c->nviews];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(vt, s), v, flags) < 0) goto fail;
+        c->nviews++;
+        if (v->itemsize < 1 || (s && v->itemsize != c->isz)) {
+            PyErr_SetString(PyExc_ValueError, "values: items of one size in every source");
+            goto fail;
+        }
+        c->isz = v->itemsize;
+        c->vals[s] = v->buf;
+        c->nvals[s] = v->len / v->itemsize;
+        Py_buffer *o = &c->views[c->nviews];
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(ot, s), o, flags) < 0) goto fail;
+        c->nviews++;
+        if (!is_int64(o) || o->len < 8) {
+            PyErr_SetString(PyExc_ValueError, "offsets: int64 arrays of one record's at least");
+            goto fail;
+        }
+        c->offs[s] = o->buf;
+        c->nrecs[s] = o->len / 8 - 1;
+    }
+    return (PyObject *)c;
+fail:
+    Py_DECREF(c);
+    return NULL;
+}
+
+/* The Columns and four arrays of locate() and take(), named in names: those whose bit is
+ * set in writable written, the first int64_arrays int64 of one length; NULL on an error
+ * (the views let go). */
+static Columns *columns_and_four(PyObject *args, Views *v, const char *const *names,
+                                 int writable, int int64_arrays, const char *what) {
+    PyObject *co, *o[4];
+    if (!PyArg_ParseTuple(args, "O!OOOO", &ColumnsType, &co, &o[0], &o[1], &o[2], &o[3]) ||
+        take_all(v, o, names, 4, writable) < 0 || !int64s(v, 0, int64_arrays, what)) {
+        let_go(v);
+        return NULL;
+    }
+    return (Columns *)co;
+}
+
+/* locate(columns, ords, recs, starts, counts): where record recs[i] of source ords[i]
+ * lies in its values (starts[i], counts[i] items); IndexError for a record outside its
+ * source or offsets outside its values. */
+static PyObject *locate(PyObject *self, PyObject *args) {
+    (void)self;
+    static const char *const names[] = {"ords", "recs", "starts", "counts"};
+    Views v = {.held = 0};
+    Columns *c = columns_and_four(args, &v, names, 0xC, 4, "ords, recs, starts, counts");
+    if (!c) return NULL;
+    Py_ssize_t n = v.b[0].len / 8;
+    const int64_t *ords = v.b[0].buf, *recs = v.b[1].buf;
+    int64_t *starts = v.b[2].buf, *counts = v.b[3].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t s = ords[i], r = recs[i];
+        if (s < 0 || s >= c->ns || r < 0 || r >= c->nrecs[s]) {
+            PyErr_Format(PyExc_IndexError, "row %zd: record %lld of source %lld is outside it", i,
+                         (long long)r, (long long)s);
+            goto fail;
+        }
+        int64_t lo = c->offs[s][r], hi = c->offs[s][r + 1];
+        if (lo < 0 || hi < lo || hi > c->nvals[s]) {
+            PyErr_Format(PyExc_IndexError,
+                         "row %zd: record %lld of source %lld spans [%lld, %lld) of %zd values",
+                         i, (long long)r, (long long)s, (long long)lo, (long long)hi,
+                         c->nvals[s]);
+            goto fail;
+        }
+        starts[i] = lo;
+        counts[i] = hi - lo;
+    }
+    let_go(&v);
+    Py_RETURN_NONE;
+fail:
+    let_go(&v);
+    return NULL;
+}
+
+/* take(columns, ords, starts, counts, dst): span i (counts[i] items from starts[i] of
+ * source ords[i]'s values) copied to dst after span i - 1, every span checked first. */
+static PyObject *take_spans(PyObject *self, PyObject *args) {
+    (void)self;
+    static const char *const names[] = {"ords", "starts", "counts", "dst"};
+    Views v = {.held = 0};
+    Columns *c = columns_and_four(args, &v, names, 0x8, 3, "ords, starts, counts");
+    if (!c) return NULL;
+    if (v.b[3].itemsize != c->isz) {
+        PyErr_SetString(PyExc_ValueError, "dst: items of the values' size");
+        goto fail;
+    }
+    Py_ssize_t n = v.b[0].len / 8, isz = c->isz;
+    const int64_t *ords = v.b[0].buf, *s = v.b[1].buf, *k = v.b[2].buf;
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t o = ords[i];
+        if (o < 0 || o >= c->ns || s[i] < 0 || k[i] < 0 || s[i] > c->nvals[o] ||
+            k[i] > c->nvals[o] - s[i]) {
+            PyErr_Format(PyExc_IndexError, "span %zd outside its source's values", i);
+            goto fail;
+        }
+        total += k[i];
+    }
+    if (total > v.b[3].len / isz) {
+        PyErr_Format(PyExc_IndexError, "spans of %lld items, room for %zd", (long long)total,
+                     v.b[3].len / isz);
+        goto fail;
+    }
+    char *out = v.b[3].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        size_t bytes = (size_t)k[i] * (size_t)isz;
+        memcpy(out, c->vals[ords[i]] + (size_t)s[i] * (size_t)isz, bytes);
+        out += bytes;
+    }
+    Py_END_ALLOW_THREADS
+    let_go(&v);
+    Py_RETURN_NONE;
+fail:
+    let_go(&v);
+    return NULL;
+}
+
+/* shrunk(fds, sizes) -> the first i whose file (descriptor fds[i]) is now shorter than
+ * sizes[i] bytes or cannot be asked, else -1: a manifest's files checked for a
+ * truncation under the reader in one call (an lseek each, without the GIL). */
+static PyObject *shrunk(PyObject *self, PyObject *args) {
+    (void)self;
+    static const char *const names[] = {"fds", "sizes"};
+    PyObject *o[2];
+    if (!PyArg_ParseTuple(args, "OO", &o[0], &o[1])) return NULL;
+    Views v = {.held = 0};
+    if (take_all(&v, o, names, 2, 0) < 0 || !int64s(&v, 0, 2, "fds and sizes")) goto fail;
+    Py_ssize_t n = v.b[0].len / 8, bad = -1;
+    const int64_t *fds = v.b[0].buf, *sizes = v.b[1].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && bad < 0; i++) {
+        off_t end = fds[i] < 0 || fds[i] > INT_MAX ? -1 : lseek((int)fds[i], 0, SEEK_END);
+        if (end < 0 || (int64_t)end < sizes[i]) bad = i;
+    }
+    Py_END_ALLOW_THREADS
+    let_go(&v);
+    return PyLong_FromSsize_t(bad);
+fail:
+    let_go(&v);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"shrunk", shrunk, METH_VARARGS, "shrunk(fds, sizes) -> int: see the function."},
+    {"prepare", prepare, METH_VARARGS, "prepare(values, offsets) -> Columns: see the module."},
+    {"locate", locate, METH_VARARGS, "locate(columns, ords, recs, starts, counts)."},
+    {"take", take_spans, METH_VARARGS, "take(columns, ords, starts, counts, dst)."},
     {"gather", gather, METH_VARARGS, "gather(values, starts, counts, dst): see the module."},
     {"pad", pad, METH_VARARGS, "pad(values, starts, counts, dst, pad): see the module."},
     {NULL, NULL, 0, NULL},
@@ -175,4 +402,7 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__spans(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__spans(void) {
+    if (PyType_Ready(&ColumnsType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,5 +1,6 @@
 """Spans of a ragged column copied in C without the GIL: a batch of examples of varying
-length gathered into one array (``gather``) or into the rows of a padded batch
+length gathered into one array (``gather``), from many sources' columns at once
+(``prepare``, ``take_mixed``: a manifest's shards), or into the rows of a padded batch
 (``pad``).
 
 These are a ragged batch's whole cost. numpy's way (an index of every value built with
@@ -78,3 +79,35 @@ def pad(values: np.ndarray, starts: Any, counts: Any, out: np.ndarray, pad: Any)
     item = np.asarray(pad, dtype=out.dtype).reshape(1)
     _spans.pad(_flat(values), _index(starts), _index(counts), out, item)
     return out
+
+
+def prepare(values: tuple[np.ndarray, ...], offsets: tuple[np.ndarray, ...]) -> Any:
+    """The spans of one ragged field in many sources (``values[s]`` and ``offsets[s]``
+    of source ``s``: C-contiguous arrays, the values of one item size, the offsets
+    int64), their buffers held until the result is freed; C only (``available()``)."""
+    assert _spans is not None
+    return _spans.prepare(values, offsets)
+
+
+def take_mixed(
+    columns: Any, ords: np.ndarray, recs: np.ndarray, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the values of record ``recs[i]`` of source ``ords[i]`` for each ``i``, one after
+    another; each one's count of values) from ``prepare``'s ``columns``. Raises
+    IndexError (copying nothing) for a record outside its source."""
+    assert _spans is not None
+    ords, recs = _index(ords), _index(recs)
+    starts = np.empty(len(recs), dtype=np.int64)
+    counts = np.empty(len(recs), dtype=np.int64)
+    _spans.locate(columns, ords, recs, starts, counts)
+    out = np.empty(int(counts.sum()), dtype=dtype)
+    _spans.take(columns, ords, starts, counts, out)
+    return out, counts
+
+
+def shrunk(fds: np.ndarray, sizes: np.ndarray) -> int:
+    """The first ``i`` whose file (open descriptor ``fds[i]``) is now shorter than
+    ``sizes[i]`` bytes, or cannot be asked; -1 if none: many files checked for a
+    truncation under the reader in one call (an ``lseek`` each). C only."""
+    assert _spans is not None
+    return int(_spans.shrunk(_index(fds), _index(sizes)))

@@ -113,6 +113,7 @@ def open_ragged(
         at=v_off,
         intact=rf._check_open,
         strings=f.kind == "str",
+        handle=rf._file,
     )
     return column, placed, low
 

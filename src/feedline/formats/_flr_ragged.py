@@ -163,7 +163,7 @@ class FileRagged(Ragged):
     batch; a string column's batch is checked to be UTF-8 (a ``FormatError`` naming the
     file and byte otherwise)."""
 
-    __slots__ = ("_at", "_intact", "_path", "_strings")
+    __slots__ = ("_at", "_handle", "_intact", "_path", "_strings")
 
     def __init__(
         self,
@@ -176,9 +176,29 @@ class FileRagged(Ragged):
         at: int,
         intact: Any,
         strings: bool,
+        handle: Any = None,
     ) -> None:
         super().__init__(values, offsets, shapes, template)
         self._path, self._at, self._intact, self._strings = path, at, intact, strings
+        self._handle = handle
+
+    def descriptor(self) -> tuple[int, int] | None:
+        """(the open descriptor, the file's size when opened) of a local file's column,
+        for checking many files for a truncation at once (``_base.spans.shrunk``; each
+        still ``check()``s itself where that finds one); None for a remote file."""
+        shared = getattr(self._handle, "_shared", None)
+        fd = getattr(shared, "fd", None)
+        return None if fd is None else (int(fd), int(self._handle.size))
+
+    @property
+    def checks_utf8(self) -> bool:
+        """Whether the column holds strings (each batch checked to be UTF-8)."""
+        return self._strings
+
+    def check(self) -> None:
+        """A ``FormatError`` if the file was truncated under the reader (or a
+        ``ValueError`` if its handle is closed): ``take`` checks it first."""
+        self._intact()
 
     def take(self, idx: np.ndarray) -> Ragged:
         """Examples ``idx`` (int64, in range): one gather of offsets, one copy of spans."""

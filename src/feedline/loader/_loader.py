@@ -462,6 +462,7 @@ class Loader:
             # closed by its user is unmapped now. The state keeps what it recorded.
             self._plain = None
             self._datasets = []
+            self.__dict__.pop("_many", None)  # the sources' buffers, taken for reading
             self._orders.close()
             self._blocks.clear()
 

@@ -16,6 +16,7 @@ from ..order import Order
 from . import _collate
 from ._batch import Batch
 from ._gather import gather as gather_fields
+from ._many import many_sources
 from ._util import pinned_rows, to_torch
 
 
@@ -54,6 +55,11 @@ def gather(
             if ds.in_memory:  # checked whole, once; others batch by batch, as they load
                 ds.check_values()
         loader._values_checked = True
+    many = many_sources(loader)  # a manifest's shards: every source's columns at once
+    if many is not None:
+        got = many.gather(loader.record.fields, claim.ords, claim.recs, rows, out)
+        if got is not None:
+            return got
     return gather_fields(
         loader._datasets,
         loader.record.fields,
