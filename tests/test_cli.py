@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import feedline as fl
+from feedline._base import spans
 from feedline.cli import main
 
 
@@ -38,6 +39,9 @@ def test_the_demo_trains_resumes_identically_and_reads_every_window_once(tmp_pat
     assert var["min"] < var["median"] < var["max"] == 2048
     assert var["bucketed"]["padding"] < var["plain"]["padding"] / 2
     assert "every paragraph once in each pass: True" in out.stdout
+    assert var["shards"]["once"] and var["shards"]["files"] == 32
+    assert var["shards"]["together"] == spans.available()
+    assert "shuffled as one (their columns read together: " in out.stdout
     pics = summary["images"]
     assert pics["once"] and pics["same_stream"] and pics["images"] == 240
     assert "the stream with 1 and 2 threads is identical: True" in out.stdout

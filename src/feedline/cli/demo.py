@@ -329,8 +329,8 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
     )
 
     print("\n6. Documents of any length: the same paragraphs, padded per batch")
-    var = varlen_pass()
-    plain, bucketed = var["plain"], var["bucketed"]
+    var = varlen_pass(out_dir)
+    plain, bucketed, shards = var["plain"], var["bucketed"], var["shards"]
     print(
         f"   {var['documents']:,} paragraphs of {var['min']} to {var['max']} byte tokens "
         f"(median {var['median']}; longer ones cut to 2,048) and their topics (str); "
@@ -338,7 +338,10 @@ def run_demo(out_dir: str = "feedline-demo") -> int:
         f"   padding {plain['padding']:.0%} of the tokens; bucketed by length "
         f"(bucket='T'): {bucketed['padding']:.0%}, "
         f"{bucketed['tokens_per_s'] / 1e6:.1f} M tokens/s; every paragraph once in "
-        f"each pass: {plain['once'] and bucketed['once']}"
+        f"each pass: {plain['once'] and bucketed['once']}\n"
+        f"   as {shards['files']} .flr shards shuffled as one (their columns read together: "
+        f"{shards['together']}): {shards['tokens_per_s'] / 1e6:.1f} M tokens/s; every "
+        f"paragraph once: {shards['once']}"
     )
 
     print("\n7. Photos: an image folder to augmented batches")
