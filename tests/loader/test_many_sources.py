@@ -1,11 +1,13 @@
 """Many sources read as one (``loader._many``): a concat or mix of shards with ragged
-fields gives, batch for batch, what the source-by-source read gives; every record once a
-pass; its errors (a file truncated under the reader, a string that is not UTF-8) are
-that read's; and what it cannot read goes source by source."""
+fields, unmapped or mapped alike (in process or in worker processes), gives, batch for
+batch, what the source-by-source read gives; every record once a pass; its errors (a
+file truncated under the reader, a string that is not UTF-8, a map's) are that read's;
+and what it cannot read goes source by source."""
 
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -132,6 +134,67 @@ def test_many_shards_give_the_source_by_source_batches(shards, monkeypatch, in_m
     assert len(labels) == (2 * total // 50 * 50 if drop_last else 2 * total)
 
 
+def _noisy(example, rng):
+    """A map of every shard alike: its draws seeded by the example's position."""
+    example["grid"] = example["grid"] + rng.standard_normal((2, 2))
+    example["tokens"] = example["tokens"][::-1].copy()
+    return example
+
+
+def _mapped(paths, fn=_noisy):
+    parts = [fl.Seq.source(fl.Dataset(Doc, fl.recfile.open(p)).map(fn, seed=3)) for p in paths]
+    return fl.Seq.concat(parts).shuffle(4)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_shards_mapped_alike_give_the_source_by_source_batches(shards, monkeypatch, drop_last):
+    paths, _ = shards
+    seq = _mapped(paths)
+    fast = _batches(seq, monkeypatch, True, drop_last=drop_last)
+    slow = _batches(seq, monkeypatch, False, drop_last=drop_last)
+    _same(fast, slow)
+    plain = _batches(_seq(paths), monkeypatch, True, drop_last=drop_last)
+    for b, p in zip(fast, plain):  # the map ran: reversed tokens, noisy grids
+        assert np.array_equal(b["label"], p["label"]) and not np.array_equal(b["grid"], p["grid"])
+        lengths = b["meta"]["lengths"]["T"]
+        r = int(np.argmax(lengths))
+        assert b["tokens"][r, : lengths[r]].tolist() == p["tokens"][r, : lengths[r]][::-1].tolist()
+
+
+def test_shards_mapped_alike_in_worker_processes_give_the_same_batches(shards, monkeypatch):
+    paths, _ = shards
+    seq = _mapped(paths)
+    here = _batches(seq, monkeypatch, True)
+    loader = fl.Loader(seq.repeat(2), 50, seed=1, workers=2)
+    _same([_as_dict(b) for b in loader], here)
+    # what a worker receives (the datasets pickled together) is read as one there too
+    shipped = pickle.loads(pickle.dumps(loader._datasets))
+    fields = shipped[0].record.fields
+    assert _many.ManyCache().get(shipped, fields, False) is not None
+    loader.close()
+
+
+def test_a_map_error_names_the_item_as_source_by_source(shards, monkeypatch):
+    paths, _ = shards
+
+    def fails(example):
+        if int(example["label"]) == 100:
+            raise ValueError("no 100")
+        return example
+
+    errors = []
+    for together in (True, False):
+        with monkeypatch.context() as m:
+            if not together:
+                m.setattr(_many, "MIN_SOURCES", 1 << 30)
+            loader = fl.Loader(_mapped(paths, fails), 600, seed=1, workers=0)
+            with pytest.raises(ValueError, match="no 100") as e:
+                next(iter(loader))
+            errors.append(e.value.__notes__)
+            loader.close()
+    assert errors[0] == errors[1] and "in the map" in errors[0][0]
+
+
 def test_the_rows_are_the_records_values(shards, monkeypatch):
     paths, _ = shards
     want = {}
@@ -163,7 +226,7 @@ def test_what_cannot_be_read_as_one_goes_source_by_source(shards, monkeypatch):
         assert _many.many_sources(loader) is None
         next(iter(loader))
         loader.close()
-    mapped = fl.Seq.concat(
+    mapped = fl.Seq.concat(  # each shard its own function: mapped differently
         [fl.Seq.source(fl.Dataset(Doc, fl.recfile.open(p)).map(lambda ex: ex)) for p in paths]
     )
     loader = fl.Loader(mapped, 50, seed=1, workers=0)

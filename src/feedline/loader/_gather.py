@@ -23,6 +23,7 @@ def gather(
     context: int,
     check_values: bool,
     out: dict[str, np.ndarray] | None = None,
+    many: Any = None,
 ) -> dict[str, np.ndarray]:
     """The fields of records ``recs`` of datasets ``ords``: fixed fields stacked into
     ``rows`` rows (padding rows hold the pad values, see ``_collate``), ragged fields as
@@ -31,9 +32,14 @@ def gather(
     ``positions`` (the rows' positions in the whole pass, see ``Loader._seeds``) and
     ``context`` (the pass) seed mapped datasets' per-example generators; None when no
     dataset is mapped. With ``out``, the rows are written into the given arrays
-    (padding is left to the caller).
+    (padding is left to the caller). ``many``: the datasets' columns prepared for
+    reading as one (``_many.ManyCache.get``), tried first.
     """
     size = len(recs)
+    if many is not None and size:
+        got = many.gather(fields, ords, recs, rows, positions, context, out)
+        if got is not None:
+            return got
     if len(datasets) == 1 or (size and ords.min() == ords.max()):
         ds = datasets[int(ords[0]) if size else 0]
         if out is None and rows == size:

@@ -55,11 +55,6 @@ def gather(
             if ds.in_memory:  # checked whole, once; others batch by batch, as they load
                 ds.check_values()
         loader._values_checked = True
-    many = many_sources(loader)  # a manifest's shards: every source's columns at once
-    if many is not None:
-        got = many.gather(loader.record.fields, claim.ords, claim.recs, rows, out)
-        if got is not None:
-            return got
     return gather_fields(
         loader._datasets,
         loader.record.fields,
@@ -70,6 +65,7 @@ def gather(
         context(loader),
         loader.options.check_values,
         out,
+        many_sources(loader),  # a manifest's shards: every source's columns at once
     )
 
 

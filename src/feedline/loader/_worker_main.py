@@ -22,6 +22,7 @@ from time import perf_counter_ns
 from feedline._base import clock
 from feedline.loader._collate import collate, fill_padding
 from feedline.loader._gather import gather
+from feedline.loader._many import ManyCache
 from feedline.loader._slots import Layout
 from feedline.loader._wire import received
 from feedline.records._ragged import Ragged
@@ -37,6 +38,7 @@ def serve(conn: Connection) -> None:
     output, device = init.get("output", "numpy"), init.get("device")
     padding = init.get("padding", (None, None, False))  # (pad_to_multiple, bounds, nested)
     fields = datasets[0].record.fields
+    many = ManyCache()  # many sources' columns read as one, prepared once
     slots: list[SharedMemory | None] = []
     capacities: list[int] = []  # each slot's room for ragged values
     try:
@@ -72,6 +74,7 @@ def serve(conn: Connection) -> None:
                     context,
                     check_values,
                     out=dict(out),
+                    many=many.get(datasets, fields, check_values),
                 )
                 fill_padding(out, fields, size, rows)
                 times["read"] = perf_counter_ns() - t0  # the map's time inside it
