@@ -1,10 +1,11 @@
-"""The compiled part of feedline: two optional C extensions, ``feedline._base._rowcopy``
-(the plain path's row copies without the GIL) and ``feedline._base._spans`` (a ragged
-batch's spans gathered and padded). Everything else is in pyproject.toml.
+"""The compiled part of feedline: three optional C extensions in ``feedline._base``:
+``_rowcopy`` (the plain path's row copies without the GIL), ``_spans`` (a ragged batch's
+spans gathered and padded) and ``_windows`` (language-model windows assembled).
+Everything else is in pyproject.toml.
 
 The extensions are optional: where no C compiler is found the install goes on without
-them and feedline copies with numpy (``rowcopy.available()`` and ``spans.available()``
-in ``feedline._base`` say which).
+them and feedline copies with numpy (and numba's kernels where installed):
+``available()`` of ``rowcopy``, ``spans`` and ``windowfill`` in ``feedline._base`` says.
 """
 
 from setuptools import Extension, setup
@@ -21,6 +22,12 @@ setup(
         Extension(
             "feedline._base._spans",
             sources=["src/feedline/_base/_spans.c"],
+            extra_compile_args=["-O3", "-std=gnu11"],
+            optional=True,
+        ),
+        Extension(
+            "feedline._base._windows",
+            sources=["src/feedline/_base/_windows.c"],
             extra_compile_args=["-O3", "-std=gnu11"],
             optional=True,
         ),

@@ -9,8 +9,10 @@ timed runs of ``--steps`` batches of 16 windows of 2048 tokens:
 - baseline: nanoGPT's ``get_batch``: random offsets into a ``np.memmap`` of the uint16
   flow, ``np.stack`` of each window converted to int64, for inputs and targets;
 - feedline: ``fl.Loader(fl.text.Windows(path, 2048), 16, seed=1)`` (shuffled, resumable),
-  producing inputs, targets, loss mask and doc ids, with the compiled kernel and, for
-  reference, with the numpy path (``Windows.getitems`` without the loader);
+  producing inputs, targets, loss mask and doc ids, with the C windows (the default)
+  and, for reference, numba's kernel and the numpy path (``Windows.getitems`` without the
+  loader);
+- a fresh process's first batch of windows (``python -c``: import, open, first batch).
 
     python benchmarks/windows.py [--tokens 500000000] [--dir /tmp/feedline-bench-windows]
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -26,6 +30,7 @@ from _nanogpt import get_batch_rate  # benchmarks/, the script's folder
 
 import feedline as fl
 from feedline._base import kernels as _kernels
+from feedline._base import windowfill
 from feedline.order._warm import warm_up
 
 SEQ, BATCH, VOCAB = 2048, 16, 50257
@@ -74,11 +79,14 @@ def loader_rate(nnd: str, steps: int) -> float:
     return rate
 
 
-def getitems_rate(nnd: str, steps: int, compiled: bool) -> float:
+def getitems_rate(nnd: str, steps: int, way: str) -> float:
+    """``Windows.getitems`` per second, ``way`` "c", "numba" or "numpy"."""
     windows = fl.text.Windows(nnd, SEQ)
     rng = np.random.default_rng(2)
-    get = _kernels.get
-    if not compiled:
+    get, c = _kernels.get, windowfill.available
+    if way != "c":
+        windowfill.available = lambda: False  # type: ignore[assignment]
+    if way == "numpy":
         _kernels.get = lambda: None
     try:
         windows.getitems(rng.integers(0, len(windows), BATCH))
@@ -87,9 +95,30 @@ def getitems_rate(nnd: str, steps: int, compiled: bool) -> float:
             windows.getitems(rng.integers(0, len(windows), BATCH))
         rate = steps * BATCH * SEQ / (time.perf_counter() - t0)
     finally:
-        _kernels.get = get
+        _kernels.get, windowfill.available = get, c  # type: ignore[assignment]
         windows.close()
     return rate
+
+
+_FIRST = """
+import time
+t0 = time.perf_counter()
+import feedline as fl
+t1 = time.perf_counter()
+w = fl.text.Windows({path!r}, {seq})
+b = next(iter(fl.Loader(w, {batch}, seed=1)))
+print(t1 - t0, time.perf_counter() - t1)
+"""
+
+
+def first_batch(nnd: str, native: bool) -> tuple[float, float]:
+    """A fresh process's seconds to import feedline, then to its first batch of windows
+    (opening the file and making the loader included)."""
+    env = {**os.environ, "FEEDLINE_NATIVE": "1" if native else "0"}
+    code = _FIRST.format(path=nnd, seq=SEQ, batch=BATCH)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    imported, first = out.stdout.split()[-2:]
+    return float(first), float(imported)
 
 
 def main() -> None:
@@ -112,11 +141,13 @@ def main() -> None:
             (
                 baseline(flat, args.steps),
                 loader_rate(nnd, args.steps),
-                getitems_rate(nnd, args.steps, True),
-                getitems_rate(nnd, args.steps // 10, False),
+                getitems_rate(nnd, args.steps, "c"),
+                getitems_rate(nnd, args.steps, "numba"),
+                getitems_rate(nnd, args.steps // 10, "numpy"),
             )
         )
-    base, loader, kernel, numpy_path = (max(col) for col in zip(*rows))
+    base, loader, c, kernel, numpy_path = (max(col) for col in zip(*rows))
+    firsts = {n: sorted(first_batch(nnd, n) for _ in range(3)) for n in (True, False)}
     ratios = [r[1] / r[0] for r in rows]
     print(
         f"batches of {BATCH} windows of {SEQ} tokens, {args.tokens:,}-token corpus "
@@ -127,13 +158,18 @@ def main() -> None:
         f"  feedline Loader(Windows, seed=1)            {loader / 1e6:8.1f} M  "
         f"{loader / base:.2f}x (per run {min(ratios):.2f} - {max(ratios):.2f}x)"
     )
+    print(f"  Windows.getitems, C (the default)           {c / 1e6:8.1f} M  {c / base:.2f}x")
     print(
-        f"  Windows.getitems, compiled kernel           {kernel / 1e6:8.1f} M  {kernel / base:.2f}x"
+        f"  Windows.getitems, numba's kernel            {kernel / 1e6:8.1f} M  {kernel / base:.2f}x"
     )
     print(
         f"  Windows.getitems, numpy path                {numpy_path / 1e6:8.1f} M  "
         f"{numpy_path / base:.2f}x"
     )
+    for native, label in ((True, "C"), (False, "numba (FEEDLINE_NATIVE=0)")):
+        ms = ", ".join(f"{t * 1e3:.0f}" for t, _ in firsts[native])
+        imports = ", ".join(f"{i * 1e3:.0f}" for _, i in firsts[native])
+        print(f"  a fresh process's first batch, {label}: {ms} ms (its import before: {imports} ms)")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import feedline as fl
+from feedline._base import windowfill
 from feedline.cli import main
 from feedline.errors import FormatError
 from feedline.text import ByteTokenizer, _compact
@@ -104,8 +105,14 @@ def _pair(tmp_path, scope):
     return nn, flr
 
 
-@pytest.fixture(params=["compiled", "numpy"])
+@pytest.fixture(params=["c", "compiled", "numpy"])
 def path_kind(request, monkeypatch):
+    # C (``_base.windowfill``), else numba's kernel, else numpy: each on its own
+    if request.param == "c":
+        if not windowfill.available():
+            pytest.skip("the compiled windows are not built here")
+        return request.param
+    monkeypatch.setattr(windowfill, "available", lambda: False)
     if request.param == "numpy":
         monkeypatch.setattr(_compact.kernels, "get", lambda *a, **k: None)
     return request.param

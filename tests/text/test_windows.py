@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from hypothesis import strategies as st
 
 import feedline as fl
 from feedline._base import kernels as _kernels
+from feedline._base import windowfill
 from feedline.errors import BoundsError
 from feedline.text import Windows, _windows
 
@@ -86,8 +90,14 @@ def corpus(tmp_path):
     return write_corpus(tmp_path / "c.nndataset", DOCS, MASKS)
 
 
-@pytest.fixture(params=["compiled", "numpy"])
+@pytest.fixture(params=["c", "compiled", "numpy"])
 def path_kind(request, monkeypatch):
+    # C (``_base.windowfill``), else numba's kernel, else numpy: each on its own
+    if request.param == "c":
+        if not windowfill.available():
+            pytest.skip("the compiled windows are not built here")
+        return request.param
+    monkeypatch.setattr(windowfill, "available", lambda: False)
     if request.param == "numpy":
         monkeypatch.setattr(_kernels, "get", lambda: None)
     elif _kernels.get() is None:
@@ -175,8 +185,8 @@ def test_a_corpus_with_loss_scope_all_trains_every_target(tmp_path, path_kind):
 def test_compiled_and_numpy_windows_are_identical(
     tmp_path_factory, docs, seq_len, stride, cross_docs, with_masks, data
 ):
-    if _kernels.get() is None:
-        pytest.skip("numba is not installed")
+    if _kernels.get() is None and not windowfill.available():
+        pytest.skip("neither numba nor the compiled windows are here")
     masks = (
         [data.draw(st.lists(st.booleans(), min_size=len(d), max_size=len(d))) for d in docs]
         if with_masks
@@ -187,14 +197,20 @@ def test_compiled_and_numpy_windows_are_identical(
         if not len(w):
             return
         idx = np.array(data.draw(st.lists(st.integers(0, len(w) - 1), min_size=1, max_size=10)))
-        compiled = w.getitems(idx)
-        numpy_batch = {k: np.empty_like(v) for k, v in compiled.items()}
+        ways = {}
+        if windowfill.available():  # C
+            ways["c"] = w.getitems(idx)
+        if _kernels.get() is not None:  # numba's kernel, C turned off
+            with mock.patch.object(windowfill, "available", lambda: False):
+                ways["numba"] = w.getitems(idx)
+        numpy_batch = {k: np.empty_like(v) for k, v in next(iter(ways.values())).items()}
         _windows._fill_numpy(w._ds._u8, w._layout, *w.spans(idx), 0, numpy_batch)
         want = expected_windows(docs, masks, seq_len, stride, cross_docs)
-    for k in compiled:
-        assert compiled[k].tolist() == numpy_batch[k].tolist(), k
-    for row, i in enumerate(idx.tolist()):
-        assert as_lists(compiled, row) == want[i]
+    for compiled in ways.values():
+        for k in compiled:
+            assert compiled[k].tolist() == numpy_batch[k].tolist(), k
+        for row, i in enumerate(idx.tolist()):
+            assert as_lists(compiled, row) == want[i]
 
 
 def test_the_test_subset_has_its_own_windows(tmp_path, path_kind):
@@ -359,3 +375,57 @@ def test_only_windows_that_read_a_big_token_id_are_refused(tmp_path, path_kind, 
             w.getitems([1, 2])
         w.getitems(np.arange(3, len(w)))  # every other window reads
         assert w._id_clean == len(w._id_blocks) - 1
+
+
+_FRESH = """
+import sys
+import numpy as np
+import feedline as fl
+w = fl.text.Windows({path!r}, 4, position_ids=True)
+total = 0
+for batch in fl.Loader(fl.Dataset(w.record, w).shuffle(1), 3, seed=1, workers=0):
+    total += int(batch.targets[batch.loss_mask].sum())
+print(total, "numba" in sys.modules)
+"""
+
+
+def test_a_fresh_process_makes_windows_without_loading_numba(corpus):
+    # The first batch of windows waited 480 - 640 ms for numba's kernel to load: the
+    # compiled windows need no loading.
+    if not windowfill.available():
+        pytest.skip("the compiled windows are not built here")
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH.format(path=str(corpus))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    total, numba_imported = done.stdout.split()
+    with Windows(corpus, 4, position_ids=True) as w:
+        b = w.getitems(np.arange(len(w)))
+    assert int(total) == int(b["targets"][b["loss_mask"]].sum())
+    assert numba_imported == "False"
+
+
+def test_the_compiled_windows_refuse_what_lies_outside_their_buffers(corpus):
+    if not windowfill.available():
+        pytest.skip("the compiled windows are not built here")
+    with Windows(corpus, 4) as w:
+        lay, u8 = w._layout, w._ds._u8
+        batch = {k: np.zeros((1, 4), v.dtype) for k, v in w.getitems([0]).items()}
+        total = int(lay.cum[-1])
+        for a, b in ((0, total + 1), (-1, 2), (3, 2), (0, 6)):  # past the flow; 5 pairs > 4
+            with pytest.raises(IndexError, match=r"window 0 .* outside the corpus's"):
+                windowfill.fill_arena(u8, lay, np.array([a]), np.array([b]), 0, batch)
+        with pytest.raises(IndexError, match="reads past its corpus's buffers"):
+            windowfill.fill_arena(u8[:40], lay, np.array([0]), np.array([5]), 0, batch)
+        with pytest.raises(ValueError, match="rows of int64"):
+            windowfill.fill_arena(
+                u8,
+                lay,
+                np.array([0, 1]),
+                np.array([2, 3]),
+                0,
+                batch,  # 2 windows, 1 row
+            )

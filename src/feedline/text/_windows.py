@@ -19,10 +19,11 @@ of a ``w``-token window and so never the token after each window.
   own (from its first token, by ``stride``) and the tail of its last window is
   padding. A document of fewer than two tokens has no target and no window.
 
-A batch of windows is assembled by one compiled kernel (numba, the ``fast`` extra;
-parallel over windows, the GIL released) straight from the memory map: the token
-bytes are copied once into the batch, nothing else is read. Without numba the same
-arrays come from numpy slices, one per window and document piece.
+A batch of windows is assembled by one compiled call (C, ``_base.windowfill``, built at
+install; else numba's kernel, the ``fast`` extra; the GIL released) straight from the
+memory map: the token bytes are copied once into the batch, nothing else is read.
+Without either the same arrays come from numpy slices, one per window and document
+piece.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._base import kernels
+from .._base import kernels, windowfill
 from ..errors import BoundsError, FormatError
 from ..formats import nndataset
 from ..records import Record, make_record
@@ -276,6 +277,9 @@ class Windows:
         self, u8: np.ndarray, a: np.ndarray, b: np.ndarray, batch: dict[str, np.ndarray]
     ) -> None:
         lay = self._layout
+        if len(a) and windowfill.fits(batch, u8):  # C: no kernels to load
+            windowfill.fill_arena(u8, lay, a, b, self.pad_id, batch)
+            return
         k = kernels.get()
         if k is not None and len(a) and all(v.flags.c_contiguous for v in batch.values()):
             from . import _window_jit
