@@ -169,7 +169,7 @@ def main() -> None:
     for native, label in ((True, "C"), (False, "numba (FEEDLINE_NATIVE=0)")):
         ms = ", ".join(f"{t * 1e3:.0f}" for t, _ in firsts[native])
         imports = ", ".join(f"{i * 1e3:.0f}" for _, i in firsts[native])
-        print(f"  a fresh process's first batch, {label}: {ms} ms (its import before: {imports} ms)")
+        print(f"  a fresh process's first batch, {label}: {ms} ms (its import: {imports} ms)")
 
 
 if __name__ == "__main__":
