@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 import feedline as fl
 from feedline._base import kernels as _kernels
+from feedline._base import packing
 from feedline.errors import BoundsError, DomainError, FeedlineError
 from feedline.text import Packed, _pack_place, _pack_plan, _packed
 
@@ -67,8 +70,14 @@ def corpus_of(tmp_path, kind, docs, masks=None):
     return write_corpus(tmp_path / "c.nndataset", docs, masks)
 
 
-@pytest.fixture(params=["compiled", "numpy"])
+@pytest.fixture(params=["c", "compiled", "numpy"])
 def path_kind(request, monkeypatch):
+    # C (``_base.packing``), else numba's kernels, else Python and numpy: each on its own
+    if request.param == "c":
+        if not packing.available():
+            pytest.skip("the compiled packing is not built here")
+        return request.param
+    monkeypatch.setattr(packing, "available", lambda: False)
     if request.param == "numpy":
         monkeypatch.setattr(_kernels, "get", lambda *a, **k: None)
     elif _kernels.get() is None:
@@ -175,6 +184,8 @@ def test_placement_is_first_fit_or_best_fit_in_python_and_compiled(blocks, cap, 
         want_rows += rows
         want_counts.append(used)
     places = [_pack_place.place_best_fit if best else _pack_place.place_first_fit]
+    if packing.available():
+        places.append(packing.placer("best_fit" if best else "first_fit"))
     if _kernels.get() is not None:
         from feedline.text import _pack_jit
 
@@ -341,9 +352,14 @@ def test_torch_output_holds_tensors(tmp_path):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_compiled_and_numpy_rows_are_identical(tmp_path, strategy):
-    if _kernels.get() is None:
-        pytest.skip("numba is not installed")
+@pytest.mark.parametrize("way", ["c", "numba"])
+def test_compiled_and_numpy_rows_are_identical(tmp_path, strategy, way, monkeypatch):
+    if way == "numba":
+        monkeypatch.setattr(packing, "available", lambda: False)
+        if _kernels.get() is None:
+            pytest.skip("numba is not installed")
+    elif not packing.available():
+        pytest.skip("the compiled packing is not built here")
     rng = np.random.default_rng(5)
     docs = [rng.integers(0, 2**40, int(n)).tolist() for n in rng.integers(0, 40, 50)]
     masks = [rng.integers(0, 2, len(d)).tolist() for d in docs]
@@ -495,3 +511,59 @@ def test_a_packing_is_pinned_in_the_clear():
         [(5, 0, 8)],
     ]
     assert len(rows) == 18
+
+
+_FRESH = """
+import sys
+import feedline as fl
+p = fl.text.Packed({path!r}, 32, strategy={strategy!r}, block=50)
+total = 0
+for batch in fl.Loader(fl.Dataset(p.record, p).shuffle(1), 8, seed=1, workers=0):
+    total += int(batch.targets[batch.segment_ids > 0].sum())
+print(total, "numba" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("strategy", ["first_fit", "best_fit"])
+def test_a_fresh_process_packs_and_fills_rows_without_loading_numba(tmp_path, strategy):
+    # Packed(...) waited 430 - 600 ms for numba (the documents' order and the placement),
+    # and the first pass filled rows while the fill kernel loaded: the C packing needs no
+    # loading, and the order's numpy path serves the shuffle.
+    if not packing.available():
+        pytest.skip("the compiled packing is not built here")
+    path = a_corpus(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH.format(path=str(path), strategy=strategy)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    total, numba_imported = done.stdout.split()
+    with Packed(path, 32, strategy=strategy, block=50) as p:
+        b = all_rows(p)
+    assert int(total) == int(b["targets"][b["segment_ids"] > 0].sum())
+    assert numba_imported == "False"
+
+
+def test_the_compiled_packing_refuses_what_lies_outside_its_arrays(tmp_path):
+    if not packing.available():
+        pytest.skip("the compiled packing is not built here")
+    sizes, ptr = np.array([3, 9, 2], np.int64), np.array([0, 3], np.int64)
+    local, per_block = np.empty(3, np.int64), np.empty(1, np.int64)
+    with pytest.raises(ValueError, match="piece 1 of 9 pairs, rows of 8"):
+        packing.placer("best_fit")(sizes, ptr, 8, local, per_block)
+    with pytest.raises(IndexError, match=r"block 0: pieces \[0, 4\) of 3"):
+        packing.placer("first_fit")(sizes, np.array([0, 4], np.int64), 9, local, per_block)
+    with Packed(a_corpus(tmp_path), 16, strategy="best_fit", block=20) as p:
+        f = p._flr
+        args = (False, f.tok, f.tok[:0].view(np.uint8), f.start, f.mask8, f.start)
+        batch = {k: np.zeros((1, 16), v.dtype) for k, v in p.getitems([0]).items()}
+        with pytest.raises(IndexError, match=r"batch row 0 \(packed row 99999\)"):
+            packing.fill(p.plan, np.array([99999]), args, False, 0, batch)
+        short = (False, f.tok[:10], *args[2:])  # the tokens cut short under the plan
+        rows = {k: np.zeros((len(p), 16), v.dtype) for k, v in batch.items()}
+        with pytest.raises(IndexError, match="its plan or its tokens lie outside"):
+            packing.fill(p.plan, np.arange(len(p)), short, False, 0, rows)
+        with pytest.raises(ValueError, match="one a batch row at least"):
+            packing.fill(p.plan, np.arange(2), args, False, 0, batch)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._base import hashing, kernels
+from .._base import hashing, kernels, packing
 from ..order import Order, Seq
 from . import _pack_place
 
@@ -65,7 +65,8 @@ def document_order(n: int, seed: int | None, epoch: int) -> np.ndarray:
     if seed is None or n <= 1:
         return np.arange(n, dtype=np.int64)
     order = Order(Seq.source(n).shuffle(order_seed(seed, epoch)))
-    return np.asarray(order.lookup(np.arange(n, dtype=np.int64))[1], dtype=np.int64)
+    with kernels.deferred():  # the numpy path (the same order), not a wait for numba
+        return np.asarray(order.lookup(np.arange(n, dtype=np.int64))[1], dtype=np.int64)
 
 
 def plan(counts: np.ndarray, order: np.ndarray, seq_len: int, strategy: str, block: int) -> Plan:
@@ -123,6 +124,8 @@ def _concat(order: np.ndarray, pairs: np.ndarray, seq_len: int) -> Plan:
 
 
 def _placer(strategy: str):
+    if packing.available():  # C: no kernels to load (the same rows)
+        return packing.placer(strategy)
     if kernels.get(background=True) is not None:  # Python placement: 20x slower
         from . import _pack_jit
 

@@ -32,7 +32,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._base import hashing, kernels
+from .._base import hashing, kernels, packing
 from ..errors import BoundsError, DomainError, FormatError
 from ..formats import nndataset
 from ..records import Record, make_record
@@ -247,6 +247,9 @@ class Packed:
         else:
             args = (True, np.empty(0, np.uint16), u8, lay.tok_start, u8, lay.mask_start)
         has_mask, p = bool(lay.has_mask), self.plan
+        if len(idx) and packing.fits(batch, *args[1:3]):  # C: no kernels to load
+            packing.fill(p, idx, args, has_mask, self.pad_id, batch)
+            return
         # background: in a loader's deferred first batch, numba starts loading (the
         # numpy path is 8x slower than the kernel)
         k = kernels.get(background=True)
