@@ -90,7 +90,6 @@ class Buckets:
         first = g * self.group_batches * b
         last = min(kept, first + self.group_batches * b)
         positions = np.arange(first, last, dtype=np.int64)
-        kernels.load_in_background()
         with kernels.deferred():  # the numpy path while numba loads: the same positions
             ords, recs = order.lookup(positions)
         ords = np.asarray(ords, dtype=np.int64)
