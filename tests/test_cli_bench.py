@@ -135,3 +135,41 @@ def test_bench_runs_numpy_over_a_fresh_opening_first(flr, monkeypatch, capsys):
     assert opened == [str(flr), str(flr)]  # the loader's, then numpy's own
     out = capsys.readouterr().out
     assert re.search(r"later passes' median is [\d.]+x that, its first pass is [\d.]+x", out)
+
+
+class Doc(fl.Record, dims={"T": None}):
+    tokens = fl.field("T", "int32")
+    points = fl.field(("T", 3), "float32")
+    title = fl.field((), "str")
+
+
+def _docs(n):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 30, n)
+    return {
+        "tokens": [np.arange(k, dtype=np.int32) for k in lengths],
+        "points": [np.full((k, 3), k, np.float32) for k in lengths],
+        "title": ["t" * int(k % 5) for k in lengths],
+    }
+
+
+def test_bench_on_a_ragged_file_pads_numpys_batches_as_the_loader_does(tmp_path, capsys):
+    from feedline.cli._bench_file import _numpy_padded
+
+    path = tmp_path / "docs.flr"
+    fl.recfile.write(path, Doc, _docs(500))
+    assert main(["bench", str(path), "--batch", "50", "--passes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "500 rows of Doc (tokens, points, title)" in out and "20 batches, 1,000 rows" in out
+    assert re.search(r"numpy's gather of the same batches: [\d,]+ rows/s", out)
+    # the baseline does the loader's work: the same padded rows, element for element
+    with fl.recfile.open(path) as f:
+        recs = np.array([7, 0, 499, 3, 3])
+        batch = f.getitems(recs)
+        for name in ("tokens", "points"):
+            lengths = np.diff(batch[name].offsets)
+            got = _numpy_padded(f.columns[name], recs)
+            padded = batch[name].padded(
+                len(recs), {0: int(lengths.max()) // (3 if name == "points" else 1)}
+            )
+            assert np.array_equal(got, padded.reshape(len(recs), -1)), name
