@@ -51,6 +51,9 @@ def check_item(
     out: dict[str, Any] = {}
     lengths: dict[str, tuple[int, str]] = {}  # varying dim -> (length, first field)
     for f, v in zip(cls.fields.values(), values):
+        if type(v) is np.ndarray and v.dtype == f.dtype and v.shape == f.shape:
+            out[f.name] = v  # a fixed field's array as declared (a map's usual result)
+            continue
         if f.kind != "array":
             out[f.name] = _blob(cls, f, v, index)
             continue
