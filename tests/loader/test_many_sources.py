@@ -117,13 +117,18 @@ def _same(a, b) -> None:
 @pytest.mark.parametrize(
     "in_memory", [(), (0, 3, 7), tuple(range(12))], ids=["files", "both", "dicts"]
 )
-@pytest.mark.parametrize("drop_last", [False, True])
-def test_many_shards_give_the_source_by_source_batches(shards, monkeypatch, in_memory, drop_last):
+@pytest.mark.parametrize("last", ["short", "drop_last", "pad"])
+def test_many_shards_give_the_source_by_source_batches(shards, monkeypatch, in_memory, last):
+    drop_last = last == "drop_last"
+    options = {"drop_last": True} if drop_last else {"pad": True} if last == "pad" else {}
     paths, total = shards
     seq = _seq(paths, in_memory)
-    fast = _batches(seq, monkeypatch, True, drop_last=drop_last)
-    slow = _batches(seq, monkeypatch, False, drop_last=drop_last)
+    fast = _batches(seq, monkeypatch, True, **options)
+    slow = _batches(seq, monkeypatch, False, **options)
     _same(fast, slow)
+    if last == "pad":  # the padded rows hold the fields' pad values
+        end = fast[-1]
+        assert len(end["label"]) == 50 and (end["tokens"][~end["meta"]["mask"]] == -1).all()
     labels = np.concatenate([b["label"][b["meta"]["mask"]] for b in fast])
     at = np.concatenate([b["meta"]["positions"][b["meta"]["mask"]] for b in fast])
     for e in range(2):  # each record once an epoch (every one but the dropped rows')
