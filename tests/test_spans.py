@@ -120,7 +120,7 @@ def test_a_span_outside_the_values_raises_and_writes_nothing(starts, counts, mat
 
 def test_refusals_name_what_is_wrong():
     values = np.arange(10, dtype=np.int16)
-    with pytest.raises(IndexError, match="spans of 5 items, room for 4"):
+    with pytest.raises(IndexError, match=r"span 0 \(5 items\) ends past dst's room for 4"):
         spans._spans.gather(values, np.array([0]), np.array([5]), np.empty(4, np.int16))
     with pytest.raises(ValueError, match="dst: items of the values' size"):
         spans._spans.gather(values, np.array([0]), np.array([1]), np.empty(4, np.int32))
@@ -270,3 +270,77 @@ def test_shrunk_names_the_first_file_shorter_than_it_was(tmp_path):
         for fd in fds:
             os.close(fd)
     assert spans.shrunk(np.array(fds[:1]), np.array([0])) == 0  # closed: cannot be asked
+
+
+_RACE = """
+import threading, numpy as np
+from feedline._base import _spans
+n = 2_000_000
+values = np.zeros(n, np.uint8)
+dst = np.empty(n, np.uint8)
+starts = np.arange(n, dtype=np.int64)
+counts = np.ones(n, np.int64)
+go = threading.Event()
+def writer():
+    go.wait()
+    counts[-1] = 1 << 30  # as soon as gather lets the GIL go, after its checks
+threading.Thread(target=writer).start()
+go.set()
+try:
+    _spans.gather(values, starts, counts, dst)
+    print("copied")
+except IndexError as e:
+    print("refused" if "changed while they were copied" in str(e) else e)
+"""
+
+
+def test_spans_changed_by_another_thread_during_the_copy_are_refused_not_overrun():
+    # The spans are checked with the GIL held and read again without it: a span another
+    # thread changed in between ran the copy past its arrays (SIGSEGV). Each is now read
+    # once and checked again as it is copied.
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", _RACE], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() in ("copied", "refused"), done.stdout
+
+
+_OVERFLOW = """
+import mmap, os, sys, numpy as np
+from feedline._base import _spans
+size = 1 << 43
+path = sys.argv[1]
+try:
+    with open(path, "wb") as f:
+        f.truncate(size)
+    fd = os.open(path, os.O_RDONLY)
+    mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    os.close(fd)
+except (OSError, OverflowError, ValueError) as e:
+    print("skip", e)
+    raise SystemExit
+values = np.frombuffer(mapped, np.uint8)
+n = (1 << 20) + 1
+dst = np.full(16, 7, np.uint8)
+try:
+    _spans.gather(values, np.zeros(n, np.int64), np.full(n, size, np.int64), dst)
+except IndexError as e:
+    print("refused" if "ends past dst's room for 16" in str(e) and (dst == 7).all() else e)
+"""
+
+
+def test_spans_whose_total_overflows_are_refused(tmp_path):
+    # Each count fits the values, but their sum wraps int64: it passed the room check and
+    # memcpy wrote terabytes into a 16-byte dst (SIGSEGV). Needs 8 TiB of values: a
+    # sparse file, mapped (in a process of its own: a regression would kill this one).
+    done = subprocess.run(
+        [sys.executable, "-c", _OVERFLOW, str(tmp_path / "sparse")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    if done.stdout.startswith("skip"):
+        pytest.skip(f"no 8 TiB sparse map here: {done.stdout}")
+    assert done.stdout.strip() == "refused", done.stdout

@@ -78,14 +78,24 @@ static Py_ssize_t check(Views *v, Py_ssize_t room, Py_ssize_t width) {
                          (long long)c[i], width);
             return -1;
         }
+        if (width < 0 && c[i] > room - total) {  /* total <= room: never overflows */
+            PyErr_Format(PyExc_IndexError, "span %zd (%lld items) ends past dst's room for %zd",
+                         i, (long long)c[i], room);
+            return -1;
+        }
         total += c[i];
     }
-    if (width < 0 && total > room) {
-        PyErr_Format(PyExc_IndexError, "spans of %lld items, room for %zd", (long long)total,
-                     room);
-        return -1;
-    }
     return n;
+}
+
+/* The copy loops run without the GIL and read their spans again: another thread may
+ * have changed the arrays since check(). Each span is read once into locals and checked
+ * again (one branch), so a changed one stops the copy (CHANGED) instead of writing out of
+ * bounds. */
+#define CHANGED "the spans changed while they were copied (another thread wrote them)"
+
+static int span_ok(int64_t s, int64_t k, Py_ssize_t items, Py_ssize_t room) {
+    return s >= 0 && k >= 0 && s <= items && k <= items - s && k <= room;
 }
 
 /* gather(values, starts, counts, dst): span i (counts[i] items from starts[i]) of values
@@ -107,13 +117,25 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     const char *src = v.b[0].buf;
     char *out = v.b[3].buf;
     const int64_t *s = v.b[1].buf, *k = v.b[2].buf;
+    Py_ssize_t items = v.b[0].len / isz, room = v.b[3].len / isz;
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        size_t bytes = (size_t)k[i] * (size_t)isz;
-        memcpy(out, src + (size_t)s[i] * (size_t)isz, bytes);
+        int64_t si = s[i], ki = k[i];
+        if (!span_ok(si, ki, items, room)) {
+            changed = 1;
+            break;
+        }
+        size_t bytes = (size_t)ki * (size_t)isz;
+        memmove(out, src + (size_t)si * (size_t)isz, bytes);  /* dst may overlap values */
         out += bytes;
+        room -= ki;
     }
     Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_IndexError, CHANGED);
+        goto fail;
+    }
     let_go(&v);
     Py_RETURN_NONE;
 fail:
@@ -165,15 +187,26 @@ static PyObject *pad(PyObject *self, PyObject *args) {
     char *out = v.b[3].buf;
     const int64_t *s = v.b[1].buf, *k = v.b[2].buf;
     size_t row = (size_t)width * (size_t)isz;
+    Py_ssize_t items = v.b[0].len / isz;
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        size_t bytes = (size_t)k[i] * (size_t)isz;
-        memcpy(out, src + (size_t)s[i] * (size_t)isz, bytes);
+        int64_t si = s[i], ki = k[i];
+        if (!span_ok(si, ki, items, width)) {
+            changed = 1;
+            break;
+        }
+        size_t bytes = (size_t)ki * (size_t)isz;
+        memmove(out, src + (size_t)si * (size_t)isz, bytes);
         fill(out + bytes, row - bytes, item, (size_t)isz, zero);
         out += row;
     }
-    fill(out, (size_t)(rows - n) * row, item, (size_t)isz, zero);
+    if (!changed) fill(out, (size_t)(rows - n) * row, item, (size_t)isz, zero);
     Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_IndexError, CHANGED);
+        goto fail;
+    }
     let_go(&v);
     Py_RETURN_NONE;
 fail:
@@ -332,29 +365,39 @@ static PyObject *take_spans(PyObject *self, PyObject *args) {
     }
     Py_ssize_t n = v.b[0].len / 8, isz = c->isz;
     const int64_t *ords = v.b[0].buf, *s = v.b[1].buf, *k = v.b[2].buf;
-    int64_t total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t room = v.b[3].len / isz;
+    for (Py_ssize_t i = 0, left = room; i < n; i++) {
         int64_t o = ords[i];
-        if (o < 0 || o >= c->ns || s[i] < 0 || k[i] < 0 || s[i] > c->nvals[o] ||
-            k[i] > c->nvals[o] - s[i]) {
+        if (o < 0 || o >= c->ns || !span_ok(s[i], k[i], c->nvals[o], PY_SSIZE_T_MAX)) {
             PyErr_Format(PyExc_IndexError, "span %zd outside its source's values", i);
             goto fail;
         }
-        total += k[i];
-    }
-    if (total > v.b[3].len / isz) {
-        PyErr_Format(PyExc_IndexError, "spans of %lld items, room for %zd", (long long)total,
-                     v.b[3].len / isz);
-        goto fail;
+        if (k[i] > left) {  /* left >= 0: never overflows */
+            PyErr_Format(PyExc_IndexError, "span %zd (%lld items) ends past dst's room for %zd",
+                         i, (long long)k[i], room);
+            goto fail;
+        }
+        left -= k[i];
     }
     char *out = v.b[3].buf;
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        size_t bytes = (size_t)k[i] * (size_t)isz;
-        memcpy(out, c->vals[ords[i]] + (size_t)s[i] * (size_t)isz, bytes);
+        int64_t o = ords[i], si = s[i], ki = k[i];
+        if (o < 0 || o >= c->ns || !span_ok(si, ki, c->nvals[o], room)) {
+            changed = 1;
+            break;
+        }
+        size_t bytes = (size_t)ki * (size_t)isz;
+        memmove(out, c->vals[o] + (size_t)si * (size_t)isz, bytes);
         out += bytes;
+        room -= ki;
     }
     Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_IndexError, CHANGED);
+        goto fail;
+    }
     let_go(&v);
     Py_RETURN_NONE;
 fail:
@@ -364,7 +407,9 @@ fail:
 
 /* shrunk(fds, sizes) -> the first i whose file (descriptor fds[i]) is now shorter than
  * sizes[i] bytes or cannot be asked, else -1: a manifest's files checked for a
- * truncation under the reader in one call (an lseek each, without the GIL). */
+ * truncation under the reader in one call (an lseek each, without the GIL). A closed
+ * descriptor whose number another file took is not told apart: the caller's handles
+ * hold their descriptors open while it asks (a loader's shares of its files). */
 static PyObject *shrunk(PyObject *self, PyObject *args) {
     (void)self;
     static const char *const names[] = {"fds", "sizes"};
