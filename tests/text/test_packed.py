@@ -567,3 +567,30 @@ def test_the_compiled_packing_refuses_what_lies_outside_its_arrays(tmp_path):
             packing.fill(p.plan, np.arange(len(p)), short, False, 0, rows)
         with pytest.raises(ValueError, match="one a batch row at least"):
             packing.fill(p.plan, np.arange(2), args, False, 0, batch)
+
+
+def test_the_compiled_packing_refuses_hostile_plans():
+    # From a hostile review under ASan/UBSan: an offset near 2**61 wrapped the byte
+    # offset of a wide corpus to 0 and gave its first tokens without an error, the mask's
+    # start likewise; float arrays took int64 bits.
+    if not packing.available():
+        pytest.skip("the compiled packing is not built here")
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+
+    def fill(off, wide=True, mstart=0, has_mask=False, local_dtype=np.int64):
+        z = lambda dt: np.zeros((1, 4), dt)  # noqa: E731
+        packing._packing.fill(
+            i64(0), i64(0, 1), i64(0), i64(off), i64(2), wide,
+            np.arange(9, dtype=np.uint8), np.arange(24, dtype=np.uint8), i64(0),
+            np.zeros(9, np.uint8), i64(mstart), has_mask, -1, z(local_dtype), z(np.int64),
+            z(np.bool_), z(np.int32), z(np.int32), None,
+        )  # fmt: skip
+
+    with pytest.raises(IndexError, match="lie outside their arrays"):
+        fill(2**61)
+    with pytest.raises(IndexError, match="lie outside their arrays"):
+        fill(0, wide=False, mstart=2**63 - 1, has_mask=True)
+    with pytest.raises(ValueError, match="inp: int64"):
+        fill(0, local_dtype=np.float64)
+    with pytest.raises(ValueError, match="local: int64"):
+        packing.placer("best_fit")(i64(1), i64(0, 1), 4, np.zeros(1), i64(0))

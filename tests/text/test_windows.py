@@ -429,3 +429,47 @@ def test_the_compiled_windows_refuse_what_lies_outside_their_buffers(corpus):
                 0,
                 batch,  # 2 windows, 1 row
             )
+
+
+def _raw_fill(tok, tok_base, scale, width, cum, a, b, rows=1, length=4, out_dtype=np.int64):
+    i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+    inp = np.zeros((rows, length), out_dtype)
+    tgt, ids = inp.copy(), inp.copy()
+    lm = np.zeros((rows, length), np.bool_)
+    windowfill._windows.fill(
+        tok, i64(*tok_base), scale, width, tok.view(np.uint8), i64(*tok_base), False,
+        i64(*cum), i64(*a), i64(*b), -1, inp, tgt, lm, ids, None,
+    )  # fmt: skip
+    return inp, tgt
+
+
+def test_the_compiled_windows_refuse_hostile_corpora():
+    # From a hostile review under ASan/UBSan: a corpus of no documents read cum[1] and
+    # tok_base[0] past their arrays; a base near 2**62 wrapped the byte offset to 0 and
+    # gave tokens of offset 0 without an error; float rows took int64 bits.
+    if not windowfill.available():
+        pytest.skip("the compiled windows are not built here")
+    tok = np.arange(64, dtype=np.uint8)
+    with pytest.raises(IndexError, match="outside the corpus"):
+        _raw_fill(tok, [], 1, 8, [10], [0], [3])  # no documents, cum[0] = 10
+    with pytest.raises(IndexError, match="reads past its corpus's buffers"):
+        _raw_fill(tok, [2**62], 4, 4, [0, 4], [0], [3])
+    with pytest.raises(ValueError, match="rows of int64"):
+        _raw_fill(tok, [0], 1, 1, [0, 4], [0], [3], out_dtype=np.float64)
+
+
+def test_the_compiled_windows_read_unaligned_compact_tokens():
+    if not windowfill.available():
+        pytest.skip("the compiled windows are not built here")
+    n, length = 4096, 1024
+    tok = np.frombuffer(bytearray(4 * n + 1), np.uint32, n, offset=1)  # not 4-byte aligned
+    assert not tok.flags.aligned
+    tok[:] = np.arange(n)
+    batch = {k: np.zeros((1, length), np.int64) for k in ("input_ids", "targets", "doc_ids")}
+    batch["loss_mask"] = np.zeros((1, length), np.bool_)
+    windowfill.fill_typed(
+        tok, np.array([0, n]), np.array([0]), tok.view(np.uint8)[:0], False,
+        np.array([3]), np.array([3 + length + 1]), -1, batch,
+    )  # fmt: skip
+    assert batch["input_ids"][0].tolist() == list(range(3, 3 + length))
+    assert batch["targets"][0].tolist() == list(range(4, 4 + length))

@@ -16,21 +16,37 @@
 typedef struct {
     Py_buffer b[MAXV];
     int n;
+    int64_t *own;  /* private copies of the arguments read without the GIL */
 } Views;
 
 static void let_go(Views *v) {
     for (int i = 0; i < v->n; i++) PyBuffer_Release(&v->b[i]);
     v->n = 0;
+    PyMem_Free(v->own);
+    v->own = NULL;
 }
 
-/* A view of o (writable or not) whose items are isz bytes (0: any), and its items. */
+/* Whether a buffer's items are signed integers of isz bytes (native order: the extension
+ * is used on little-endian machines only), or bools / bytes for isz 1. */
+static int is_int(const Py_buffer *b, Py_ssize_t isz) {
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (b->itemsize != isz) return 0;
+    if (isz == 8) return !strcmp(f, "l") || !strcmp(f, "q");
+    if (isz == 4) return !strcmp(f, "i") || (sizeof(long) == 4 && !strcmp(f, "l"));
+    return !strcmp(f, "?") || !strcmp(f, "B") || !strcmp(f, "b");
+}
+
+/* A view of o (writable or not) whose items are signed integers of isz bytes (bools or
+ * bytes for 1; 0: any items), and its items. */
 static Py_buffer *view(Views *v, PyObject *o, int writable, Py_ssize_t isz, const char *what) {
     Py_buffer *b = &v->b[v->n];
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_ND | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(o, b, flags) < 0) return NULL;
     v->n++;
-    if (isz && b->itemsize != isz) {
-        PyErr_Format(PyExc_ValueError, "%s: items of %zd bytes", what, isz);
+    if (isz && !is_int(b, isz)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s", what,
+                     isz == 8 ? "int64" : isz == 4 ? "int32" : "bool or uint8");
         return NULL;
     }
     return b;
@@ -50,7 +66,17 @@ static int placement_args(PyObject *args, Views *v, const int64_t **size, Py_ssi
     Py_buffer *bl = bp ? view(v, o[2], 1, 8, "local") : NULL;
     Py_buffer *bb = bl ? view(v, o[3], 1, 8, "per_block") : NULL;
     if (!bb) return -1;
-    *size = bs->buf, *n = items(bs), *ptr = bp->buf, *nb = items(bp) - 1, *cap = c;
+    /* The placement runs without the GIL: it reads private copies of what it checks (a
+     * thread writing the arrays meanwhile cannot make it index out of bounds). */
+    int64_t *own = PyMem_Malloc(sizeof(int64_t) * (size_t)(items(bs) + items(bp) + 1));
+    if (!own) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(own, bs->buf, (size_t)bs->len);
+    memcpy(own + items(bs), bp->buf, (size_t)bp->len);
+    v->own = own;
+    *size = own, *n = items(bs), *ptr = own + items(bs), *nb = items(bp) - 1, *cap = c;
     *local = bl->buf, *per_block = bb->buf;
     if (items(bl) != *n || *nb < 0 || items(bb) < *nb || c < 0 || c > (1LL << 40)) {
         PyErr_SetString(PyExc_ValueError, "placement: local as long as size, a count a block");
@@ -74,7 +100,7 @@ static int placement_args(PyObject *args, Views *v, const int64_t **size, Py_ssi
 /* place_first_fit(size, block_ptr, cap, local, per_block): see _pack_place. */
 static PyObject *first_fit(PyObject *self, PyObject *args) {
     (void)self;
-    Views v = {.n = 0};
+    Views v = {.n = 0, .own = NULL};
     const int64_t *size, *ptr;
     int64_t cap, *local, *per_block;
     Py_ssize_t n, nb;
@@ -128,7 +154,7 @@ static void unflag(uint8_t *tree, int64_t leaves, int64_t c) {
 /* place_best_fit(size, block_ptr, cap, local, per_block): see _pack_place. */
 static PyObject *best_fit(PyObject *self, PyObject *args) {
     (void)self;
-    Views v = {.n = 0};
+    Views v = {.n = 0, .own = NULL};
     const int64_t *size, *ptr;
     int64_t cap, *local, *per_block;
     Py_ssize_t n, nb;
@@ -209,7 +235,7 @@ static PyObject *fill(PyObject *self, PyObject *args) {
                           &o[5], &o[6], &o[7], &o[8], &o[9], &has_mask, &pad_id, &o[10], &o[11],
                           &o[12], &o[13], &o[14], &o[15]))
         return NULL;
-    Views v = {.n = 0};
+    Views v = {.n = 0, .own = NULL};
     static const char *const names[] = {"rows", "row_ptr", "seg_doc", "seg_off", "seg_pairs",
                                         "tok", "u8", "tstart", "mbytes", "mstart", "inp", "tgt",
                                         "loss_mask", "seg_ids", "pos_ids", "doc_ids"};
@@ -250,7 +276,12 @@ static PyObject *fill(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t w = 0; w < W && bad < 0; w++) {
         int64_t r = rows[w], j = 0;
-        if (r < 0 || r >= nrows || ptr[r] < 0 || ptr[r] > ptr[r + 1] || ptr[r + 1] > nseg) {
+        if (r < 0 || r >= nrows) {
+            bad = w;
+            break;
+        }
+        int64_t lo = ptr[r], hi = ptr[r + 1];  /* read once: checked as used */
+        if (lo < 0 || lo > hi || hi > nseg) {
             bad = w;
             break;
         }
@@ -258,49 +289,52 @@ static PyObject *fill(PyObject *self, PyObject *args) {
         int32_t *sgr = sg + w * L, *psr = ps + w * L;
         int64_t *dsr = ds ? ds + w * L : NULL;
         uint8_t *lmr = lm + w * L;
-        for (int64_t s = ptr[r]; s < ptr[r + 1]; s++) {
+        for (int64_t s = lo; s < hi; s++) {
             int64_t d = sd[s], off = so[s], n = sp[s];
             if (d < 0 || d >= ndocs || off < 0 || n < 0 || n > L - j) {
                 bad = w;
                 break;
             }
+            int64_t base = tstart[d];
             if (wide) {  /* inputs [off, off + n), targets one on: n + 1 words */
-                int64_t at = tstart[d] + 8 * off;
-                if (at < 0 || at > nu8 || 8 * (n + 1) > nu8 - at) {
+                if (base < 0 || base > nu8 || off > (nu8 - base) / 8 ||
+                    n + 1 > (nu8 - base - 8 * off) / 8) {
                     bad = w;
                     break;
                 }
+                int64_t at = base + 8 * off;
                 memcpy(ir + j, u8 + at, (size_t)n * 8);
                 memcpy(tr + j, u8 + at + 8, (size_t)n * 8);
             } else {
-                int64_t at = tstart[d] + off;
-                if (at < 0 || at > ntok || n + 1 > ntok - at) {
+                if (base < 0 || base > ntok || off > ntok - base || n + 1 > ntok - base - off) {
                     bad = w;
                     break;
                 }
-                for (int64_t k = 0; k < n; k++) {
-                    int64_t x = isz == 1   ? ((const uint8_t *)tok)[at + k]
-                                : isz == 2 ? ((const uint16_t *)tok)[at + k]
-                                           : ((const uint32_t *)tok)[at + k];
-                    int64_t y = isz == 1   ? ((const uint8_t *)tok)[at + k + 1]
-                                : isz == 2 ? ((const uint16_t *)tok)[at + k + 1]
-                                           : ((const uint32_t *)tok)[at + k + 1];
-                    ir[j + k] = x;
-                    tr[j + k] = y;
+                const char *at = tok + (base + off) * isz;  /* items read by memcpy: */
+                for (int64_t k = 0; k <= n; k++) {         /* the array may be unaligned */
+                    uint32_t t4 = 0;
+                    uint16_t t2 = 0;
+                    int64_t x;
+                    if (isz == 4) memcpy(&t4, at + 4 * k, 4), x = t4;
+                    else if (isz == 2) memcpy(&t2, at + 2 * k, 2), x = t2;
+                    else x = ((const uint8_t *)at)[k];
+                    if (k < n) ir[j + k] = x;
+                    if (k > 0) tr[j + k - 1] = x;
                 }
             }
             if (has_mask) {
-                int64_t m = mstart[d] + off + 1;
-                if (m < 0 || m > nmb || n > nmb - m) {
+                int64_t mbase = mstart[d];
+                if (mbase < 0 || mbase > nmb || off + 1 > nmb - mbase || n > nmb - mbase - off - 1) {
                     bad = w;
                     break;
                 }
+                int64_t m = mbase + off + 1;
                 for (int64_t k = 0; k < n; k++) lmr[j + k] = mb[m + k] != 0;
             } else {
                 memset(lmr + j, 1, (size_t)n);
             }
             for (int64_t k = 0; k < n; k++) {
-                sgr[j + k] = (int32_t)(s - ptr[r] + 1);
+                sgr[j + k] = (int32_t)(s - lo + 1);
                 psr[j + k] = (int32_t)k;
                 if (dsr) dsr[j + k] = d + 1;
             }

@@ -30,10 +30,23 @@ static void let_go(Views *v) {
 }
 
 static int take(Views *v, int i, PyObject *o, int writable) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_ND | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(o, &v->b[i], flags) < 0) return -1;
     v->held |= 1 << i;
     return 0;
+}
+
+/* Whether b holds int64 (native: the extension is used on little-endian machines only). */
+static int is_i64(const Py_buffer *b) {
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    return b->itemsize == 8 && (!strcmp(f, "l") || !strcmp(f, "q"));
+}
+
+/* Whether b holds bools (or bytes). */
+static int is_bool(const Py_buffer *b) {
+    const char *f = b->format ? b->format : "B";
+    return b->itemsize == 1 && (!strcmp(f, "?") || !strcmp(f, "B"));
 }
 
 typedef struct {
@@ -59,19 +72,36 @@ static Py_ssize_t doc_of(const Corpus *c, int64_t p) {
     return lo;
 }
 
-/* Tokens [x, x + n) of document e into out[0 .. n) (int64); 0, or -1 out of the buffer. */
+/* Byte base * scale + width * rel of a buffer of len bytes, where n items of width
+ * bytes from there fit in it; else -1. Each part is bounded first: no overflow. */
+static int64_t inside(int64_t base, int64_t scale, int64_t rel, int64_t width, int64_t n,
+                      Py_ssize_t len) {
+    if (base < 0 || rel < 0 || n < 0 || base > len / scale || rel > len / width) return -1;
+    int64_t at = base * scale + width * rel;
+    if (at > len || n > (len - at) / width) return -1;
+    return at;
+}
+
+/* Tokens [x, x + n) of document e into out[0 .. n) (int64); 0, or -1 out of the buffer.
+ * Items of 2 or 4 bytes are read with memcpy: a compact corpus's array may be unaligned. */
 static int tokens(const Corpus *c, Py_ssize_t e, int64_t x, int64_t n, int64_t *out) {
-    int64_t at = c->tok_base[e] * c->scale + c->width * (x - c->cum[e]);
-    if (at < 0 || n < 0 || at > c->tok_len || n * c->width > c->tok_len - at) return -1;
+    int64_t at = inside(c->tok_base[e], c->scale, x - c->cum[e], c->width, n, c->tok_len);
+    if (at < 0) return -1;
     const char *src = c->tok + at;
     if (c->width == 8) {
         memcpy(out, src, (size_t)n * 8);  /* little-endian words (checked in Python) */
     } else if (c->width == 4) {
-        const uint32_t *s = (const uint32_t *)src;
-        for (int64_t k = 0; k < n; k++) out[k] = s[k];
+        for (int64_t k = 0; k < n; k++) {
+            uint32_t t;
+            memcpy(&t, src + 4 * k, 4);
+            out[k] = t;
+        }
     } else if (c->width == 2) {
-        const uint16_t *s = (const uint16_t *)src;
-        for (int64_t k = 0; k < n; k++) out[k] = s[k];
+        for (int64_t k = 0; k < n; k++) {
+            uint16_t t;
+            memcpy(&t, src + 2 * k, 2);
+            out[k] = t;
+        }
     } else {
         const uint8_t *s = (const uint8_t *)src;
         for (int64_t k = 0; k < n; k++) out[k] = s[k];
@@ -87,22 +117,25 @@ static int window(const Corpus *c, int64_t p, int64_t q, Py_ssize_t L, int64_t p
     int64_t pairs = q - p - 1;
     if (p < 0 || q < p || q > c->cum[c->ndocs] || pairs > L) return 1;
     if (pairs > 0) {
+        if (c->ndocs < 1 || c->cum[0] > p) return 1;  /* no document holds token p */
         Py_ssize_t d = doc_of(c, p);
         for (int side = 0; side < 2; side++) {  /* inputs from p, targets from p + 1 */
             int64_t *out = side ? tgt : inp;
             Py_ssize_t e = d;
             for (int64_t j = 0; j < pairs;) {
                 int64_t x = p + side + j;
-                while (c->cum[e + 1] <= x) e++;
-                int64_t n = c->cum[e + 1] - x < pairs - j ? c->cum[e + 1] - x : pairs - j;
+                while (e + 1 < c->ndocs && c->cum[e + 1] <= x) e++;
+                int64_t end = c->cum[e + 1];  /* e + 1 <= ndocs */
+                if (end <= x || c->cum[e] < 0 || c->cum[e] > x) goto outside;  /* cum unsorted */
+                int64_t n = end - x < pairs - j ? end - x : pairs - j;
                 if (tokens(c, e, x, n, out + j) < 0) goto outside;
                 if (!side) {
                     for (int64_t k = 0; k < n; k++) ids[j + k] = e + 1;
                     if (pos)
                         for (int64_t k = 0; k < n; k++) pos[j + k] = x - c->cum[e] + k;
                 } else if (has_mask) {
-                    int64_t m = c->mask_base[e] + (x - c->cum[e]);
-                    if (m < 0 || m > c->mask_len || n > c->mask_len - m) goto outside;
+                    int64_t m = inside(c->mask_base[e], 1, x - c->cum[e], 1, n, c->mask_len);
+                    if (m < 0) goto outside;
                     for (int64_t k = 0; k < n; k++) lm[j + k] = c->mask[m + k] != 0;
                 } else {
                     memset(lm + j, 1, (size_t)n);
@@ -143,19 +176,17 @@ static PyObject *fill(PyObject *self, PyObject *args) {
     Py_buffer *b = v.b;
     Py_ssize_t ndocs = b[CUM].len / 8 - 1, W = b[A].len / 8;
     int ok = (width == 8 || width == 4 || width == 2 || width == 1) &&
-             (scale == 1 || scale == width) &&
-             b[CUM].itemsize == 8 && ndocs >= 0 && b[TOKB].itemsize == 8 &&
-             b[TOKB].len / 8 >= ndocs && b[MASKB].itemsize == 8 &&
-             (!has_mask || b[MASKB].len / 8 >= ndocs) && b[A].itemsize == 8 &&
-             b[B].itemsize == 8 && b[B].len == b[A].len && b[INP].ndim == 2 &&
-             b[INP].itemsize == 8 && b[LM].itemsize == 1;
+             (scale == 1 || scale == width) && is_i64(&b[CUM]) && ndocs >= 0 &&
+             is_i64(&b[TOKB]) && b[TOKB].len / 8 >= ndocs && is_i64(&b[MASKB]) &&
+             (!has_mask || b[MASKB].len / 8 >= ndocs) && is_i64(&b[A]) && is_i64(&b[B]) &&
+             b[B].len == b[A].len && b[INP].ndim == 2 && is_bool(&b[LM]);
     Py_ssize_t L = ok ? b[INP].shape[1] : 0;
     Py_buffer *rows[4] = {&b[INP], &b[TGT], &b[LM], want_pos ? &b[NB] : &b[IDS]};
     for (int i = 0; ok && i < 4; i++)
         ok = rows[i]->ndim == 2 && rows[i]->shape[0] >= W && rows[i]->shape[1] == L &&
-             rows[i]->itemsize == (i == 2 ? 1 : 8);
+             (i == 2 ? is_bool(rows[i]) : is_i64(rows[i]));
     ok = ok && b[IDS].ndim == 2 && b[IDS].shape[0] >= W && b[IDS].shape[1] == L &&
-         b[IDS].itemsize == 8;
+         is_i64(&b[IDS]);
     if (!ok) {
         PyErr_SetString(PyExc_ValueError,
                         "fill: int64 cum, bases and windows; rows of int64 (bool mask) of one "
