@@ -12,11 +12,12 @@ rows).
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 import numpy as np
+
+from . import native
+from .native import i64 as _i64
 
 try:
     from . import _packing  # type: ignore[attr-defined]
@@ -27,11 +28,7 @@ except ImportError:  # not compiled (no C compiler at install)
 def available() -> bool:
     """Whether the compiled packing is here and not turned off (``FEEDLINE_NATIVE=0``);
     an arena's tokens are little-endian words, read as int64 in place."""
-    return (
-        _packing is not None
-        and os.environ.get("FEEDLINE_NATIVE", "1") != "0"
-        and sys.byteorder == "little"
-    )
+    return native.enabled(_packing, little_endian=True)
 
 
 def placer(strategy: str) -> Any:
@@ -47,18 +44,7 @@ _ROWS = {"loss_mask": np.bool_, "segment_ids": np.int32, "position_ids": np.int3
 def fits(batch: dict[str, np.ndarray], *buffers: Any) -> bool:
     """Whether C can fill ``batch`` (C-contiguous rows of ``text.packed_record``'s dtypes)
     from ``buffers`` (numpy arrays: not a remote file's spans)."""
-    return (
-        available()
-        and all(isinstance(b, np.ndarray) and b.flags.c_contiguous for b in buffers)
-        and all(
-            isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == _ROWS.get(k, np.int64)
-            for k, a in batch.items()
-        )
-    )
-
-
-def _i64(a: Any) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.int64)
+    return available() and native.fits(batch, _ROWS, *buffers)
 
 
 def fill(

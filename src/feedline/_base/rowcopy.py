@@ -31,11 +31,12 @@ loader gathers with numpy (the same rows).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from . import native
 
 try:
     from . import _rowcopy  # type: ignore[attr-defined]
@@ -48,7 +49,7 @@ _INDEX = (np.dtype(np.int64), np.dtype(np.uint64))  # native byte order
 
 def available() -> bool:
     """Whether the compiled row copies are here and not turned off (``FEEDLINE_NATIVE=0``)."""
-    return _rowcopy is not None and os.environ.get("FEEDLINE_NATIVE", "1") != "0"
+    return native.enabled(_rowcopy)
 
 
 def copyable(arrays: Sequence[Any]) -> bool:

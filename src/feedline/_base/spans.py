@@ -24,10 +24,12 @@ the callers keep their numpy and numba ways (the same values).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
+
+from . import native
+from .native import i64 as _index
 
 try:
     from . import _spans  # type: ignore[attr-defined]
@@ -37,11 +39,7 @@ except ImportError:  # not compiled (no C compiler at install)
 
 def available() -> bool:
     """Whether the compiled copies are here and not turned off (``FEEDLINE_NATIVE=0``)."""
-    return _spans is not None and os.environ.get("FEEDLINE_NATIVE", "1") != "0"
-
-
-def _index(a: Any) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.int64)
+    return native.enabled(_spans)
 
 
 def _flat(values: Any) -> np.ndarray:

@@ -11,12 +11,13 @@ and the callers keep numba's kernels and the numpy path (the same arrays).
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from . import native
+from .native import i64 as _i64
 
 try:
     from . import _windows  # type: ignore[attr-defined]
@@ -29,28 +30,13 @@ _ROWS = {"input_ids": np.int64, "targets": np.int64, "loss_mask": np.bool_, "doc
 def available() -> bool:
     """Whether the compiled windows are here and not turned off (``FEEDLINE_NATIVE=0``);
     an arena's tokens are little-endian words, read as int64 in place."""
-    return (
-        _windows is not None
-        and os.environ.get("FEEDLINE_NATIVE", "1") != "0"
-        and sys.byteorder == "little"
-    )
+    return native.enabled(_windows, little_endian=True)
 
 
 def fits(batch: Mapping[str, np.ndarray], *buffers: Any) -> bool:
     """Whether C can fill ``batch`` (its rows C-contiguous arrays of the windows' dtypes)
     from ``buffers`` (numpy arrays: not a remote file's spans)."""
-    return (
-        available()
-        and all(isinstance(b, np.ndarray) for b in buffers)
-        and all(
-            isinstance(a, np.ndarray) and a.flags.c_contiguous and a.dtype == _ROWS.get(k, np.int64)
-            for k, a in batch.items()
-        )
-    )
-
-
-def _i64(a: Any) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.int64)
+    return available() and native.fits(batch, _ROWS, *buffers)
 
 
 def fill_arena(
@@ -81,7 +67,7 @@ def fill_typed(
     """Windows of a compact corpus: document ``d``'s tokens from ``tok[start[d]]`` (uint8,
     16 or 32), its mask bytes from ``mask8[start[d]]``."""
     assert _windows is not None
-    tok = np.ascontiguousarray(tok)
+    tok = np.ascontiguousarray(tok)  # fits() asked the batch, not the tokens
     width = tok.dtype.itemsize
     if tok.dtype.kind != "u" or width not in (1, 2, 4) or not tok.dtype.isnative:
         raise ValueError(f"compact tokens of uint8, 16 or 32, got {tok.dtype}")
