@@ -432,7 +432,102 @@ fail:
     return NULL;
 }
 
+#define MAX_AXES 16
+
+/* pad_nd(values, starts, shapes, dst, pad): example i (its values from starts[i], in C
+ * order, of shape shapes[i, :]) into dst[i] (dst: rows x P_1 x .. x P_k), every other
+ * item of dst pad: a batch of examples that vary on any of their axes (images of any
+ * height and width), padded. Each example's runs along its last axis are copied whole. */
+static PyObject *pad_nd(PyObject *self, PyObject *args) {
+    (void)self;
+    static const char *const names[] = {"values", "starts", "shapes", "dst", "pad"};
+    PyObject *o[5];
+    if (!PyArg_ParseTuple(args, "OOOOO", &o[0], &o[1], &o[2], &o[3], &o[4])) return NULL;
+    Views v = {.held = 0};
+    int64_t *own = NULL;
+    if (take_all(&v, o, names, 5, 1 << 3) < 0) goto fail;
+    Py_ssize_t isz = v.b[0].itemsize, k = v.b[3].ndim - 1, n = v.b[1].len / 8;
+    if (v.b[3].itemsize != isz || v.b[4].len != isz || k < 1 || k > MAX_AXES ||
+        !is_int64(&v.b[1]) || v.b[2].itemsize != 8 || v.b[2].ndim != 2 ||
+        v.b[2].shape[0] != n || v.b[2].shape[1] != k || n > v.b[3].shape[0]) {
+        PyErr_SetString(PyExc_ValueError,
+                        "pad_nd: int64 starts and shapes (one row of k dims an example), dst "
+                        "of rows x k dims of the values' items, pad one such item");
+        goto fail;
+    }
+    const Py_ssize_t *P = v.b[3].shape + 1;
+    Py_ssize_t items = v.b[0].len / isz, rows = v.b[3].shape[0], block = 1;
+    for (Py_ssize_t j = 0; j < k; j++) block *= P[j];
+    /* private copies of what is checked: the copy below runs without the GIL */
+    own = PyMem_Malloc(sizeof(int64_t) * (size_t)(n * (k + 1) + 1));
+    if (!own) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    memcpy(own, v.b[1].buf, (size_t)(n * 8));
+    memcpy(own + n, v.b[2].buf, (size_t)(n * k * 8));
+    const int64_t *st = own, *sh = own + n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t count = 1;
+        for (Py_ssize_t j = 0; j < k; j++) {
+            int64_t d = sh[i * k + j];
+            if (d < 0 || d > P[j]) {
+                PyErr_Format(PyExc_IndexError, "example %zd: axis %zd of %lld items, rows of %zd",
+                             i, j, (long long)d, P[j]);
+                goto fail;
+            }
+            count *= d;  /* <= the block's items: no overflow */
+        }
+        if (st[i] < 0 || st[i] > items || count > items - st[i]) {
+            PyErr_Format(PyExc_IndexError, "example %zd (start %lld, %lld items) outside the "
+                         "%zd values", i, (long long)st[i], (long long)count, items);
+            goto fail;
+        }
+    }
+    const char *src = v.b[0].buf, *item = v.b[4].buf;
+    char *out = v.b[3].buf;
+    int zero = 1;
+    for (Py_ssize_t j = 0; j < isz; j++) zero &= item[j] == 0;
+    Py_BEGIN_ALLOW_THREADS
+    fill(out, (size_t)rows * (size_t)block * (size_t)isz, item, (size_t)isz, zero);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *d = sh + i * k;
+        int empty = 0;
+        for (Py_ssize_t j = 0; j < k; j++) empty |= d[j] == 0;
+        if (empty) continue;
+        /* a run: the example's axes from m on, contiguous in dst too where every axis
+         * after m is as long as dst's (an image of any height and width, 3 channels: a
+         * run is a row of pixels, not a pixel) */
+        Py_ssize_t m = k - 1;
+        size_t tail = 1;  /* items of dst's axes after m */
+        while (m > 0 && d[m] == P[m]) tail *= (size_t)P[m--];
+        size_t run = (size_t)d[m] * tail * (size_t)isz;
+        Py_ssize_t at[MAX_AXES] = {0};  /* the index over the example's axes before m */
+        const char *from = src + (size_t)st[i] * (size_t)isz;
+        char *base = out + (size_t)i * (size_t)block * (size_t)isz;
+        for (;;) {
+            size_t to = 0;  /* the run's first item in dst[i] */
+            for (Py_ssize_t j = 0; j < m; j++) to = (to + (size_t)at[j]) * (size_t)P[j + 1];
+            for (Py_ssize_t j = m + 1; j < k; j++) to *= (size_t)P[j];
+            memmove(base + to * (size_t)isz, from, run);
+            from += run;
+            Py_ssize_t j = m - 1;
+            while (j >= 0 && ++at[j] == d[j]) at[j--] = 0;
+            if (j < 0) break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(own);
+    let_go(&v);
+    Py_RETURN_NONE;
+fail:
+    PyMem_Free(own);
+    let_go(&v);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"pad_nd", pad_nd, METH_VARARGS, "pad_nd(values, starts, shapes, dst, pad): see it."},
     {"shrunk", shrunk, METH_VARARGS, "shrunk(fds, sizes) -> int: see the function."},
     {"prepare", prepare, METH_VARARGS, "prepare(values, offsets) -> Columns: see the module."},
     {"locate", locate, METH_VARARGS, "locate(columns, ords, recs, starts, counts)."},

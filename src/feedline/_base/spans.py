@@ -1,7 +1,7 @@
 """Spans of a ragged column copied in C without the GIL: a batch of examples of varying
 length gathered into one array (``gather``), from many sources' columns at once
 (``prepare``, ``take_mixed``: a manifest's shards), or into the rows of a padded batch
-(``pad``).
+(``pad``; ``pad_nd`` for examples that vary on any axis, images of any size).
 
 These are a ragged batch's whole cost. numpy's way (an index of every value built with
 ``np.repeat`` and ``np.arange``, then one ``take``) writes three int64 temporaries of
@@ -76,6 +76,17 @@ def pad(values: np.ndarray, starts: Any, counts: Any, out: np.ndarray, pad: Any)
     assert _spans is not None
     item = np.asarray(pad, dtype=out.dtype).reshape(1)
     _spans.pad(_flat(values), _index(starts), _index(counts), out, item)
+    return out
+
+
+def pad_nd(values: np.ndarray, starts: Any, shapes: Any, out: np.ndarray, pad: Any) -> np.ndarray:
+    """``out`` (rows x P_1 x .. x P_k, ``values``' dtype) with row ``i`` example ``i`` (its
+    values from ``starts[i]``, in C order, of shape ``shapes[i]``) at its start and
+    ``pad`` everywhere else; C only. Raises IndexError (writing nothing) for an example
+    outside ``values`` or larger than a row."""
+    assert _spans is not None
+    item = np.asarray(pad, dtype=out.dtype).reshape(1)
+    _spans.pad_nd(_flat(values), _index(starts), _index(shapes), out, item)
     return out
 
 

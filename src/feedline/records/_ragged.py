@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import itertools
+import math
 import operator
 import sys
 from dataclasses import dataclass
@@ -299,15 +300,30 @@ class Ragged:
             # below while it loads: never a wait)
             if spans.available() and not source.dtype.hasobject:
                 out = np.empty((rows, *shape), dtype=source.dtype)
-                spans.pad(source, starts, np.diff(self.offsets), out.reshape(rows, -1), pad)
+                flat = out.reshape(rows, math.prod(shape))  # (rows may be 0: no -1)
+                spans.pad(source, starts, np.diff(self.offsets), flat, pad)
                 return out
             pad_spans = kernels.when_ready("pad_spans", source.dtype.str, _warm(source.dtype))
             if pad_spans is not None:
                 out = np.empty((rows, *shape), dtype=source.dtype)
-                flat = out.reshape(rows, -1)
+                flat = out.reshape(rows, math.prod(shape))
                 counts = np.diff(self.offsets)
                 pad_spans(source, starts, counts, flat, flat.dtype.type(pad))
                 return out
+        elif spans.available() and not source.dtype.hasobject and shape:
+            # varying axes anywhere (images of any height and width): each example's runs
+            # along its last axis copied in C (numpy's masks below ran 24x slower on 16
+            # images of 300 - 500 x 300 - 500 x 3)
+            full = np.empty((len(self), len(shape)), dtype=np.int64)
+            k = 0
+            for axis, d in enumerate(self.template):
+                if d is None:
+                    full[:, axis] = self.shapes[:, k]
+                    k += 1
+                else:
+                    full[:, axis] = d
+            out = np.empty((rows, *shape), dtype=source.dtype)
+            return spans.pad_nd(source, starts, full, out, pad)
         out = np.full((rows, *shape), pad, dtype=source.dtype)
         n = len(self)
         if n == 0 or not self.offsets[-1]:
