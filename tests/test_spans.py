@@ -396,3 +396,17 @@ def test_pad_nd_refuses_examples_outside_their_values_or_rows():
     assert (out == 9).all()
     with pytest.raises(ValueError, match="one row of k dims an example"):
         spans.pad_nd(values, [0], [[2, 2, 1]], out, 0)
+
+
+def test_a_field_of_more_axes_than_pad_nd_takes_is_padded_by_numpy():
+    import feedline as fl
+
+    template = (1, None) + (1,) * 15  # 17 axes: past pad_nd's 16
+    col = fl.Ragged.from_examples(
+        [np.arange(k, dtype=np.int16).reshape((1, k) + (1,) * 15) for k in (2, 3)],
+        template,
+        np.dtype(np.int16),
+    )
+    out = col.padded(2, {1: 3}, -1)
+    assert out.shape == (2, 1, 3) + (1,) * 15
+    assert out.reshape(2, 3).tolist() == [[0, 1, -1], [0, 1, 2]]

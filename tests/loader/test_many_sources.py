@@ -354,3 +354,29 @@ def test_a_shard_string_that_is_not_utf8_is_its_format_error(tmp_path, monkeypat
             loader.close()
     assert errors[0] == errors[1] and errors[0][1] == str(tmp_path / "3.flr")
     assert os.path.exists(errors[0][1])
+
+
+def test_sources_mapped_alike_over_records_of_other_kinds_are_read_apart(monkeypatch):
+    # A str field, a bytes field and a uint8 (T,) field are all columns of uint8 spans:
+    # read as one, every source's rows reached the map as the first source's kind (a
+    # hostile review's reproducer: the bytes rows' lengths came out as the str rows').
+    class A(fl.Record):
+        s = fl.field((), "str")
+
+    class B(fl.Record):
+        s = fl.field((), "bytes")
+
+    class Out(fl.Record):
+        n = fl.field((), "int64")
+
+    def count(ex):
+        return {"n": len(ex["s"])}
+
+    words = ["é" * k + "x" for k in range(6)]
+    parts = [
+        fl.Seq.source(fl.Dataset(A, {"s": words}).map(count, record=Out)),
+        fl.Seq.source(fl.Dataset(B, {"s": [w.encode() for w in words]}).map(count, record=Out)),
+    ]
+    loader = fl.Loader(fl.Seq.concat(parts), 12, seed=1, workers=0)
+    assert next(iter(loader)).n.tolist() == [1, 2, 3, 4, 5, 6, 1, 3, 5, 7, 9, 11]
+    assert _many.many_sources(loader) is None

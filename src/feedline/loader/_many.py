@@ -66,6 +66,10 @@ class ManySources:
         for ds in roots:
             if ds._maps or ds._seen is not None or ds._shrunk:
                 return
+            # the roots' own records alike too: a str, a bytes and a uint8 (T,) field are
+            # all columns of uint8 spans, and a map is given each example as its record says
+            if not (ds.record is roots[0].record or ds.record.same_schema(roots[0].record)):
+                return
             c = ds._cols if ds._cols is not None else ds._mapped_columns
             if c is None or set(c) != set(fields):
                 return
