@@ -133,12 +133,17 @@ def test_a_helper_stopped_by_a_base_exception_gives_its_place_back(
         first = np.concatenate([b.y.copy() for b in loader])
         assert stopped["n"]
         gathered["helpers"] = 0
-        second = np.concatenate([b.y.copy() for b in loader])
-        # the last helper gives its place back once it finds no chunk left: at the end of
-        # the pass, or soon after it on a loaded machine (it may not have run yet)
-        assert _settles(lambda: loader._plan.ahead.helping == 0)
+        # the helpers come back after the one that stopped: on a loaded machine the caller
+        # may take every chunk of a pass itself before a helper runs, so up to 5 passes
+        for _ in range(5):
+            later = np.concatenate([b.y.copy() for b in loader])
+            np.testing.assert_array_equal(np.sort(later), np.arange(N))
+            # the last helper gives its place back once it finds no chunk left: at the end
+            # of the pass, or soon after it on a loaded machine (it may not have run yet)
+            assert _settles(lambda: loader._plan.ahead.helping == 0)
+            if gathered["helpers"]:
+                break
     np.testing.assert_array_equal(first, want)
-    np.testing.assert_array_equal(np.sort(second), np.arange(N))
     assert gathered["helpers"] > 0  # the helpers came back after the one that stopped
 
 
