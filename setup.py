@@ -12,32 +12,25 @@ them and feedline copies with numpy (and numba's kernels where installed):
 
 from setuptools import Extension, setup
 
+
+def _extension(name: str, threads: bool = False) -> Extension:
+    """``feedline._base.<name>`` from ``src/feedline/_base/<name>.c``, optional (skipped,
+    with a warning, where it does not compile); ``threads``: linked with pthreads."""
+    pthread = ["-pthread"] if threads else []
+    return Extension(
+        f"feedline._base.{name}",
+        sources=[f"src/feedline/_base/{name}.c"],
+        extra_compile_args=["-O3", "-std=gnu11", *pthread],
+        extra_link_args=pthread,
+        optional=True,
+    )
+
+
 setup(
     ext_modules=[
-        Extension(
-            "feedline._base._rowcopy",
-            sources=["src/feedline/_base/_rowcopy.c"],
-            extra_compile_args=["-O3", "-std=gnu11", "-pthread"],
-            extra_link_args=["-pthread"],
-            optional=True,
-        ),
-        Extension(
-            "feedline._base._spans",
-            sources=["src/feedline/_base/_spans.c"],
-            extra_compile_args=["-O3", "-std=gnu11"],
-            optional=True,
-        ),
-        Extension(
-            "feedline._base._windows",
-            sources=["src/feedline/_base/_windows.c"],
-            extra_compile_args=["-O3", "-std=gnu11"],
-            optional=True,
-        ),
-        Extension(
-            "feedline._base._packing",
-            sources=["src/feedline/_base/_packing.c"],
-            extra_compile_args=["-O3", "-std=gnu11"],
-            optional=True,
-        ),
+        _extension("_rowcopy", threads=True),  # its helper threads are pthreads
+        _extension("_spans"),
+        _extension("_windows"),
+        _extension("_packing"),
     ]
 )
