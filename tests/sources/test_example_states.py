@@ -1,5 +1,6 @@
-"""Each mapped example's generator state (``sources._items``): hashed for a batch at
-once, the same as one at a time, and pinned (a resumed or re-run job draws the same)."""
+"""Each mapped example's generator state (``sources._items.example_states``): hashed
+for a batch at once, the same as the reference formula one example at a time, and
+pinned (a resumed or re-run job draws the same)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,24 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feedline.sources._items import example_state, example_states
+from feedline._base.hashing import MASK64, PHI, mix64
+from feedline.sources._items import example_states
 
 U64 = st.integers(0, 2**64 - 1)
+
+
+def example_state(seed: int, context: int, position: int) -> dict:
+    """The reference: one example's state hashed with Python ints (the formula
+    ``example_states`` computes as arrays; it was the library's own before them)."""
+    a = mix64((seed * PHI + mix64(context ^ 0x9E3779B97F4A7C15)) & MASK64)
+    hi = mix64(a ^ mix64(position))
+    lo = mix64(hi ^ (position * PHI & MASK64) ^ 0xD1B54A32D192ED03)
+    return {
+        "bit_generator": "PCG64",
+        "state": {"state": (hi << 64) | lo, "inc": (mix64(a) << 1) | 1},
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
 
 
 @settings(max_examples=80, deadline=None)

@@ -58,7 +58,7 @@ static Py_ssize_t items(Py_buffer *b) { return b->itemsize ? b->len / b->itemsiz
  * pieces in order. */
 static int placement_args(PyObject *args, Views *v, const int64_t **size, Py_ssize_t *n,
                           const int64_t **ptr, Py_ssize_t *nb, int64_t *cap, int64_t **local,
-                          int64_t **per_block) {
+                          int64_t **per_block, int64_t *most) {
     PyObject *o[4];
     long long c;
     if (!PyArg_ParseTuple(args, "OOLOO", &o[0], &o[1], &c, &o[2], &o[3])) return -1;
@@ -88,6 +88,9 @@ static int placement_args(PyObject *args, Views *v, const int64_t **size, Py_ssi
                          (long long)(*ptr)[b], (long long)(*ptr)[b + 1], *n);
             return -1;
         }
+    *most = 1;  /* pieces in the largest block (at least 1) */
+    for (Py_ssize_t b = 0; b < *nb; b++)
+        if ((*ptr)[b + 1] - (*ptr)[b] > *most) *most = (*ptr)[b + 1] - (*ptr)[b];
     for (Py_ssize_t i = 0; i < *n; i++)
         if ((*size)[i] < 0 || (*size)[i] > c) {
             PyErr_Format(PyExc_ValueError, "piece %zd of %lld pairs, rows of %lld", i,
@@ -102,12 +105,10 @@ static PyObject *first_fit(PyObject *self, PyObject *args) {
     (void)self;
     Views v = {.n = 0, .own = NULL};
     const int64_t *size, *ptr;
-    int64_t cap, *local, *per_block;
+    int64_t cap, *local, *per_block, most;
     Py_ssize_t n, nb;
-    if (placement_args(args, &v, &size, &n, &ptr, &nb, &cap, &local, &per_block) < 0) goto fail;
-    Py_ssize_t most = 1;
-    for (Py_ssize_t b = 0; b < nb; b++)
-        if (ptr[b + 1] - ptr[b] > most) most = ptr[b + 1] - ptr[b];
+    if (placement_args(args, &v, &size, &n, &ptr, &nb, &cap, &local, &per_block, &most) < 0)
+        goto fail;
     Py_ssize_t top = 1;
     while (top < most) top *= 2;
     int64_t *tree = PyMem_Malloc(sizeof(int64_t) * 2 * (size_t)top);
@@ -156,13 +157,12 @@ static PyObject *best_fit(PyObject *self, PyObject *args) {
     (void)self;
     Views v = {.n = 0, .own = NULL};
     const int64_t *size, *ptr;
-    int64_t cap, *local, *per_block;
+    int64_t cap, *local, *per_block, most;
     Py_ssize_t n, nb;
-    if (placement_args(args, &v, &size, &n, &ptr, &nb, &cap, &local, &per_block) < 0) goto fail;
-    int64_t leaves = 1, most = 1;
+    if (placement_args(args, &v, &size, &n, &ptr, &nb, &cap, &local, &per_block, &most) < 0)
+        goto fail;
+    int64_t leaves = 1;
     while (leaves < cap + 1) leaves *= 2;
-    for (Py_ssize_t b = 0; b < nb; b++)
-        if (ptr[b + 1] - ptr[b] > most) most = ptr[b + 1] - ptr[b];
     uint8_t *tree = PyMem_Calloc(2 * (size_t)leaves, 1);
     int64_t *head = PyMem_Malloc(sizeof(int64_t) * (size_t)(cap + 1));
     int64_t *nxt = PyMem_Malloc(sizeof(int64_t) * (size_t)most);

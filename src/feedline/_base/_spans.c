@@ -98,6 +98,30 @@ static int span_ok(int64_t s, int64_t k, Py_ssize_t items, Py_ssize_t room) {
     return s >= 0 && k >= 0 && s <= items && k <= items - s && k <= room;
 }
 
+/* Spans i < n (k[i] items of isz bytes from s[i] of source ords[i]'s values vals[] of
+ * nvals[] items; ords NULL: source 0) one after another into out (room items), without
+ * the GIL; 1 where a span changed since it was checked (CHANGED), else 0. */
+static int copy_spans(const char *const *vals, const Py_ssize_t *nvals, int ns,
+                      const int64_t *ords, const int64_t *s, const int64_t *k, Py_ssize_t n,
+                      Py_ssize_t isz, char *out, Py_ssize_t room) {
+    int changed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t o = ords ? ords[i] : 0, si = s[i], ki = k[i];
+        if (o < 0 || o >= ns || !span_ok(si, ki, nvals[o], room)) {
+            changed = 1;
+            break;
+        }
+        size_t bytes = (size_t)ki * (size_t)isz;
+        memmove(out, vals[o] + (size_t)si * (size_t)isz, bytes);  /* dst may overlap */
+        out += bytes;
+        room -= ki;
+    }
+    Py_END_ALLOW_THREADS
+    if (changed) PyErr_SetString(PyExc_IndexError, CHANGED);
+    return changed;
+}
+
 /* gather(values, starts, counts, dst): span i (counts[i] items from starts[i]) of values
  * copied to dst after span i - 1. */
 static PyObject *gather(PyObject *self, PyObject *args) {
@@ -115,27 +139,10 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     Py_ssize_t n = check(&v, v.b[3].len / isz, -1);
     if (n < 0) goto fail;
     const char *src = v.b[0].buf;
-    char *out = v.b[3].buf;
-    const int64_t *s = v.b[1].buf, *k = v.b[2].buf;
-    Py_ssize_t items = v.b[0].len / isz, room = v.b[3].len / isz;
-    int changed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t si = s[i], ki = k[i];
-        if (!span_ok(si, ki, items, room)) {
-            changed = 1;
-            break;
-        }
-        size_t bytes = (size_t)ki * (size_t)isz;
-        memmove(out, src + (size_t)si * (size_t)isz, bytes);  /* dst may overlap values */
-        out += bytes;
-        room -= ki;
-    }
-    Py_END_ALLOW_THREADS
-    if (changed) {
-        PyErr_SetString(PyExc_IndexError, CHANGED);
+    Py_ssize_t items = v.b[0].len / isz;
+    if (copy_spans(&src, &items, 1, NULL, v.b[1].buf, v.b[2].buf, n, isz, v.b[3].buf,
+                   v.b[3].len / isz))
         goto fail;
-    }
     let_go(&v);
     Py_RETURN_NONE;
 fail:
@@ -379,25 +386,8 @@ static PyObject *take_spans(PyObject *self, PyObject *args) {
         }
         left -= k[i];
     }
-    char *out = v.b[3].buf;
-    int changed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t o = ords[i], si = s[i], ki = k[i];
-        if (o < 0 || o >= c->ns || !span_ok(si, ki, c->nvals[o], room)) {
-            changed = 1;
-            break;
-        }
-        size_t bytes = (size_t)ki * (size_t)isz;
-        memmove(out, c->vals[o] + (size_t)si * (size_t)isz, bytes);
-        out += bytes;
-        room -= ki;
-    }
-    Py_END_ALLOW_THREADS
-    if (changed) {
-        PyErr_SetString(PyExc_IndexError, CHANGED);
+    if (copy_spans(c->vals, c->nvals, c->ns, ords, s, k, n, isz, v.b[3].buf, room))
         goto fail;
-    }
     let_go(&v);
     Py_RETURN_NONE;
 fail:

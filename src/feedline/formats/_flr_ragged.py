@@ -184,8 +184,8 @@ class FileRagged(Ragged):
 
     def descriptor(self) -> tuple[int, int] | None:
         """(the open descriptor, the file's size when opened) of a local file's column,
-        for checking many files for a truncation at once (``_base.spans.shrunk``; each
-        still ``check()``s itself where that finds one); None for a remote file."""
+        for checking many files for a truncation at once (``_base.spans.shrunk``; where
+        that finds one, ``take`` raises the error); None for a remote file."""
         shared = getattr(self._handle, "_shared", None)
         fd = getattr(shared, "fd", None)
         return None if fd is None else (int(fd), int(self._handle.size))
@@ -194,11 +194,6 @@ class FileRagged(Ragged):
     def checks_utf8(self) -> bool:
         """Whether the column holds strings (each batch checked to be UTF-8)."""
         return self._strings
-
-    def check(self) -> None:
-        """A ``FormatError`` if the file was truncated under the reader (or a
-        ``ValueError`` if its handle is closed): ``take`` checks it first."""
-        self._intact()
 
     def take(self, idx: np.ndarray) -> Ragged:
         """Examples ``idx`` (int64, in range): one gather of offsets, one copy of spans."""

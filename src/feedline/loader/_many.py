@@ -229,10 +229,6 @@ class ManyCache:
             held = self._held = (now, datasets, ManySources(datasets, fields))
         return held[2] if held[2].ready else None
 
-    def clear(self) -> None:
-        """Let the sources' buffers go."""
-        self._held = None
-
 
 def many_sources(loader: Any) -> ManySources | None:
     """The prepared columns of ``loader``'s datasets, or None (``ManyCache.get``)."""

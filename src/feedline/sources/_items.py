@@ -25,17 +25,10 @@ from ..records._check import to_numpy
 from ..records._ragged import Ragged, column_of, example_of
 
 
-def example_state(seed: int, context: int, position: int) -> dict:
-    """A PCG64 state for one example: 128 bits hashed from (seed, pass, position)."""
-    a = mix64((seed * PHI + mix64(context ^ 0x9E3779B97F4A7C15)) & MASK64)
-    hi = mix64(a ^ mix64(position))
-    lo = mix64(hi ^ (position * PHI & MASK64) ^ 0xD1B54A32D192ED03)
-    return _pcg64((hi << 64) | lo, (mix64(a) << 1) | 1)
-
-
 def example_states(seed: int, context: int, positions: np.ndarray) -> list[dict]:
-    """``example_state`` of each of ``positions``, hashed as arrays (in Python, the six
-    mixes of one example cost 3 us, more than a map's own work)."""
+    """A PCG64 state for each example at ``positions``: 128 bits hashed from (seed, pass,
+    position), as arrays (in Python, the six mixes of one example cost 3 us, more than a
+    map's own work)."""
     a = mix64((seed * PHI + mix64(context ^ 0x9E3779B97F4A7C15)) & MASK64)
     inc = (mix64(a) << 1) | 1
     pos = np.asarray(positions, dtype=np.int64).astype(np.uint64)
