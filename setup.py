@@ -1,12 +1,13 @@
-"""The compiled part of feedline: four optional C extensions in ``feedline._base``:
+"""The compiled part of feedline: five optional C extensions in ``feedline._base``:
 ``_rowcopy`` (the plain path's row copies without the GIL), ``_spans`` (a ragged batch's
-spans gathered and padded), ``_windows`` (language-model windows assembled) and
-``_packing`` (packed rows placed and filled).
+spans gathered and padded), ``_windows`` (language-model windows assembled),
+``_packing`` (packed rows placed and filled) and ``_feistel`` (a shuffle's positions
+permuted).
 Everything else is in pyproject.toml.
 
 The extensions are optional: where no C compiler is found the install goes on without
 them and feedline copies with numpy (and numba's kernels where installed):
-``available()`` of ``rowcopy``, ``spans``, ``windowfill`` and ``packing`` in
+``available()`` of ``rowcopy``, ``spans``, ``windowfill``, ``packing`` and ``feistel`` in
 ``feedline._base`` says.
 """
 
@@ -32,5 +33,6 @@ setup(
         _extension("_spans"),
         _extension("_windows"),
         _extension("_packing"),
+        _extension("_feistel"),
     ]
 )
