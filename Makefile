@@ -12,11 +12,11 @@ $(BIN)/python:
 
 # setup.py and the C source: the compiled row copies (feedline._base._rowcopy) are built
 # at install, so a change to them installs again
-$(VENV)/.demo-installed: pyproject.toml setup.py src/feedline/_base/_rowcopy.c src/feedline/_base/_spans.c src/feedline/_base/_windows.c src/feedline/_base/_packing.c src/feedline/_base/_feistel.c | $(BIN)/python
+$(VENV)/.demo-installed: pyproject.toml setup.py src/feedline/_base/_rowcopy.c src/feedline/_base/_spans.c src/feedline/_base/_windows.c src/feedline/_base/_packing.c src/feedline/_base/_ordering.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision,parquet]"
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml setup.py src/feedline/_base/_rowcopy.c src/feedline/_base/_spans.c src/feedline/_base/_windows.c src/feedline/_base/_packing.c src/feedline/_base/_feistel.c | $(BIN)/python
+$(VENV)/.test-installed: pyproject.toml setup.py src/feedline/_base/_rowcopy.c src/feedline/_base/_spans.c src/feedline/_base/_windows.c src/feedline/_base/_packing.c src/feedline/_base/_ordering.c | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[fast,demo,vision,parquet,test]"
 	touch $@ $(VENV)/.demo-installed
 

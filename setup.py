@@ -1,13 +1,13 @@
 """The compiled part of feedline: five optional C extensions in ``feedline._base``:
 ``_rowcopy`` (the plain path's row copies without the GIL), ``_spans`` (a ragged batch's
 spans gathered and padded), ``_windows`` (language-model windows assembled),
-``_packing`` (packed rows placed and filled) and ``_feistel`` (a shuffle's positions
+``_packing`` (packed rows placed and filled) and ``_ordering`` (a shuffle's positions
 permuted).
 Everything else is in pyproject.toml.
 
 The extensions are optional: where no C compiler is found the install goes on without
 them and feedline copies with numpy (and numba's kernels where installed):
-``available()`` of ``rowcopy``, ``spans``, ``windowfill``, ``packing`` and ``feistel`` in
+``available()`` of ``rowcopy``, ``spans``, ``windowfill``, ``packing`` and ``ordering`` in
 ``feedline._base`` says.
 """
 
@@ -21,7 +21,8 @@ def _extension(name: str, threads: bool = False) -> Extension:
     return Extension(
         f"feedline._base.{name}",
         sources=[f"src/feedline/_base/{name}.c"],
-        extra_compile_args=["-O3", "-std=gnu11", *pthread],
+        # no fused multiply-add: the float keys are numpy's, bit for bit (_ordering.c)
+        extra_compile_args=["-O3", "-std=gnu11", "-ffp-contract=off", *pthread],
         extra_link_args=pthread,
         optional=True,
     )
@@ -33,6 +34,6 @@ setup(
         _extension("_spans"),
         _extension("_windows"),
         _extension("_packing"),
-        _extension("_feistel"),
+        _extension("_ordering"),
     ]
 )

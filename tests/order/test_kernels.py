@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 import feedline as fl
 from feedline._base import kernels as _kernels
+from feedline._base import ordering
 from feedline.order._warm import warm_up
 
 from .test_oracle import CASES, build
@@ -19,12 +21,28 @@ from .test_oracle import CASES, build
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _assert_same(a, b) -> None:
+    """Nested tuples and lists of arrays (or values), equal item for item."""
+    if isinstance(a, (tuple, list)):
+        assert isinstance(b, (tuple, list)) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same(x, y)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
 def _both_paths(monkeypatch: pytest.MonkeyPatch, f):
-    """``f()`` on the compiled path, then on the numpy path."""
-    compiled = f()
-    monkeypatch.setitem(_kernels._state, "k", None)
+    """``f()`` on the compiled path (numba's kernels), then on the numpy path, both with
+    C's order loops off (``FEEDLINE_NATIVE=0``); where they are built, C's loops give
+    the numpy path's results too (checked here)."""
+    monkeypatch.setenv("FEEDLINE_NATIVE", "0")
     try:
+        compiled = f()
+        monkeypatch.setitem(_kernels._state, "k", None)
         plain = f()
+        if ordering.available():
+            monkeypatch.setenv("FEEDLINE_NATIVE", "1")
+            _assert_same(f(), plain)
     finally:
         monkeypatch.undo()
     return compiled, plain
@@ -214,24 +232,47 @@ print(total, started, "numba" in sys.modules)
 
 
 @pytest.mark.parametrize(
-    "uniform, many, load_after, loads",
+    "uniform, many, load_after, native, loads",
     [
-        (True, False, 1 << 40, False),
-        (False, False, 1 << 40, False),
-        (True, False, 1000, True),
-        (True, True, 1 << 40, True),
+        (True, False, 1 << 40, False, False),
+        (False, False, 1 << 40, False, False),
+        (True, False, 1000, False, True),
+        (True, True, 1 << 40, False, True),
+        (True, False, 1 << 40, True, False),
+        (False, False, 1 << 40, True, False),
+        (True, False, 1000, True, False),
+        (True, True, 1 << 40, True, True),
     ],
-    ids=["uniform", "delayed", "long-run", "many-parts"],
+    ids=[
+        "uniform",
+        "delayed",
+        "long-run",
+        "many-parts",
+        "uniform-c",
+        "delayed-c",
+        "long-run-c",
+        "many-parts-c",
+    ],
 )
 def test_a_fresh_process_loads_the_kernels_for_a_mix_only_where_they_pay(
-    uniform, many, load_after, loads, compiled_path
+    uniform, many, load_after, native, loads, compiled_path
 ):
     # A few parts merge on the numpy path at nearly the kernels' speed: a fresh process's
     # first pass does not pay numba's import, until the numpy path has located more
     # positions than loading it costs; a mix of many parts loads them in the background.
+    # Where C walks and locates a mix of a few parts (``ordering``: faster than the
+    # kernels), no run is long enough to load them (the numpy path locates nothing).
+    if native and not ordering.available():
+        pytest.skip("the C order loops are not built")
     code = _FRESH_MIX.format(load_after=load_after, uniform=uniform, many=many)
+    env = {**os.environ, "FEEDLINE_NATIVE": "1" if native else "0"}
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env=env,
     )
     total, started, numba_imported = done.stdout.split()
     assert float(total) == float(np.arange(40_000.0).sum() + np.arange(30_000.0).sum())

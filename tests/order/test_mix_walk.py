@@ -5,6 +5,7 @@ place (``MixPlan._span_keys``): the same elements and the same keys, bit for bit
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,9 +46,12 @@ def test_a_spans_runs_and_keys_written_in_place_are_the_wholes(parts, seed):
     assert keys.dtype == want.dtype and np.array_equal(keys.view(np.uint64), want.view(np.uint64))
 
 
-def test_a_walk_is_the_same_in_pieces_of_any_size(numpy_path):
+@pytest.mark.parametrize("native", ["0", "1"], ids=["numpy", "c"])
+def test_a_walk_is_the_same_in_pieces_of_any_size(numpy_path, native, monkeypatch):
     """Walks of 1, 777 and 262,144 elements at a time give one sequence (the numpy
-    path's cut of a sorted span, the eighth more it sorts, the floor it keeps)."""
+    path's cut of a sorted span, the eighth more it sorts, the floor it keeps; C's heap,
+    ``ordering.walk``, where it is built and on)."""
+    monkeypatch.setenv("FEEDLINE_NATIVE", native)
     plan = MixPlan([30_001, 17_000, 5], [SCHEDULES[0], SCHEDULES[1], SCHEDULES[4]])
     got = []
     for size, upto in ((1, 2_000), (777, plan.total), (262_144, plan.total)):

@@ -8,18 +8,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from feedline._base import feistel
+from feedline._base import ordering
 from feedline.order import _perm
 
 SIZES = [2, 3, 5, 17, 100, 1000, 65_537, 4_000_000, 2**31 + 5, 2**32]
 
-needs_c = pytest.mark.skipif(not feistel.available(), reason="the C rounds are not built")
+needs_c = pytest.mark.skipif(not ordering.available(), reason="the C rounds are not built")
 
 
 @pytest.fixture(params=["c", "numpy"])
 def native(request) -> bool:
-    """The tabled rounds in C (``feistel``) or by numpy."""
-    if request.param == "c" and not feistel.available():
+    """The tabled rounds in C (``ordering``) or by numpy."""
+    if request.param == "c" and not ordering.available():
         pytest.skip("the C rounds are not built")
     return request.param == "c"
 
@@ -135,7 +135,7 @@ def test_c_rounds_refuse_positions_outside_the_domain_writing_nothing():
         x = np.arange(50, dtype=np.int64)
         x[37] = bad
         out = np.full(50, -7, np.int64)
-        assert not feistel.permute_tabled(tables.small, shape.rb, lb, 1000, x, out)
+        assert not ordering.permute_tabled(tables.small, shape.rb, lb, 1000, x, out)
         assert (out == -7).all()
     x = np.arange(1000, dtype=np.uint64)
     x[5] = 1000
@@ -149,7 +149,7 @@ def test_c_rounds_check_their_arguments():
     tables = _perm._tables(shape, np.arange(1, 7, dtype=np.uint64))
     rb, lb = shape.rb, shape.lmask.bit_length()
     x, out = np.arange(10, dtype=np.int64), np.empty(10, np.int64)
-    f = feistel._feistel.permute_tabled
+    f = ordering._ordering.permute_tabled
     with pytest.raises(ValueError, match="6 round tables were expected, found 5"):
         f(tables.small[:5], rb, lb, 1000, x, out)
     with pytest.raises(TypeError, match="must be uint16, found format"):
@@ -174,4 +174,4 @@ def test_c_rounds_check_their_arguments():
 
 def test_the_c_rounds_are_off_with_feedline_native_0(monkeypatch):
     monkeypatch.setenv("FEEDLINE_NATIVE", "0")
-    assert not feistel.available()
+    assert not ordering.available()

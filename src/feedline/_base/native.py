@@ -1,5 +1,5 @@
 """What feedline's C extensions share (``rowcopy``, ``spans``, ``windowfill``,
-``packing``, ``feistel``): whether one is here and turned on, and whether arrays suit it.
+``packing``, ``ordering``): whether one is here and turned on, and whether arrays suit it.
 
 Each is compiled at install where a C compiler is found (``setup.py``) and turned off
 with ``FEEDLINE_NATIVE=0``; the callers then make the same batches with numpy (and

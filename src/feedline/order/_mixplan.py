@@ -17,12 +17,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._base import kernels
+from .._base import kernels, ordering
 from ._schedule import _BY_PART, Schedule, ScheduleTable
 
 # Walks shorter than this merge with a heap (compiled path); longer ones take every
 # element below a threshold and bucket-sort the block.
 _HEAP_WALK_MAX = 2048
+# A mix of at most this many parts walks with C's heap whatever the walk's length
+# (``ordering.walk``). The heap's cost grows with the parts; its order (walk and
+# ``ordering.locate``), ns a position, 4,000,000 positions read 256k at a time, against
+# numba's kernels: 2 parts 12 / 25, 16 parts 26 / 28, 64 parts 36 / 30 (where numba's
+# bucket-sorted merge and C's locate made 24).
+_C_HEAP_PARTS = 16
 # 0, 1, 2, ...: a part's run of j is its first plus a slice of this (``_span_keys``);
 # made on first use (two threads making it at once make it twice: harmless)
 _IOTA_LEN = 1 << 19
@@ -213,17 +219,29 @@ class MixPlan:
         return part, j
 
     # -- walking ------------------------------------------------------------------------
-    def walk(self, state: MixState, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """The next ``count`` elements after ``state`` as (part, j) arrays; advances it."""
+    def walk(
+        self, state: MixState, count: int, out: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``count`` elements after ``state`` as (part, j) arrays; advances it.
+        ``out``: two int64 arrays of at least ``count`` elements that C's walk may write
+        them into (a fresh pair a block cost their page faults)."""
         count = min(count, self.total - state.pos)
         if count <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        kern = kernels.get(background=self.load_kernels)
-        if kern is not None and count < _HEAP_WALK_MAX:
-            part = np.empty(count, dtype=np.int64)
-            j = np.empty(count, dtype=np.int64)
+        native = ordering.available() and (count < _HEAP_WALK_MAX or self.k <= _C_HEAP_PARTS)
+        kern = None if native else kernels.get(background=self.load_kernels)
+        if native or (kern is not None and count < _HEAP_WALK_MAX):
+            if native and out is not None and min(len(out[0]), len(out[1])) >= count:
+                part, j = out[0][:count], out[1][:count]
+            else:
+                part = np.empty(count, dtype=np.int64)
+                j = np.empty(count, dtype=np.int64)
             taken = state.taken.copy()
-            done, last = kern.walk(taken, self.n, *self._kargs, count, part, j)
+            if native:
+                done, last = ordering.walk(taken, self.n, self._kargs, count, part, j)
+            else:
+                assert kern is not None
+                done, last = kern.walk(taken, self.n, *self._kargs, count, part, j)
             state.taken = taken
             state.pos += done
             state.floor = float(np.nextafter(last, np.inf))

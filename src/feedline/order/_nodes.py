@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._base import hashing, kernels
+from .._base import hashing, kernels, ordering
 from .._base.recycle import Recycler
 from . import _perm
 from ._child_table import child_table
+from ._mixlocate import locate_parts, part_tables
 from ._mixplan import MixPlan, MixState
 from ._schedule import _BY_PART, by_part
 
@@ -90,11 +91,20 @@ class Leaf(Node):
 _ORDINALS = "ordinals"  # the cache's key (node keys are ints)
 
 
-def _ordinal_arrays(cache: dict) -> Recycler:
-    arrays = cache.get(_ORDINALS)
+_RECORDS = "records"  # a mix's records (``Mix.locate``), likewise
+_WALKED = ("walked parts", "walked elements")  # a mix's walk (``Mix._walk_range``)
+
+
+def _recycled(cache: dict, key: str, dtype: type) -> Recycler:
+    """The cursor's recycled arrays under ``key``."""
+    arrays = cache.get(key)
     if arrays is None:
-        arrays = cache[_ORDINALS] = Recycler(np.int64, keep=3)
+        arrays = cache[key] = Recycler(dtype, keep=3)
     return arrays
+
+
+def _ordinal_arrays(cache: dict) -> Recycler:
+    return _recycled(cache, _ORDINALS, np.int64)
 
 
 def _ordinals(ordinal: int, m: int, cache: dict) -> np.ndarray:
@@ -255,6 +265,12 @@ _WALK_GAP = 4096
 _WALK_BLOCK = 1 << 16
 
 
+# A mix of at most this many parts, each a source or a shuffle of one, is located by C
+# (``ordering.locate``, ``_mixlocate.part_tables``): 6 - 7 ns a position through each part's
+# round tables (uint16: 12 kB a 1,000,000-row shuffle, in L1 for a few parts, L2 for
+# 64) where numpy's grouping by part and permuting took 15 - 20 and numba's 19.
+_C_PARTS = 64
+
 # A mix of a few parts is merged and located on the numpy path without loading the
 # compiled kernels (``MixPlan.load_kernels``): in a loader's steady state that path costs
 # about 20 ns a position more (the order thread's numpy calls hold the GIL from the
@@ -298,6 +314,9 @@ class Mix(Node):
             self._leaf_ordinal[i] = leaf.ordinal
             self._leaf_offset[i] = leaf.offset
         self._ctx_keys: dict[tuple[int, int], np.ndarray] = {}
+        self._ctx_tables: dict[tuple[int, int], tuple | None] = {}
+        # each flat part's elements: its shuffle's domain, or its source's length
+        self._part_n = np.array([p.n for p in self.parts], dtype=np.int64)
 
     def _keys_for(self, seed: int, epoch: int) -> np.ndarray:
         """Round keys of every flat shuffle part in context ``(seed, epoch)``: ``(6, k)``."""
@@ -333,7 +352,13 @@ class Mix(Node):
         parts, js = [], []
         done = 0
         while done < count:
-            p_, j_ = plan.walk(state, min(_WALK_BLOCK * 4, count - done))
+            step = min(_WALK_BLOCK * 4, count - done)
+            # one walk (the common case: a block) into the cursor's recycled arrays
+            out = None
+            if step == count:
+                out = (_recycled(cache, _WALKED[0], np.int64).get(step),
+                       _recycled(cache, _WALKED[1], np.int64).get(step))  # fmt: skip
+            p_, j_ = plan.walk(state, step, out)
             parts.append(p_)
             js.append(j_)
             done += len(p_)
@@ -373,12 +398,20 @@ class Mix(Node):
 
     def locate(self, pos, seed, epoch, cache):
         part, j = self.merge(pos, cache)
-        ords = np.empty(len(pos), dtype=np.int64)
-        recs = np.empty(len(pos), dtype=np.uint64)
+        ords = _ordinal_arrays(cache).get(len(pos))
+        recs = _recycled(cache, _RECORDS, np.uint64).get(len(pos))
         if len(pos) == 0:
             return ords, recs
         plan = self.plan
         assert plan is not None  # compile always gives a mix its plan
+        if isinstance(epoch, int) and self._all_flat and len(self.parts) <= _C_PARTS:
+            tables = part_tables(
+                self._flat_shuffles, len(self.parts), self._ctx_tables, seed, epoch
+            )
+            if tables is not None and ordering.locate(
+                part, j, tables, self._part_n, self._leaf_offset, self._leaf_ordinal, ords, recs
+            ):
+                return ords, recs
         few = self._all_flat and not plan.load_kernels  # the numpy path serves throughout
         kern = kernels.get(background=not few)
         if kern is not None and isinstance(epoch, int) and self._all_flat:
@@ -403,7 +436,10 @@ class Mix(Node):
                 if _numpy_located[0] > _LOAD_AFTER:
                     kernels.load_in_background()
             if len(self.parts) <= _BY_PART:  # each part at once (``_BY_PART``'s figures)
-                return self._locate_parts(part, j, seed, epoch, ords, recs)
+                return locate_parts(
+                    self._flat_shuffles, self._leaf_offset, self._leaf_ordinal,
+                    part, j, seed, epoch, ords, recs,
+                )  # fmt: skip
         flat = self._flat[part] if isinstance(epoch, int) else np.zeros(len(part), dtype=bool)
         if flat.any():
             fi = np.flatnonzero(flat)
@@ -443,23 +479,6 @@ class Mix(Node):
             o, r = self.parts[i].locate(j[idx].astype(np.uint64), seed, _subset(epoch, idx), cache)
             ords[idx] = o
             recs[idx] = r
-        return ords, recs
-
-    def _locate_parts(self, part, j, seed, epoch, ords, recs):
-        """``locate`` of sources and shuffles of sources on the numpy path: each part's
-        elements permuted at once with its own keys (``_perm.permute_array``, whose round
-        tables serve a shuffle of up to 2**32 records), not element by element with
-        gathered keys: a mix of two 1,000,000-record shuffles, read 256k positions at a
-        time, took 136 ns a position by element, 40 by part (the compiled kernels 35)."""
-        shuffles = dict(self._flat_shuffles)
-        j = j.astype(np.uint64, copy=False)
-        for i, at in by_part(part, len(self.parts)):
-            sh = shuffles.get(i)
-            # permuted in place where ``j[at]`` is a copy (indices), not a view (a slice)
-            mine = isinstance(at, np.ndarray)
-            rec = j[at] if sh is None else sh.permute(j[at], seed, epoch, in_place=mine)
-            recs[at] = rec + self._leaf_offset[i]
-            ords[at] = self._leaf_ordinal[i]
         return ords, recs
 
 

@@ -13,7 +13,7 @@ import threading
 
 import numpy as np
 
-from .._base import feistel, hashing, kernels
+from .._base import hashing, kernels, ordering
 from .._base.hashing import MASK64, mix64
 
 
@@ -202,7 +202,7 @@ def _rounds_tabled(
 def _permute_tabled(
     shape: Shape, tables: _Tables, idx: np.ndarray, in_place: bool, native: bool = True
 ) -> np.ndarray:
-    """``permute_array`` through the round tables: in C where it is built (``feistel``:
+    """``permute_array`` through the round tables: in C where it is built (``ordering``:
     4 ns a position against numpy's 8 - 9, and without the GIL), or with ``native``
     False, by numpy: the rounds in cache-sized chunks (``_TABLED_CHUNK``) into this
     thread's three scratch arrays, then the cycle walk once over the whole array. Each
@@ -210,10 +210,10 @@ def _permute_tabled(
     from the threads gathering rows, so the calls are few: about 16 a chunk and 80 a
     walk, whatever the array's length."""
     src = idx.view(np.int64)  # indices below n <= 2**32
-    if native and feistel.available():
+    if native and ordering.available():
         out = src if in_place else np.empty_like(src)
         lb = shape.lmask.bit_length()
-        if feistel.permute_tabled(tables.small, shape.rb, lb, shape.n, src, out):
+        if ordering.permute_tabled(tables.small, shape.rb, lb, shape.n, src, out):
             return out.view(np.uint64)
         # a position outside [0, n) (C wrote nothing): numpy's way
         return _permute_tabled(shape, tables, idx, in_place, native=False)

@@ -1,0 +1,172 @@
+"""A mix's walk and location in C (``_base.ordering``, ``_ordering.c``): the numpy path's
+elements, keys' order and records, bit for bit, for any schedules, lengths, pieces and
+states; arguments checked; nothing written on a refusal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import feedline as fl
+from feedline._base import kernels, ordering
+from feedline.order import _mixplan, _perm
+from feedline.order._mixplan import MixPlan
+
+from .test_mix_walk import SCHEDULES as MIX_SCHEDULES
+
+pytestmark = pytest.mark.skipif(not ordering.available(), reason="the C order loops are not built")
+
+SCHEDULES = [*MIX_SCHEDULES, fl.Schedule.ramp(0.2, 0.25)]
+
+
+def _walks(plan: MixPlan, start: int, sizes: list[int], native: bool):
+    """(part, j) of the walk from ``start`` in pieces of ``sizes``, and the states met: by
+    C, or on the numpy path (neither C nor numba's kernels)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FEEDLINE_NATIVE", "1" if native else "0")
+        mp.setitem(kernels._state, "k", None)
+        state = plan.seek(start)
+        ps, js, states = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], []
+        for size in sizes:
+            p, j = plan.walk(state, size)
+            ps.append(p.copy())
+            js.append(j.copy())
+            states.append((state.pos, state.taken.tolist()))
+    return np.concatenate(ps), np.concatenate(js), states
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    parts=st.lists(
+        st.tuples(st.integers(1, 4_000), st.integers(0, len(SCHEDULES) - 1)),
+        min_size=2,
+        max_size=_mixplan._C_HEAP_PARTS,
+    ),
+    data=st.data(),
+)
+def test_c_walks_the_numpy_paths_elements(parts, data):
+    """From any position, in pieces short of and past a heap walk's limit (the numpy
+    path's threshold and sort, then C's heap): the same (part, j) sequence and states."""
+    plan = MixPlan([n for n, _ in parts], [SCHEDULES[s] for _, s in parts])
+    start = data.draw(st.integers(0, plan.total))
+    sizes = data.draw(st.lists(st.sampled_from([1, 3, 700, 2_047, 2_048, 9_000]), max_size=5))
+    want = _walks(plan, start, sizes, False)
+    got = _walks(plan, start, sizes, True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[2] == want[2]
+
+
+def test_c_walks_a_whole_mix_in_one_piece_as_numpy_and_the_keys_say():
+    """Every element once, in the order of the keys (ties by part): the keys of the walk's
+    sequence never go down."""
+    plan = MixPlan(
+        [30_001, 17_000, 5, 900], [SCHEDULES[0], SCHEDULES[1], SCHEDULES[4], SCHEDULES[6]]
+    )
+    p, j, _ = _walks(plan, 0, [plan.total], True)
+    want = _walks(plan, 0, [plan.total], False)
+    np.testing.assert_array_equal(p, want[0])
+    np.testing.assert_array_equal(j, want[1])
+    keys = plan.keys(p, j)
+    assert (np.diff(keys) >= 0).all()
+    assert np.array_equal(np.bincount(p, minlength=4), plan.n)
+
+
+def test_c_walk_writes_into_the_arrays_given(monkeypatch):
+    monkeypatch.setenv("FEEDLINE_NATIVE", "1")
+    plan = MixPlan([5_000, 7_000], [SCHEDULES[0], SCHEDULES[2]])
+    out = (np.full(10_000, -1, np.int64), np.full(10_000, -1, np.int64))
+    state = plan.seek(10)
+    p, j = plan.walk(state, 4_000, out)
+    assert np.shares_memory(p, out[0]) and np.shares_memory(j, out[1])
+    again = plan.seek(10)
+    p2, j2 = plan.walk(again, 4_000)
+    np.testing.assert_array_equal(p, p2)
+    np.testing.assert_array_equal(j, j2)
+    short = (np.empty(10, np.int64), np.empty(10, np.int64))  # too short: new arrays
+    p3, _ = plan.walk(plan.seek(10), 4_000, short)
+    assert not np.shares_memory(p3, short[0]) and np.array_equal(p3, p)
+
+
+def _tables(shapes, seeds):
+    return tuple(
+        _perm._tables(sh, _perm.keys_array((s, 2, 3, 4, 5, 6))).small if sh is not None else None
+        for sh, s in zip(shapes, seeds)
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 2**20), min_size=1, max_size=8),
+    shuffled=st.lists(st.booleans(), min_size=8, max_size=8),
+    m=st.integers(0, 300),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_c_locates_as_each_parts_shuffle_and_offset(lengths, shuffled, m, seed):
+    k = len(lengths)
+    rng = np.random.default_rng(seed)
+    shapes = [_perm.Shape.of(n) if shuffled[q] else None for q, n in enumerate(lengths)]
+    seeds = rng.integers(0, 2**31, k).tolist()
+    tables = _tables(shapes, seeds)
+    n = np.array(lengths, np.int64)
+    offset = rng.integers(0, 2**40, k).astype(np.uint64)
+    ordinal = rng.integers(0, 1000, k).astype(np.int64)
+    part = rng.integers(0, k, m).astype(np.int64)
+    j = (rng.random(m) * n[part]).astype(np.int64)
+    ords, recs = np.empty(m, np.int64), np.empty(m, np.uint64)
+    assert ordering.locate(part, j, tables, n, offset, ordinal, ords, recs)
+    for e in range(m):
+        q = int(part[e])
+        rec = int(j[e])
+        if shapes[q] is not None:
+            rec = _perm.permute(shapes[q], (seeds[q], 2, 3, 4, 5, 6), rec)
+        assert ords[e] == ordinal[q] and int(recs[e]) == rec + int(offset[q])
+
+
+def test_c_locate_refuses_what_is_out_of_range_writing_nothing():
+    shapes = [_perm.Shape.of(1000), None]
+    tables = _tables(shapes, [1, 2])
+    n, off, ordinal = np.array([1000, 50], np.int64), np.zeros(2, np.uint64), np.arange(2)
+    for part, j in (([0, 1], [999, 50]), ([0, 2], [1, 1]), ([0, -1], [1, 1]), ([0, 0], [1, -3])):
+        ords, recs = np.full(2, -7, np.int64), np.full(2, 7, np.uint64)
+        p, jj = np.array(part, np.int64), np.array(j, np.int64)
+        assert not ordering.locate(p, jj, tables, n, off, ordinal, ords, recs)
+        assert (ords == -7).all() and (recs == 7).all()
+
+
+def test_c_loops_check_their_arguments():
+    f = ordering._ordering
+    sh = _perm.Shape.of(1000)
+    t = _perm._tables(sh, _perm.keys_array((1, 2, 3, 4, 5, 6))).small
+    n, off, ordinal = np.array([1000], np.int64), np.zeros(1, np.uint64), np.zeros(1, np.int64)
+    p, j = np.zeros(3, np.int64), np.arange(3, dtype=np.int64)
+    o, r = np.empty(3, np.int64), np.empty(3, np.uint64)
+    with pytest.raises(ValueError, match="a tuple of 1 parts' round tables was expected"):
+        f.locate(p, j, (t, None), n, off, ordinal, o, r)
+    with pytest.raises(ValueError, match="part 0: 6 round tables or None were expected"):
+        f.locate(p, j, (t[:5],), n, off, ordinal, o, r)
+    with pytest.raises(ValueError, match="table 3 has 32"):
+        f.locate(p, j, ((t[0], t[0][:4], *t[2:]),), n, off, ordinal, o, r)
+    with pytest.raises(ValueError, match="1000000 elements beyond its tables' 2\\*\\*10"):
+        f.locate(p, j, (t,), np.array([1_000_000], np.int64), off, ordinal, o, r)
+    with pytest.raises(ValueError, match="recs: 3 items of 8 bytes were expected, found 2"):
+        f.locate(p, j, (t,), n, off, ordinal, o, r[:2])
+    plan = MixPlan([10, 20], [SCHEDULES[0], SCHEDULES[1]])
+    phi, inv, uni, T = plan._kargs
+    out = np.empty(5, np.int64), np.empty(5, np.int64)
+    with pytest.raises(ValueError, match="0 <= taken <= n was expected, found taken=11"):
+        f.walk(np.array([11, 0]), plan.n, phi, inv, uni, T, 5, *out)
+    with pytest.raises(ValueError, match="outputs of 6 elements were expected"):
+        f.walk(np.zeros(2, np.int64), plan.n, phi, inv, uni, T, 6, *out)
+    with pytest.raises(ValueError, match="T of shape \\(2, segments, 8\\) was expected"):
+        f.walk(np.zeros(2, np.int64), plan.n, phi, inv, uni, T[:, :, :4].copy(), 5, *out)
+    with pytest.raises(ValueError, match="phi: 2 items of 8 bytes were expected, found 1"):
+        f.walk(np.zeros(2, np.int64), plan.n, phi[:1], inv, uni, T, 5, *out)
+    with pytest.raises(ValueError, match="count must be at least 0"):
+        f.walk(np.zeros(2, np.int64), plan.n, phi, inv, uni, T, -1, *out)
+    ro = np.zeros(2, np.int64)
+    ro.flags.writeable = False
+    with pytest.raises((BufferError, ValueError, TypeError)):
+        f.walk(ro, plan.n, phi, inv, uni, T, 5, *out)
