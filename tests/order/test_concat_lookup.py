@@ -45,21 +45,27 @@ def test_by_part_gives_each_parts_indices_in_order(k, n, seed, runs):
         assert np.array_equal(a, b)
 
 
-def _concat(lengths: list[int]) -> _nodes.Concat:
+def _concat(lengths: list[int], skips: list[int] | None = None) -> _nodes.Concat:
+    """A concat of leaves of ``lengths`` (source ``3 i + 1``, from record ``skips[i]``)."""
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).tolist()
-    leaves = tuple(_nodes.Leaf(n, ordinal=i, length=n) for i, n in enumerate(lengths))
+    skips = skips or [0] * len(lengths)
+    leaves = tuple(
+        _nodes.Leaf(n, ordinal=3 * i + 1, length=n + s, offset=s)
+        for i, (n, s) in enumerate(zip(lengths, skips))
+    )
     return _nodes.Concat(int(sum(lengths)), children=leaves, offsets=tuple(offsets))
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    lengths=st.lists(
-        st.one_of(st.integers(1, 3), st.integers(1, 400), st.integers(1000, 50_000)),
-        min_size=2,
-        max_size=60,
-    ),
-    seed=st.integers(0, 2**32 - 1),
+# shards' lengths: tiny, short and long ones mixed
+LENGTHS = st.lists(
+    st.one_of(st.integers(1, 3), st.integers(1, 400), st.integers(1000, 50_000)),
+    min_size=2,
+    max_size=60,
 )
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths=LENGTHS, seed=st.integers(0, 2**32 - 1))
 def test_each_positions_child_is_the_binary_searchs(lengths, seed):
     c = _concat(lengths)
     rng = np.random.default_rng(seed)
@@ -137,7 +143,11 @@ SHARDS = [
     "seq", SHARDS, ids=["plain", "shuffled", "ranges", "nested", "mix", "ones"]
 )
 @pytest.mark.parametrize("k", [1, 777, 100_000])
-def test_concats_locate_as_child_by_child(seq, k, numpy_path):
+@pytest.mark.parametrize("native", ["0", "1"], ids=["numpy", "c"])
+def test_concats_locate_as_child_by_child(seq, k, native, numpy_path, monkeypatch):
+    """By the tables on the numpy path, or in C (``ordering.concat_locate``, where built
+    and on), as child by child."""
+    monkeypatch.setenv("FEEDLINE_NATIVE", native)
     fast = _all_blocks(fl.Order(seq, seed=6), k)
     slow = _all_blocks(_slow(fl.Order(seq, seed=6)), k)
     assert np.array_equal(fast[0], slow[0]) and np.array_equal(fast[1], slow[1])

@@ -1,6 +1,7 @@
-"""A mix's walk and location in C (``_base.ordering``, ``_ordering.c``): the numpy path's
-elements, keys' order and records, bit for bit, for any schedules, lengths, pieces and
-states; arguments checked; nothing written on a refusal."""
+"""A mix's walk and location, and a concat's location, in C (``_base.ordering``,
+``_ordering.c``): the numpy path's elements, keys' order and records, bit for bit, for
+any schedules, lengths, pieces and states; arguments checked; nothing written on a
+refusal."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from feedline._base import kernels, ordering
 from feedline.order import _mixplan, _perm
 from feedline.order._mixplan import MixPlan
 
+from .test_concat_lookup import LENGTHS, _concat
 from .test_mix_walk import SCHEDULES as MIX_SCHEDULES
 
 pytestmark = pytest.mark.skipif(not ordering.available(), reason="the C order loops are not built")
@@ -170,3 +172,40 @@ def test_c_loops_check_their_arguments():
     ro.flags.writeable = False
     with pytest.raises((BufferError, ValueError, TypeError)):
         f.walk(ro, plan.n, phi, inv, uni, T, 5, *out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(lengths=LENGTHS, seed=st.integers(0, 2**32 - 1))
+def test_c_locates_a_concat_of_sources_as_its_children(lengths, seed):
+    rng = np.random.default_rng(seed)
+    c = _concat([*lengths, 5], rng.integers(0, 1000, len(lengths) + 1).tolist())
+    assert c._which is not None
+    pos = np.concatenate((rng.integers(0, c.n, 300), c._starts.astype(np.int64), [c.n - 1])).astype(
+        np.uint64
+    )
+    which = np.searchsorted(c._starts, pos, side="right") - 1
+    ords, recs = np.empty(len(pos), np.int64), pos.copy()
+    assert ordering.concat_locate(recs, c._which, c._ordinal, c._shift, ords, recs)
+    assert np.array_equal(ords, 3 * which + 1)
+    skips = np.array([leaf.offset for leaf in c.children], np.uint64)
+    assert np.array_equal(recs, pos - c._starts[which] + skips[which])
+
+
+def test_c_concat_locate_refuses_what_is_out_of_range_writing_nothing():
+    c = _concat([10, 20, 30, 40], [0, 0, 0, 0])
+    bits, table, ends, passes = c._which
+    for pos, tab in (([5, 100], table), ([5, 2**63], table), ([5, 50], np.full_like(table, 9))):
+        p = np.array(pos, np.uint64)
+        ords, recs = np.full(2, -7, np.int64), np.full(2, 7, np.uint64)
+        which = (bits, tab, ends, passes)
+        assert not ordering.concat_locate(p, which, c._ordinal, c._shift, ords, recs)
+        assert (ords == -7).all() and (recs == 7).all()
+    p = np.array([5], np.uint64)
+    f = ordering._ordering.concat_locate
+    o, r = np.empty(1, np.int64), np.empty(1, np.uint64)
+    with pytest.raises(ValueError, match="0 <= shift < 64 and passes >= 0"):
+        f(p, table, ends, 64, passes, c._ordinal, c._shift, o, r)
+    with pytest.raises(ValueError, match="ordinal: 4 items of 8 bytes were expected, found 3"):
+        f(p, table, ends, int(bits), passes, c._ordinal[:3], c._shift, o, r)
+    with pytest.raises(ValueError, match="recs: 1 items of 8 bytes were expected, found 0"):
+        f(p, table, ends, int(bits), passes, c._ordinal, c._shift, o, r[:0])

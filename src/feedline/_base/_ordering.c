@@ -34,12 +34,24 @@
  * (element j of part q) as source ordinals and records, where every part is a source or
  * a shuffle of one: the shuffle's image of j through its round tables (as 1.), plus the
  * source's offset. The numpy path grouped the elements by part and permuted each group.
+ *
+ * 4. concat_locate(pos, table, ends, shift, passes, ordinal, shift_of, ords, recs) ->
+ * bool: a concat of sources (a manifest's shards) located: each position's child by the
+ * concat's bucket table (order/_child_table.py), its ordinal and record, in one pass
+ * where numpy made five (a gather and two compare-and-add passes, two more gathers).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <math.h>
 #include <stdint.h>
+
+/* A walk is at most this many rounds: from a position in [0, n) it ends in a few (fewer
+ * than two on average; runs of 2**20 images at or above n have odds of 2**-(2**20)). It
+ * is bounded all the same: the arrays are read again after they were checked, with the
+ * GIL free, and another thread changing them could start a walk on a cycle that never
+ * comes back below n. */
+#define WALK_MAX (1 << 20)
 
 static int table_view(PyObject *obj, Py_buffer *view, Py_ssize_t want) {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
@@ -82,6 +94,18 @@ static inline uint64_t rounds(const uint16_t *const *t, int rb, uint64_t rm, uin
     f = (l ^ t[4][r]) & lm; l = r; r = f;
     f = (l ^ t[5][r]) & rm; l = r; r = f;
     return (l << rb) | r;
+}
+
+/* *v walked through the rounds until it is below un; 0 if that took WALK_MAX rounds. */
+static inline int walk_in(const uint16_t *const *t, int rb, uint64_t rm, uint64_t lm,
+                          uint64_t un, uint64_t *v) {
+    uint64_t x = *v;
+    for (int s = 0; x >= un; s++) {
+        if (s == WALK_MAX) return 0;
+        x = rounds(t, rb, rm, lm, x);
+    }
+    *v = x;
+    return 1;
 }
 
 static PyObject *permute_tabled(PyObject *self, PyObject *args) {
@@ -165,9 +189,9 @@ static PyObject *permute_tabled(PyObject *self, PyObject *args) {
             for (int j = 0; j < 4; j++) out[i + j] = (int64_t)((l[j] << rb) | r[j]);
         }
         for (; i < m; i++) out[i] = (int64_t)rounds(t, rb, rm, lm, (uint64_t)x[i]);
-        for (Py_ssize_t i = 0; i < m; i++) {
+        for (Py_ssize_t i = 0; i < m && ok; i++) {
             uint64_t v = (uint64_t)out[i];
-            while (v >= un) v = rounds(t, rb, rm, lm, v);
+            ok = walk_in(t, rb, rm, lm, un, &v);
             out[i] = (int64_t)v;
         }
     }
@@ -466,23 +490,23 @@ static PyObject *locate(PyObject *self, PyObject *args) {
             break;
         }
     }
-    if (ok) {
-        /* as permute_tabled: every element's first six rounds, then the walks and the
-         * offsets (6.5 against 9.5 ns an element in one pass, two parts) */
-        for (Py_ssize_t e = 0; e < m; e++) {
-            const Part *pq = &P[part[e]];
-            const uint64_t x = (uint64_t)j[e];
-            recs[e] = pq->t[0] ? rounds(pq->t, pq->rb, pq->rm, pq->lm, x) : x;
-        }
-        for (Py_ssize_t e = 0; e < m; e++) {
-            const int64_t q = part[e];
-            const Part *pq = &P[q];
-            uint64_t x = recs[e];
-            const uint64_t un = (uint64_t)n[q];
-            while (x >= un) x = rounds(pq->t, pq->rb, pq->rm, pq->lm, x);
-            ords[e] = ordinal[q];
-            recs[e] = x + offset[q];
-        }
+    /* as permute_tabled: every element's first six rounds, then the walks and the
+     * offsets; each part read again is checked again (see WALK_MAX) */
+    for (Py_ssize_t e = 0; e < m && ok; e++) {
+        const int64_t q = part[e];
+        if (!(ok = q >= 0 && q < k)) break;
+        const Part *pq = &P[q];
+        const uint64_t x = (uint64_t)j[e];
+        recs[e] = pq->t[0] ? rounds(pq->t, pq->rb, pq->rm, pq->lm, x) : x;
+    }
+    for (Py_ssize_t e = 0; e < m && ok; e++) {
+        const int64_t q = part[e];
+        if (!(ok = q >= 0 && q < k)) break;
+        const Part *pq = &P[q];
+        uint64_t x = recs[e];
+        if (pq->t[0]) ok = walk_in(pq->t, pq->rb, pq->rm, pq->lm, (uint64_t)n[q], &x);
+        ords[e] = ordinal[q];
+        recs[e] = x + offset[q];
     }
     Py_END_ALLOW_THREADS
     result = PyBool_FromLong(ok);
@@ -494,7 +518,83 @@ done:
     return result;
 }
 
+/* ---- a concat of sources located --------------------------------------------------- */
+
+static PyObject *concat_locate(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *po, *to, *eo, *oo, *so, *ordo, *ro;
+    int shift, passes;
+    if (!PyArg_ParseTuple(args, "OOOiiOOOO", &po, &to, &eo, &shift, &passes, &oo, &so, &ordo,
+                          &ro))
+        return NULL;
+    Py_buffer a[7];
+    int got = 0;
+    PyObject *result = NULL;
+    if (shift < 0 || shift > 63 || passes < 0) {
+        PyErr_Format(PyExc_ValueError, "0 <= shift < 64 and passes >= 0 were expected, found "
+                     "%d and %d", shift, passes);
+        return NULL;
+    }
+    TAKE(a, 0, eo, 0, 8, -1, "ends");
+    const Py_ssize_t k = a[0].len / 8;
+    TAKE(a, 1, oo, 0, 8, k, "ordinal");
+    TAKE(a, 2, so, 0, 8, k, "shift");
+    TAKE(a, 3, to, 0, 8, -1, "table");
+    TAKE(a, 4, po, 0, 8, -1, "positions");
+    const Py_ssize_t m = a[4].len / 8;
+    TAKE(a, 5, ordo, 1, 8, m, "ords");
+    TAKE(a, 6, ro, 1, 8, m, "recs");
+    const uint64_t *pos = a[4].buf, *ends = a[0].buf, *sh = a[2].buf;
+    const int64_t *table = a[3].buf, *ordinal = a[1].buf;
+    int64_t *ords = a[5].buf;
+    uint64_t *recs = a[6].buf;
+    const Py_ssize_t buckets = a[3].len / 8;
+    const uint64_t n = k ? ends[k - 1] : 0;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t e = 0; e < m; e++) {  /* checked first: nothing written on a refusal */
+        const uint64_t p = pos[e];
+        if (p >= n || (p >> shift) >= (uint64_t)buckets) {
+            ok = 0;
+            break;
+        }
+        int64_t w = table[p >> shift];
+        for (int i = 0; i < passes && w >= 0 && w < k; i++) w += p >= ends[w];
+        if (w < 0 || w >= k || p >= ends[w] || (w > 0 && p < ends[w - 1])) {
+            ok = 0;  /* a table that does not give the child holding p */
+            break;
+        }
+    }
+    for (Py_ssize_t e = 0; e < m && ok; e++) {
+        /* each position read again is checked again (another thread may change it) */
+        const uint64_t p = pos[e];  /* read before recs[e] is written: recs may be pos */
+        if (p >= n || (p >> shift) >= (uint64_t)buckets) {
+            ok = 0;
+            break;
+        }
+        int64_t w = table[p >> shift];
+        for (int i = 0; i < passes && w >= 0 && w < k; i++) w += p >= ends[w];
+        if (w < 0 || w >= k) {
+            ok = 0;
+            break;
+        }
+        ords[e] = ordinal[w];
+        recs[e] = p + sh[w];
+    }
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(ok);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&a[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"concat_locate", concat_locate, METH_VARARGS,
+     "concat_locate(pos, table, ends, shift, passes, ordinal, shift_of, ords, recs) -> bool: "
+     "each position's child of a concat of sources (its bucket's first child in table, "
+     "advanced past the ends at or below it, passes times): ords = ordinal[child], recs = "
+     "pos + shift_of[child]; False, nothing written, where a position or the table is "
+     "out of range."},
     {"locate", locate, METH_VARARGS,
      "locate(part, j, tables, n, offset, ordinal, ords, recs) -> bool: each element j of "
      "part q located: ords = ordinal[q], recs = its shuffle's image of j (tables[q], or j "

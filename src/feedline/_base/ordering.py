@@ -12,6 +12,8 @@ they are loaded).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from . import native
@@ -72,3 +74,22 @@ def locate(
     written, where a part or an element is out of range."""
     assert _ordering is not None
     return bool(_ordering.locate(part, j, tables, n, offset, ordinal, ords, recs))
+
+
+def concat_locate(
+    pos: np.ndarray,
+    which: tuple[Any, np.ndarray, np.ndarray, int],
+    ordinal: np.ndarray,
+    shift: np.ndarray,
+    ords: np.ndarray,
+    recs: np.ndarray,
+) -> bool:
+    """Positions ``pos`` (uint64) of a concat of sources: ``ords`` each one's source
+    ordinal, ``recs`` (which may be ``pos``) its record, ``pos + shift[child]``; the child
+    found by the concat's bucket table ``which`` (``_child_table.child_table``). False,
+    with nothing written, where a position or the table is out of range."""
+    assert _ordering is not None
+    bits, table, ends, passes = which
+    return bool(
+        _ordering.concat_locate(pos, table, ends, int(bits), passes, ordinal, shift, ords, recs)
+    )
