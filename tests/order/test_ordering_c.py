@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import feedline as fl
 from feedline._base import kernels, ordering
-from feedline.order import _mixplan, _perm
+from feedline.order import _mixplan, _nodes, _perm
 from feedline.order._mixplan import MixPlan
 
 from .test_concat_lookup import LENGTHS, _concat
@@ -209,3 +209,28 @@ def test_c_concat_locate_refuses_what_is_out_of_range_writing_nothing():
         f(p, table, ends, int(bits), passes, c._ordinal[:3], c._shift, o, r)
     with pytest.raises(ValueError, match="recs: 1 items of 8 bytes were expected, found 0"):
         f(p, table, ends, int(bits), passes, c._ordinal, c._shift, o, r[:0])
+
+
+def test_a_mixs_tables_cache_cleared_by_another_thread_meanwhile():
+    """Another thread clears a mix's cache of round tables (past 64 contexts) between
+    this thread's test for a context and its read: the lookup is one ``get``, so the
+    tables are made again, not a KeyError."""
+
+    class ClearedMeanwhile(dict):
+        def __contains__(self, key):
+            found = super().__contains__(key)
+            self.clear()  # the other thread's clear, just after the test
+            return found
+
+        def __getitem__(self, key):
+            self.clear()
+            return super().__getitem__(key)
+
+    order = fl.Order(fl.Seq.mix([fl.Seq.source(30).shuffle(7), fl.Seq.source(20).shuffle(8)]))
+    want = order.lookup(np.arange(50))
+    mix = order.root
+    assert isinstance(mix, _nodes.Mix)
+    mix._ctx_tables = ClearedMeanwhile(mix._ctx_tables)
+    for _ in range(3):
+        got = order.lookup(np.arange(50))
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

@@ -22,8 +22,10 @@ def part_tables(
     not serve (not built, or a shuffle past the tables' 2**32 records)."""
     if not ordering.available():
         return None
-    if (seed, epoch) in cache:
-        got: tuple | None = cache[(seed, epoch)]
+    # one lookup: another thread may clear the cache between a test and a read
+    got: tuple | bool | None = cache.get((seed, epoch), False)
+    if got is not False:
+        assert got is None or isinstance(got, tuple)
         return got
     mine = dict(shuffles)
     if any(sh.shape.rb > _perm._TABLE_BITS for sh in mine.values()):
