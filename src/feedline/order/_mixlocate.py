@@ -12,13 +12,17 @@ from .._base import ordering
 from . import _perm
 from ._schedule import by_part
 
+# Contexts (seed, epoch) whose tables a mix keeps: a loader's pass uses one. The tables
+# of 64 parts of 2**24 rows are 3 MB a context (2**32 rows: 50 MB).
+_CONTEXTS = 4
+
 
 def part_tables(
     shuffles: list[tuple[int, Any]], k: int, cache: dict, seed: int, epoch: int
 ) -> tuple | None:
     """Each of ``k`` parts' six uint16 round tables in context ``(seed, epoch)`` (None for
     a source; ``shuffles``: the shuffled parts' indices and ``Shuffle`` nodes), kept in
-    ``cache`` (the mix's, a few contexts), for C's ``ordering.locate``; None where C does
+    ``cache`` (the mix's, ``_CONTEXTS`` contexts), for C's ``ordering.locate``; None where C does
     not serve (not built, or a shuffle past the tables' 2**32 records)."""
     if not ordering.available():
         return None
@@ -35,7 +39,7 @@ def part_tables(
             _perm._tables(sh.shape, sh.keys(seed, epoch)).small if sh is not None else None
             for sh in (mine.get(i) for i in range(k))
         )
-    if len(cache) > 64:
+    if len(cache) >= _CONTEXTS:
         cache.clear()
     cache[(seed, epoch)] = got
     return got
