@@ -281,6 +281,8 @@ _WALK_BLOCK = 1 << 16
 # round tables (uint16: 12 kB a 1,000,000-row shuffle, in L1 for a few parts, L2 for
 # 64) where numpy's grouping by part and permuting took 15 - 20 and numba's 19.
 _C_PARTS = 64
+# Fewer positions than this in a new context are located without making its tables.
+_C_MADE_FOR = 1024
 
 # A mix of a few parts is merged and located on the numpy path without loading the
 # compiled kernels (``MixPlan.load_kernels``): in a loader's steady state that path costs
@@ -416,8 +418,9 @@ class Mix(Node):
         plan = self.plan
         assert plan is not None  # compile always gives a mix its plan
         if isinstance(epoch, int) and self._all_flat and len(self.parts) <= _C_PARTS:
+            make = len(pos) >= _C_MADE_FOR  # tables for a block, not a few positions
             tables = part_tables(
-                self._flat_shuffles, len(self.parts), self._ctx_tables, seed, epoch
+                self._flat_shuffles, len(self.parts), self._ctx_tables, seed, epoch, make
             )
             if tables is not None and ordering.locate(
                 part, j, tables, self._part_n, self._leaf_offset, self._leaf_ordinal, ords, recs

@@ -167,8 +167,9 @@ def _tables(shape: Shape, rk: np.ndarray) -> _Tables:
             made.append(f.view(np.int64))
         if len(_table_cache) >= 16:  # a few shuffles' passes: a reset each epoch adds one
             _table_cache.clear()
-        tables = _table_cache[key] = _Tables(made)
+        tables = _Tables(made)
         tables.small = tuple(t.astype(np.uint16) for t in made)  # values of <= 16 bits
+        _table_cache[key] = tables  # whole before another thread can find it
     return tables
 
 
