@@ -153,7 +153,7 @@ def test_c_loops_check_their_arguments():
         f.locate(p, j, ((t[0], t[0][:4], *t[2:]),), n, off, ordinal, o, r)
     with pytest.raises(ValueError, match="1000000 elements beyond its tables' 2\\*\\*10"):
         f.locate(p, j, (t,), np.array([1_000_000], np.int64), off, ordinal, o, r)
-    with pytest.raises(ValueError, match="recs: 3 items of 8 bytes were expected, found 2"):
+    with pytest.raises(ValueError, match="recs: 3 items were expected, found 2"):
         f.locate(p, j, (t,), n, off, ordinal, o, r[:2])
     plan = MixPlan([10, 20], [SCHEDULES[0], SCHEDULES[1]])
     phi, inv, uni, T = plan._kargs
@@ -164,7 +164,7 @@ def test_c_loops_check_their_arguments():
         f.walk(np.zeros(2, np.int64), plan.n, phi, inv, uni, T, 6, *out)
     with pytest.raises(ValueError, match="T of shape \\(2, segments, 8\\) was expected"):
         f.walk(np.zeros(2, np.int64), plan.n, phi, inv, uni, T[:, :, :4].copy(), 5, *out)
-    with pytest.raises(ValueError, match="phi: 2 items of 8 bytes were expected, found 1"):
+    with pytest.raises(ValueError, match="phi: 2 items were expected, found 1"):
         f.walk(np.zeros(2, np.int64), plan.n, phi[:1], inv, uni, T, 5, *out)
     with pytest.raises(ValueError, match="count must be at least 0"):
         f.walk(np.zeros(2, np.int64), plan.n, phi, inv, uni, T, -1, *out)
@@ -205,9 +205,9 @@ def test_c_concat_locate_refuses_what_is_out_of_range_writing_nothing():
     o, r = np.empty(1, np.int64), np.empty(1, np.uint64)
     with pytest.raises(ValueError, match="0 <= shift < 64 and passes >= 0"):
         f(p, table, ends, 64, passes, c._ordinal, c._shift, o, r)
-    with pytest.raises(ValueError, match="ordinal: 4 items of 8 bytes were expected, found 3"):
+    with pytest.raises(ValueError, match="ordinal: 4 items were expected, found 3"):
         f(p, table, ends, int(bits), passes, c._ordinal[:3], c._shift, o, r)
-    with pytest.raises(ValueError, match="recs: 1 items of 8 bytes were expected, found 0"):
+    with pytest.raises(ValueError, match="recs: 1 items were expected, found 0"):
         f(p, table, ends, int(bits), passes, c._ordinal, c._shift, o, r[:0])
 
 
@@ -265,3 +265,28 @@ def test_a_few_positions_in_a_new_context_make_no_tables():
     again = order.with_epoch(3).lookup([0, 12345])
     assert np.array_equal(few[0], again[0]) and np.array_equal(few[1], again[1])
     assert np.array_equal(few[0][:1], block[0][:1]) and np.array_equal(few[1][:1], block[1][:1])
+
+
+def test_c_loops_refuse_arrays_of_other_kinds():
+    """Each array's dtype is checked, not only its item size: 8-byte floats where int64
+    counts are expected (a mix of 120 elements walked to 130, j past its part), uint64
+    records as int64, int16 tables as uint16."""
+    f = ordering._ordering
+    plan = MixPlan([50, 70], [SCHEDULES[0], SCHEDULES[0]])
+    p, j = np.empty(130, np.int64), np.empty(130, np.int64)
+    with pytest.raises(TypeError, match="n: an array of int64 was expected, found format d"):
+        f.walk(np.zeros(2, np.int64), plan.n.astype(np.float64), *plan._kargs, 130, p, j)
+    with pytest.raises(TypeError, match="uniform: an array of bool was expected"):
+        phi, inv, uni, T = plan._kargs
+        f.walk(np.zeros(2, np.int64), plan.n, phi, inv, uni.astype(np.uint8), T, 130, p, j)
+    sh = _perm.Shape.of(1000)
+    t = _perm._tables(sh, _perm.keys_array((1, 2, 3, 4, 5, 6))).small
+    x = np.arange(5, dtype=np.int64)
+    with pytest.raises(TypeError, match="the output must be an array of int64, found format d"):
+        f.permute_tabled(t, sh.rb, sh.lmask.bit_length(), 1000, x, np.empty(5))
+    with pytest.raises(ValueError, match=r"uint16 round tables .* table 0 has"):
+        n, off, ordinal = np.array([1000]), np.zeros(1, np.uint64), np.zeros(1, np.int64)
+        bad = tuple(a.view(np.int16) for a in t)
+        f.locate(x, x, (bad,), n, off, ordinal, np.empty(5, np.int64), np.empty(5, np.uint64))
+    with pytest.raises(TypeError, match="recs: an array of uint64 was expected"):
+        f.locate(x * 0, x, (t,), n, off, ordinal, np.empty(5, np.int64), np.empty(5, np.int64))

@@ -53,10 +53,35 @@
  * comes back below n. */
 #define WALK_MAX (1 << 20)
 
+/* Whether a buffer's format is of kind 'i' (int64), 'u' (uint64), 'f' (float64) or '?'
+ * (bool), in native order. */
+static int of_kind(const char *f, char kind) {
+    if (!f) return 0;
+    if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
+    if (!f[0] || f[1]) return 0;
+    switch (kind) {
+    case 'i': return f[0] == 'q' || (f[0] == 'l' && sizeof(long) == 8);
+    case 'u': return f[0] == 'Q' || (f[0] == 'L' && sizeof(long) == 8);
+    case 'f': return f[0] == 'd';
+    default: return f[0] == '?';
+    }
+}
+
+static const char *kind_name(char kind) {
+    return kind == 'i' ? "int64" : kind == 'u' ? "uint64" : kind == 'f' ? "float64" : "bool";
+}
+
+/* Whether a buffer's format is uint16 in native order. */
+static int is_uint16(const char *f) {
+    if (!f) return 0;
+    if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
+    return f[0] == 'H' && !f[1];
+}
+
 static int table_view(PyObject *obj, Py_buffer *view, Py_ssize_t want) {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
     const char *f = view->format;
-    if (view->itemsize != 2 || !f || (strcmp(f, "H") && strcmp(f, "<H") && strcmp(f, "=H"))) {
+    if (!is_uint16(f)) {
         PyErr_Format(PyExc_TypeError, "a round table must be uint16, found format %s",
                      f ? f : "?");
         PyBuffer_Release(view);
@@ -74,8 +99,9 @@ static int table_view(PyObject *obj, Py_buffer *view, Py_ssize_t want) {
 static int words_view(PyObject *obj, Py_buffer *view, int writable, const char *what) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    if (view->itemsize != 8 || view->len % 8) {
-        PyErr_Format(PyExc_TypeError, "%s must be an array of 64-bit integers", what);
+    if (!of_kind(view->format, 'i')) {
+        PyErr_Format(PyExc_TypeError, "%s must be an array of int64, found format %s", what,
+                     view->format ? view->format : "?");
         PyBuffer_Release(view);
         return -1;
     }
@@ -309,14 +335,20 @@ static Py_ssize_t walk_heap(const Keys *K, int64_t *taken, const int64_t *n, Py_
     return emitted;
 }
 
-static int view(PyObject *obj, Py_buffer *v, int writable, Py_ssize_t itemsize,
-                Py_ssize_t want, const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_ND | (writable ? PyBUF_WRITABLE : 0);
+/* A C-contiguous view of obj, of kind (of_kind) and want items (any number if < 0). */
+static int view(PyObject *obj, Py_buffer *v, int writable, char kind, Py_ssize_t want,
+                const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, v, flags) < 0) return -1;
-    if (v->itemsize != itemsize || (want >= 0 && v->len / itemsize != want)) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: %zd items of %zd bytes were expected, found %zd of %zd", what,
-                     want, itemsize, v->len / (v->itemsize ? v->itemsize : 1), v->itemsize);
+    if (!of_kind(v->format, kind)) {
+        PyErr_Format(PyExc_TypeError, "%s: an array of %s was expected, found format %s", what,
+                     kind_name(kind), v->format ? v->format : "?");
+        PyBuffer_Release(v);
+        return -1;
+    }
+    if (want >= 0 && v->len / v->itemsize != want) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd items were expected, found %zd", what, want,
+                     v->len / v->itemsize);
         PyBuffer_Release(v);
         return -1;
     }
@@ -325,9 +357,9 @@ static int view(PyObject *obj, Py_buffer *v, int writable, Py_ssize_t itemsize,
 
 /* View i of the array a (a Py_buffer[]) taken of obj (view()'s checks), counted in got
  * (the views a function's exit releases); to done where it fails. */
-#define TAKE(a, i, obj, writable, itemsize, want, what)                                    \
+#define TAKE(a, i, obj, writable, kind, want, what)                                        \
     do {                                                                                   \
-        if (view((obj), &(a)[(i)], (writable), (itemsize), (want), (what)) < 0) goto done; \
+        if (view((obj), &(a)[(i)], (writable), (kind), (want), (what)) < 0) goto done;     \
         got = (i) + 1;                                                                     \
     } while (0)
 
@@ -343,13 +375,13 @@ static PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     double *hk = NULL;
     int64_t *hr = NULL;
-    TAKE(v, 0, o[0], 1, 8, -1, "taken");
+    TAKE(v, 0, o[0], 1, 'i', -1, "taken");
     const Py_ssize_t k = v[0].len / 8;
-    TAKE(v, 1, o[1], 0, 8, k, "n");
-    TAKE(v, 2, o[2], 0, 8, k, "phi");
-    TAKE(v, 3, o[3], 0, 8, k, "inv");
-    TAKE(v, 4, o[4], 0, 1, k, "uniform");
-    TAKE(v, 5, o[5], 0, 8, -1, "T");
+    TAKE(v, 1, o[1], 0, 'i', k, "n");
+    TAKE(v, 2, o[2], 0, 'f', k, "phi");
+    TAKE(v, 3, o[3], 0, 'f', k, "inv");
+    TAKE(v, 4, o[4], 0, '?', k, "uniform");
+    TAKE(v, 5, o[5], 0, 'f', -1, "T");
     if (v[5].ndim != 3 || v[5].shape[0] != k || v[5].shape[1] < 1 || v[5].shape[2] != 8) {
         PyErr_Format(PyExc_ValueError, "T of shape (%zd, segments, 8) was expected", k);
         goto done;
@@ -358,8 +390,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "count must be at least 0, found %zd", count);
         goto done;
     }
-    TAKE(v, 6, po, 1, 8, -1, "out_part");
-    TAKE(v, 7, jo, 1, 8, -1, "out_j");
+    TAKE(v, 6, po, 1, 'i', -1, "out_part");
+    TAKE(v, 7, jo, 1, 'i', -1, "out_j");
     if (v[6].len / 8 < count || v[7].len / 8 < count) {
         PyErr_Format(PyExc_ValueError, "outputs of %zd elements were expected, found %zd and %zd",
                      count, v[6].len / 8, v[7].len / 8);
@@ -422,10 +454,11 @@ static int part_tables(PyObject *tables, Py_ssize_t k, const int64_t *n, Part *P
         Py_ssize_t len[2] = {0, 0};
         for (int r = 0; r < 6; r++) {
             Py_buffer *b = &v[*nv];
-            if (PyObject_GetBuffer(PyTuple_GET_ITEM(tq, r), b, PyBUF_C_CONTIGUOUS) < 0) return -1;
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(tq, r), b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+                return -1;
             (*nv)++;
             const Py_ssize_t m = b->len / 2;
-            if (b->itemsize != 2 || m < 1 || (m & (m - 1)) || m > 65536 ||
+            if (!is_uint16(b->format) || m < 1 || (m & (m - 1)) || m > 65536 ||
                 (r >= 2 && m != len[r % 2])) {
                 PyErr_Format(PyExc_ValueError,
                              "part %zd: uint16 round tables of 2**rb and 2**lb entries "
@@ -460,15 +493,15 @@ static PyObject *locate(PyObject *self, PyObject *args) {
     Part *P = NULL;
     Py_buffer *tv = NULL;
     PyObject *result = NULL;
-    TAKE(a, 0, no, 0, 8, -1, "n");
+    TAKE(a, 0, no, 0, 'i', -1, "n");
     const Py_ssize_t k = a[0].len / 8;
-    TAKE(a, 1, offo, 0, 8, k, "offset");
-    TAKE(a, 2, ordo, 0, 8, k, "ordinal");
-    TAKE(a, 3, po, 0, 8, -1, "part");
+    TAKE(a, 1, offo, 0, 'u', k, "offset");
+    TAKE(a, 2, ordo, 0, 'i', k, "ordinal");
+    TAKE(a, 3, po, 0, 'i', -1, "part");
     const Py_ssize_t m = a[3].len / 8;
-    TAKE(a, 4, jo, 0, 8, m, "j");
-    TAKE(a, 5, oo, 1, 8, m, "ords");
-    TAKE(a, 6, ro, 1, 8, m, "recs");
+    TAKE(a, 4, jo, 0, 'i', m, "j");
+    TAKE(a, 5, oo, 1, 'i', m, "ords");
+    TAKE(a, 6, ro, 1, 'u', m, "recs");
     P = PyMem_Calloc((size_t)(k ? k : 1), sizeof(Part));
     tv = PyMem_Calloc((size_t)(6 * k + 1), sizeof(Py_buffer));
     if (!P || !tv) {
@@ -535,15 +568,15 @@ static PyObject *concat_locate(PyObject *self, PyObject *args) {
                      "%d and %d", shift, passes);
         return NULL;
     }
-    TAKE(a, 0, eo, 0, 8, -1, "ends");
+    TAKE(a, 0, eo, 0, 'u', -1, "ends");
     const Py_ssize_t k = a[0].len / 8;
-    TAKE(a, 1, oo, 0, 8, k, "ordinal");
-    TAKE(a, 2, so, 0, 8, k, "shift");
-    TAKE(a, 3, to, 0, 8, -1, "table");
-    TAKE(a, 4, po, 0, 8, -1, "positions");
+    TAKE(a, 1, oo, 0, 'i', k, "ordinal");
+    TAKE(a, 2, so, 0, 'u', k, "shift");
+    TAKE(a, 3, to, 0, 'i', -1, "table");
+    TAKE(a, 4, po, 0, 'u', -1, "positions");
     const Py_ssize_t m = a[4].len / 8;
-    TAKE(a, 5, ordo, 1, 8, m, "ords");
-    TAKE(a, 6, ro, 1, 8, m, "recs");
+    TAKE(a, 5, ordo, 1, 'i', m, "ords");
+    TAKE(a, 6, ro, 1, 'u', m, "recs");
     const uint64_t *pos = a[4].buf, *ends = a[0].buf, *sh = a[2].buf;
     const int64_t *table = a[3].buf, *ordinal = a[1].buf;
     int64_t *ords = a[5].buf;
