@@ -1,8 +1,8 @@
 """The compiled part of feedline: five optional C extensions in ``feedline._base``:
 ``_rowcopy`` (the plain path's row copies without the GIL), ``_spans`` (a ragged batch's
 spans gathered and padded), ``_windows`` (language-model windows assembled),
-``_packing`` (packed rows placed and filled) and ``_ordering`` (a shuffle's positions
-permuted).
+``_packing`` (packed rows placed and filled) and ``_ordering`` (the order's shuffles,
+mixes and concats of shards).
 Everything else is in pyproject.toml.
 
 The extensions are optional: where no C compiler is found the install goes on without

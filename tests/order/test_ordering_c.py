@@ -282,7 +282,9 @@ def test_c_loops_refuse_arrays_of_other_kinds():
     sh = _perm.Shape.of(1000)
     t = _perm._tables(sh, _perm.keys_array((1, 2, 3, 4, 5, 6))).small
     x = np.arange(5, dtype=np.int64)
-    with pytest.raises(TypeError, match="the output must be an array of int64, found format d"):
+    with pytest.raises(
+        TypeError, match="the output: an array of int64 was expected, found format d"
+    ):
         f.permute_tabled(t, sh.rb, sh.lmask.bit_length(), 1000, x, np.empty(5))
     with pytest.raises(ValueError, match=r"uint16 round tables .* table 0 has"):
         n, off, ordinal = np.array([1000]), np.zeros(1, np.uint64), np.zeros(1, np.int64)

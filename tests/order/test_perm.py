@@ -160,9 +160,11 @@ def test_c_rounds_check_their_arguments():
         f(tables.small, rb, lb, 1025, x, out)
     with pytest.raises(ValueError, match="found rb=17"):
         f(tables.small, 17, lb, 1000, x, out)
-    with pytest.raises(ValueError, match="an output of 10 positions was expected, found 9"):
+    with pytest.raises(ValueError, match="the output: 10 items were expected, found 9"):
         f(tables.small, rb, lb, 1000, x, out[:9])
-    with pytest.raises(TypeError, match="the positions must be an array of int64, found format i"):
+    with pytest.raises(
+        TypeError, match="the positions: an array of int64 was expected, found format i"
+    ):
         f(tables.small, rb, lb, 1000, x.astype(np.int32), out)
     ro = np.empty(10, np.int64)
     ro.flags.writeable = False

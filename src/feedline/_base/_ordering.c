@@ -1,4 +1,4 @@
-/* The order's two hot loops in C, without the GIL (feedline/_base/ordering.py).
+/* The order's hot loops in C, without the GIL (feedline/_base/ordering.py).
  *
  * 1. permute_tabled(tables, rb, lb, n, x, out) -> bool: a shuffle's positions through
  * the round tables of its six-round Feistel network (order/_perm.py).
@@ -96,18 +96,6 @@ static int table_view(PyObject *obj, Py_buffer *view, Py_ssize_t want) {
     return 0;
 }
 
-static int words_view(PyObject *obj, Py_buffer *view, int writable, const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0) return -1;
-    if (!of_kind(view->format, 'i')) {
-        PyErr_Format(PyExc_TypeError, "%s must be an array of int64, found format %s", what,
-                     view->format ? view->format : "?");
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 /* The six rounds of v: t[0] - t[5] the tables, rb the right half's bits, rm and lm the
  * halves' masks. */
 static inline uint64_t rounds(const uint16_t *const *t, int rb, uint64_t rm, uint64_t lm,
@@ -134,6 +122,34 @@ static inline int walk_in(const uint16_t *const *t, int rb, uint64_t rm, uint64_
     return 1;
 }
 
+/* A C-contiguous view of obj, of kind (of_kind) and want items (any number if < 0). */
+static int view(PyObject *obj, Py_buffer *v, int writable, char kind, Py_ssize_t want,
+                const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, v, flags) < 0) return -1;
+    if (!of_kind(v->format, kind)) {
+        PyErr_Format(PyExc_TypeError, "%s: an array of %s was expected, found format %s", what,
+                     kind_name(kind), v->format ? v->format : "?");
+        PyBuffer_Release(v);
+        return -1;
+    }
+    if (want >= 0 && v->len / v->itemsize != want) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd items were expected, found %zd", what, want,
+                     v->len / v->itemsize);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* View i of the array a (a Py_buffer[]) taken of obj (view()'s checks), counted in got
+ * (the views a function's exit releases); to done where it fails. */
+#define TAKE(a, i, obj, writable, kind, want, what)                                        \
+    do {                                                                                   \
+        if (view((obj), &(a)[(i)], (writable), (kind), (want), (what)) < 0) goto done;     \
+        got = (i) + 1;                                                                     \
+    } while (0)
+
 static PyObject *permute_tabled(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *tables, *xo, *outo;
@@ -152,38 +168,20 @@ static PyObject *permute_tabled(PyObject *self, PyObject *args) {
                      "rb=%d, lb=%d, n=%lld", rb, lb, n);
         return NULL;
     }
-    Py_buffer tv[6], xv, ov;
+    Py_buffer a[8];  /* the six tables, x, out */
     int got = 0;
+    PyObject *result = NULL;
     for (; got < 6; got++) {
         Py_ssize_t want = (Py_ssize_t)1 << (got % 2 == 0 ? rb : lb);
-        if (table_view(PyTuple_GET_ITEM(tables, got), &tv[got], want) < 0) break;
+        if (table_view(PyTuple_GET_ITEM(tables, got), &a[got], want) < 0) goto done;
     }
-    if (got < 6) {
-        for (int i = 0; i < got; i++) PyBuffer_Release(&tv[i]);
-        return NULL;
-    }
-    if (words_view(xo, &xv, 0, "the positions") < 0) {
-        for (int i = 0; i < 6; i++) PyBuffer_Release(&tv[i]);
-        return NULL;
-    }
-    if (words_view(outo, &ov, 1, "the output") < 0) {
-        for (int i = 0; i < 6; i++) PyBuffer_Release(&tv[i]);
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    if (ov.len != xv.len) {
-        PyErr_Format(PyExc_ValueError, "an output of %zd positions was expected, found %zd",
-                     xv.len / 8, ov.len / 8);
-        for (int i = 0; i < 6; i++) PyBuffer_Release(&tv[i]);
-        PyBuffer_Release(&xv);
-        PyBuffer_Release(&ov);
-        return NULL;
-    }
+    TAKE(a, 6, xo, 0, 'i', -1, "the positions");
+    const Py_ssize_t m = a[6].len / 8;
+    TAKE(a, 7, outo, 1, 'i', m, "the output");
     const uint16_t *t[6];
-    for (int i = 0; i < 6; i++) t[i] = tv[i].buf;
-    const int64_t *x = xv.buf;
-    int64_t *out = ov.buf;
-    const Py_ssize_t m = xv.len / 8;
+    for (int i = 0; i < 6; i++) t[i] = a[i].buf;
+    const int64_t *x = a[6].buf;
+    int64_t *out = a[7].buf;
     const uint64_t rm = ((uint64_t)1 << rb) - 1, lm = ((uint64_t)1 << lb) - 1;
     const uint64_t un = (uint64_t)n;
     int ok = 1;
@@ -222,10 +220,10 @@ static PyObject *permute_tabled(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    for (int i = 0; i < 6; i++) PyBuffer_Release(&tv[i]);
-    PyBuffer_Release(&xv);
-    PyBuffer_Release(&ov);
-    return PyBool_FromLong(ok);
+    result = PyBool_FromLong(ok);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&a[i]);
+    return result;
 }
 
 /* ---- a mix's walk ----------------------------------------------------------------- */
@@ -334,34 +332,6 @@ static Py_ssize_t walk_heap(const Keys *K, int64_t *taken, const int64_t *n, Py_
     *last_key = last;
     return emitted;
 }
-
-/* A C-contiguous view of obj, of kind (of_kind) and want items (any number if < 0). */
-static int view(PyObject *obj, Py_buffer *v, int writable, char kind, Py_ssize_t want,
-                const char *what) {
-    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, v, flags) < 0) return -1;
-    if (!of_kind(v->format, kind)) {
-        PyErr_Format(PyExc_TypeError, "%s: an array of %s was expected, found format %s", what,
-                     kind_name(kind), v->format ? v->format : "?");
-        PyBuffer_Release(v);
-        return -1;
-    }
-    if (want >= 0 && v->len / v->itemsize != want) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd items were expected, found %zd", what, want,
-                     v->len / v->itemsize);
-        PyBuffer_Release(v);
-        return -1;
-    }
-    return 0;
-}
-
-/* View i of the array a (a Py_buffer[]) taken of obj (view()'s checks), counted in got
- * (the views a function's exit releases); to done where it fails. */
-#define TAKE(a, i, obj, writable, kind, want, what)                                        \
-    do {                                                                                   \
-        if (view((obj), &(a)[(i)], (writable), (kind), (want), (what)) < 0) goto done;     \
-        got = (i) + 1;                                                                     \
-    } while (0)
 
 static PyObject *walk(PyObject *self, PyObject *args) {
     (void)self;
