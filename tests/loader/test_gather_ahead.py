@@ -196,6 +196,37 @@ def test_a_file_mapped_read_only_is_gathered_in_chunks(flr, small_chunks, monkey
     assert_same(whole, stream(fl.Loader(fl.recfile.open(flr), 100, seed=3, threads=1)))
 
 
+class Large(fl.Record, dims={"D": 600}):
+    """A row of 2,408 bytes: past ``_LARGE_ROW``."""
+
+    x = fl.field("D", "float32")
+    y = fl.field((), "int64")
+
+
+def test_large_rows_copied_by_c_go_in_smaller_chunks_with_the_same_stream(
+    tmp_path, monkeypatch, copies
+):
+    # rows of 2 KB or more copied by C's threads: chunks of whole batches of at least
+    # _LARGE_ROW_CHUNK_BYTES (measured faster there); numpy's takes keep _CHUNK_BYTES
+    monkeypatch.setattr(_gather_ahead, "_CHUNK_BYTES", 40_000)
+    monkeypatch.setattr(_gather_ahead, "_LARGE_ROW_CHUNK_BYTES", 20_000)
+    n, b = 3_001, 4  # a batch of 9,632 bytes: chunks of 3 batches, or 5
+    path = tmp_path / "large.flr"
+    x = np.random.default_rng(1).standard_normal((n, 600), dtype=np.float32)
+    fl.recfile.write(path, Large, {"x": x, "y": np.arange(n, dtype=np.int64)})
+    with fl.recfile.open(path) as f, fl.Loader(f, b, seed=2, threads=2) as loader:
+        got = [(t.x.copy(), t.y.copy()) for t in loader]
+        starts = loader._plan.ahead.starts
+    most = 3 if copies == "compiled" else 5  # batches a chunk
+    assert starts[1][:3] == [0, most * b, 2 * most * b]  # a later block's chunks
+    ramp = [0, 1, 2, 4, 4 + min(4, most), 4 + min(4, most) + most]  # the first block's
+    assert starts[0][:6] == [r * b for r in ramp]
+    with fl.recfile.open(path) as f:
+        want = [(t.x.copy(), t.y.copy()) for t in fl.Loader(f, b, seed=2, threads=1)]
+    assert_same(got, want)
+    assert sorted(np.concatenate([y for _, y in got]).tolist()) == list(range(n))
+
+
 def test_a_share_of_the_batches_is_gathered_batch_by_batch(flr, small_chunks):
     with fl.recfile.open(flr) as f:
         whole = stream(fl.Loader(f, 100, seed=3, threads=1))

@@ -50,6 +50,15 @@ from ._gather import take_mixed
 # machine, 4,000,000 rows of 264 bytes in batches of 512 (benchmarks/compare.py):
 # see the default of ``threads`` below for the figures.
 _CHUNK_BYTES = 4 << 20
+# Rows of ``_LARGE_ROW`` bytes or more copied by C's threads: chunks of whole batches of
+# at least ``_LARGE_ROW_CHUNK_BYTES``. Fresh processes, first / second pass over 2 MB
+# chunks' in the same round, medians of 8 alternated rounds (2026-12-07): 500,000 rows
+# of 3,080 bytes, batches of 256: 4 MB 0.89 / 0.90 (again: 0.92 / 0.92), 3 MB 0.90 / 1.02,
+# 1.5 MB 0.99 / 1.06; 1,500,000 of 1,032 bytes: 4 MB within 2% of 2 MB; 4,000,000 of 264
+# bytes, batches of 512: 2 MB 0.93 / 0.96 of 4 MB. (Not known why: 12 MB in flight, not
+# 24, may keep more of a reused buffer's lines in the last-level cache.)
+_LARGE_ROW = 2048
+_LARGE_ROW_CHUNK_BYTES = 2 << 20
 # Chunks gathered ahead of the caller's: enough that a helper is never idle while the
 # caller takes batches, few enough that memory stays a few chunks.
 _AHEAD = 3
@@ -106,15 +115,19 @@ def for_plain(loader: Any) -> GatherAhead | None:
     return ahead
 
 
-def _chunk_starts(batch_size: int, row_bytes: int, ramp: bool) -> list[int]:
-    """Chunk starts in a block: chunks of about ``_CHUNK_BYTES``; with ``ramp`` (a pass's
-    first block) one batch, one, two, four... up to that, so the pass's first batch (a
-    fresh memory map's page faults) waits for one batch's rows, not a chunk's."""
+def _chunk_starts(batch_size: int, row_bytes: int, ramp: bool, copied: bool = False) -> list[int]:
+    """Chunk starts in a block: chunks of about ``_CHUNK_BYTES`` (of rows copied by C's
+    threads, ``copied``: less for large rows, see ``_LARGE_ROW``); with ``ramp`` (a
+    pass's first block) one batch, one, two, four... up to that, so the pass's first
+    batch (a fresh memory map's page faults) waits for one batch's rows, not a chunk's."""
     # whole batches of at least ``_CHUNK_BYTES``: numpy asks the kernel for transparent
     # huge pages for an array of 4 MiB or more, and np.take of 3 KB rows into such a
     # buffer ran 3 - 6% faster than into one just under (2-thread passes: within this
     # machine's noise, 1.34 against 1.20x and 1.36 against 1.36x numpy, 9 fresh rounds)
-    most = max(1, -(-_CHUNK_BYTES // max(1, row_bytes * batch_size)))
+    chunk = _CHUNK_BYTES
+    if copied and row_bytes >= _LARGE_ROW:
+        chunk = min(chunk, _LARGE_ROW_CHUNK_BYTES)
+    most = max(1, -(-chunk // max(1, row_bytes * batch_size)))
     starts, size, at = [0], 1 if ramp else most, 0
     while at < _BLOCK + batch_size:
         at += size * batch_size
@@ -196,17 +209,18 @@ class GatherAhead:
             return None
         if cols is not self.seen[0]:  # new columns (the first, or a refresh)
             row = _row_bytes(cols)
-            # the chunks' starts before the columns are marked seen: another user thread's
-            # first batch that sees these columns finds their chunks (it met empty starts)
-            self.starts = (
-                _chunk_starts(self.batch_size, row, True),
-                _chunk_starts(self.batch_size, row, False),
-            )
             # numpy arrays over memory nothing writes (memory maps); a remote file's columns
             # (fl.remote's RemoteArray, fetched by ranges) are gathered batch by batch
             arrays = _arrays_of(cols)
             ahead = all(_unwritten(a) for a in arrays)
             prepared = _prepared(cols) if ahead else None
+            # the chunks' starts before the columns are marked seen: another user thread's
+            # first batch that sees these columns finds their chunks (it met empty starts)
+            copied = prepared is not None
+            self.starts = (
+                _chunk_starts(self.batch_size, row, True, copied),
+                _chunk_starts(self.batch_size, row, False, copied),
+            )
             self.seen = (cols, ahead, prepared)
         if not self.seen[1] or self.ledger.share != (0, 1) or block is None:
             self.blocks.here = False  # the look-ahead thread makes the next order block
