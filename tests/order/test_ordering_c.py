@@ -138,6 +138,19 @@ def test_c_locate_refuses_what_is_out_of_range_writing_nothing():
         assert (ords == -7).all() and (recs == 7).all()
 
 
+def test_c_locate_raises_where_a_walk_does_not_end_instead_of_refusing_after_writing():
+    # a part's tables (not made by _perm._tables) whose walk from 0 outlasts 2**20 rounds:
+    # the second part's element was already written when the walk is cut
+    rng = np.random.default_rng(5)
+    endless = tuple(rng.integers(0, 2**16, 2**16).astype(np.uint16) for _ in range(6))
+    tables = (None, endless)
+    n, off, ordinal = np.array([10, 1], np.int64), np.zeros(2, np.uint64), np.arange(2)
+    p, j = np.array([0, 1], np.int64), np.array([3, 0], np.int64)
+    ords, recs = np.full(2, -7, np.int64), np.full(2, 7, np.uint64)
+    with pytest.raises(RuntimeError, match="2\\*\\*20 rounds"):
+        ordering.locate(p, j, tables, n, off, ordinal, ords, recs)
+
+
 def test_c_loops_check_their_arguments():
     f = ordering._ordering
     sh = _perm.Shape.of(1000)

@@ -143,6 +143,44 @@ def test_c_rounds_refuse_positions_outside_the_domain_writing_nothing():
     np.testing.assert_array_equal(_perm._permute_tabled(shape, tables, x.copy(), True, True), want)
 
 
+def _endless_tables() -> tuple[np.ndarray, ...]:
+    """Six tables of 2**16 random entries: a domain of 2**32 whose cycle through 0 is
+    longer than a walk's 2**20 rounds (tables ``_perm._tables`` never makes for n=1)."""
+    rng = np.random.default_rng(5)
+    return tuple(rng.integers(0, 2**16, 2**16).astype(np.uint16) for _ in range(6))
+
+
+@needs_c
+def test_c_rounds_raise_where_a_walk_does_not_end_instead_of_refusing_after_writing():
+    """A refusal (False) writes nothing: the caller then permutes the same positions with
+    numpy. A walk cut at 2**20 rounds comes after the output was written (over the
+    positions, in place), so it raises instead."""
+    tables = _endless_tables()
+    for in_place in (True, False):
+        x = np.zeros(3, np.int64)
+        out = x if in_place else np.empty(3, np.int64)
+        with pytest.raises(RuntimeError, match="2\\*\\*20 rounds"):
+            ordering.permute_tabled(tables, 16, 16, 1, x, out)
+
+
+@needs_c
+def test_c_rounds_refuse_an_output_overlapping_the_positions():
+    """Only the positions' own memory may be the output (each position read before its
+    output is written); an output one row apart would be read after it was written."""
+    shape = _perm.Shape.of(1000)
+    tables = _perm._tables(shape, np.arange(1, 7, dtype=np.uint64))
+    rb, lb = shape.rb, shape.lmask.bit_length()
+    buf = np.arange(60, dtype=np.int64)
+    want = _perm._permute_tabled(shape, tables, buf[:50].copy(), False, False).view(np.int64)
+    for out in (buf[1:51], buf[10:60]):
+        with pytest.raises(ValueError, match="the output overlaps the positions"):
+            ordering.permute_tabled(tables.small, rb, lb, 1000, buf[:50], out)
+    np.testing.assert_array_equal(buf, np.arange(60))  # nothing written
+    assert ordering.permute_tabled(tables.small, rb, lb, 1000, buf[:50], buf[:50][:])
+    np.testing.assert_array_equal(buf[:50], want)
+    np.testing.assert_array_equal(buf[50:], np.arange(50, 60))
+
+
 @needs_c
 def test_c_rounds_check_their_arguments():
     shape = _perm.Shape.of(1000)

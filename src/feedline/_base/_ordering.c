@@ -122,6 +122,17 @@ static inline int walk_in(const uint16_t *const *t, int rb, uint64_t rm, uint64_
     return 1;
 }
 
+/* The error of a walk past WALK_MAX rounds, or of an array found out of range when read
+ * again: after outputs were written (a refusal, False, writes nothing), so the caller
+ * cannot take numpy's way with what it passed. Only another thread writing the arrays
+ * during the call, or round tables not made by _perm._tables, lead here. */
+static void walk_lost(void) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the order's arrays changed while they were read (another thread wrote "
+                    "them), or a cycle walk took 2**20 rounds (round tables not made by "
+                    "_perm._tables): the output is not written whole");
+}
+
 /* A C-contiguous view of obj, of kind (of_kind) and want items (any number if < 0). */
 static int view(PyObject *obj, Py_buffer *v, int writable, char kind, Py_ssize_t want,
                 const char *what) {
@@ -182,9 +193,16 @@ static PyObject *permute_tabled(PyObject *self, PyObject *args) {
     for (int i = 0; i < 6; i++) t[i] = a[i].buf;
     const int64_t *x = a[6].buf;
     int64_t *out = a[7].buf;
+    if (out != x && m > 0 && (const int64_t *)out < x + m && x < (const int64_t *)out + m) {
+        /* a position would be read after another's output was written over it */
+        PyErr_SetString(PyExc_ValueError,
+                        "the output overlaps the positions: the same array, or one apart, "
+                        "was expected");
+        goto done;
+    }
     const uint64_t rm = ((uint64_t)1 << rb) - 1, lm = ((uint64_t)1 << lb) - 1;
     const uint64_t un = (uint64_t)n;
-    int ok = 1;
+    int ok = 1, lost = 0;
     Py_BEGIN_ALLOW_THREADS
     uint64_t bad = 0;  /* first every position checked: nothing is written on a refusal */
     for (Py_ssize_t i = 0; i < m; i++) bad |= (uint64_t)((uint64_t)x[i] >= un);
@@ -213,13 +231,17 @@ static PyObject *permute_tabled(PyObject *self, PyObject *args) {
             for (int j = 0; j < 4; j++) out[i + j] = (int64_t)((l[j] << rb) | r[j]);
         }
         for (; i < m; i++) out[i] = (int64_t)rounds(t, rb, rm, lm, (uint64_t)x[i]);
-        for (Py_ssize_t i = 0; i < m && ok; i++) {
+        for (Py_ssize_t i = 0; i < m && !lost; i++) {
             uint64_t v = (uint64_t)out[i];
-            ok = walk_in(t, rb, rm, lm, un, &v);
+            lost = !walk_in(t, rb, rm, lm, un, &v);
             out[i] = (int64_t)v;
         }
     }
     Py_END_ALLOW_THREADS
+    if (lost) {
+        walk_lost();
+        goto done;
+    }
     result = PyBool_FromLong(ok);
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&a[i]);
@@ -484,7 +506,7 @@ static PyObject *locate(PyObject *self, PyObject *args) {
     const int64_t *ordinal = a[2].buf, *part = a[3].buf, *j = a[4].buf;
     int64_t *ords = a[5].buf;
     uint64_t *recs = a[6].buf;
-    int ok = 1;
+    int ok = 1, lost = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t e = 0; e < m; e++) {  /* checked first: nothing written on a refusal */
         const int64_t q = part[e];
@@ -495,23 +517,27 @@ static PyObject *locate(PyObject *self, PyObject *args) {
     }
     /* as permute_tabled: every element's first six rounds, then the walks and the
      * offsets; each part read again is checked again (see WALK_MAX) */
-    for (Py_ssize_t e = 0; e < m && ok; e++) {
+    for (Py_ssize_t e = 0; e < m && ok && !lost; e++) {
         const int64_t q = part[e];
-        if (!(ok = q >= 0 && q < k)) break;
+        if ((lost = !(q >= 0 && q < k))) break;
         const Part *pq = &P[q];
         const uint64_t x = (uint64_t)j[e];
         recs[e] = pq->t[0] ? rounds(pq->t, pq->rb, pq->rm, pq->lm, x) : x;
     }
-    for (Py_ssize_t e = 0; e < m && ok; e++) {
+    for (Py_ssize_t e = 0; e < m && ok && !lost; e++) {
         const int64_t q = part[e];
-        if (!(ok = q >= 0 && q < k)) break;
+        if ((lost = !(q >= 0 && q < k))) break;
         const Part *pq = &P[q];
         uint64_t x = recs[e];
-        if (pq->t[0]) ok = walk_in(pq->t, pq->rb, pq->rm, pq->lm, (uint64_t)n[q], &x);
+        if (pq->t[0]) lost = !walk_in(pq->t, pq->rb, pq->rm, pq->lm, (uint64_t)n[q], &x);
         ords[e] = ordinal[q];
         recs[e] = x + offset[q];
     }
     Py_END_ALLOW_THREADS
+    if (lost) {
+        walk_lost();
+        goto done;
+    }
     result = PyBool_FromLong(ok);
 done:
     for (int i = 0; i < nv; i++) PyBuffer_Release(&tv[i]);
@@ -553,7 +579,7 @@ static PyObject *concat_locate(PyObject *self, PyObject *args) {
     uint64_t *recs = a[6].buf;
     const Py_ssize_t buckets = a[3].len / 8;
     const uint64_t n = k ? ends[k - 1] : 0;
-    int ok = 1;
+    int ok = 1, lost = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t e = 0; e < m; e++) {  /* checked first: nothing written on a refusal */
         const uint64_t p = pos[e];
@@ -572,19 +598,23 @@ static PyObject *concat_locate(PyObject *self, PyObject *args) {
         /* each position read again is checked again (another thread may change it) */
         const uint64_t p = pos[e];  /* read before recs[e] is written: recs may be pos */
         if (p >= n || (p >> shift) >= (uint64_t)buckets) {
-            ok = 0;
+            lost = 1;
             break;
         }
         int64_t w = table[p >> shift];
         for (int i = 0; i < passes && w >= 0 && w < k; i++) w += p >= ends[w];
         if (w < 0 || w >= k) {
-            ok = 0;
+            lost = 1;
             break;
         }
         ords[e] = ordinal[w];
         recs[e] = p + sh[w];
     }
     Py_END_ALLOW_THREADS
+    if (lost) {
+        walk_lost();
+        goto done;
+    }
     result = PyBool_FromLong(ok);
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&a[i]);

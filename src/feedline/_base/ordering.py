@@ -34,8 +34,10 @@ def permute_tabled(
 ) -> bool:
     """``x``'s positions (int64, in ``[0, n)``) permuted through the six round ``tables``
     (uint16, ``_perm._tables``' ``small``: ``2**rb`` and ``2**lb`` entries) into ``out``
-    (which may be ``x``); False, with nothing written, where a position is outside
-    ``[0, n)``."""
+    (which may be ``x``; an ``out`` partly over ``x`` is a ValueError); False, with nothing
+    written, where a position is outside ``[0, n)``. RuntimeError, the output part
+    written, where a cycle walk takes 2**20 rounds (tables not made by ``_perm._tables``)
+    or another thread writes the arrays meanwhile: numpy's way cannot then follow."""
     assert _ordering is not None
     return bool(_ordering.permute_tabled(tables, rb, lb, n, x, out))
 
@@ -71,7 +73,8 @@ def locate(
     of one: ``ords[e]`` its source's ordinal, ``recs[e]`` its record (the shuffle's image
     through ``tables[q]``, the part's six uint16 round tables, or None for a source;
     plus the source's ``offset``). ``n``: each part's elements. False, with nothing
-    written, where a part or an element is out of range."""
+    written, where a part or an element is out of range; RuntimeError as
+    ``permute_tabled``'s."""
     assert _ordering is not None
     return bool(_ordering.locate(part, j, tables, n, offset, ordinal, ords, recs))
 
@@ -87,7 +90,8 @@ def concat_locate(
     """Positions ``pos`` (uint64) of a concat of sources: ``ords`` each one's source
     ordinal, ``recs`` (which may be ``pos``) its record, ``pos + shift[child]``; the child
     found by the concat's bucket table ``which`` (``_child_table.child_table``). False,
-    with nothing written, where a position or the table is out of range."""
+    with nothing written, where a position or the table is out of range; RuntimeError
+    where a position is found out of range when read again (another thread wrote it)."""
     assert _ordering is not None
     bits, table, ends, passes = which
     return bool(
