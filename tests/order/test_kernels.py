@@ -220,7 +220,8 @@ b = fl.Dataset(a.record, {{"x": -np.arange(30_000.0)}})
 second = b.shuffle(2) if {uniform} else (b.shuffle(2), fl.Schedule.delayed(0.5))
 parts = [a.shuffle(1), second]
 if {many}:  # more parts than the numpy path serves part by part: the kernels pay
-    pieces = [np.arange(k * 2_000, (k + 1) * 2_000.0) for k in range(20)]  # a's rows
+    step = 40_000 // {many}  # a's rows in {many} pieces
+    pieces = [np.arange(k * step, (k + 1) * step, dtype=np.float64) for k in range({many})]
     parts = [fl.Dataset(a.record, {{"x": x}}).shuffle(k) for k, x in enumerate(pieces)]
     parts.append(b.shuffle(2))
 total = 0.0
@@ -234,14 +235,15 @@ print(total, started, "numba" in sys.modules)
 @pytest.mark.parametrize(
     "uniform, many, load_after, native, loads",
     [
-        (True, False, 1 << 40, False, False),
-        (False, False, 1 << 40, False, False),
-        (True, False, 1000, False, True),
-        (True, True, 1 << 40, False, True),
-        (True, False, 1 << 40, True, False),
-        (False, False, 1 << 40, True, False),
-        (True, False, 1000, True, False),
-        (True, True, 1 << 40, True, True),
+        (True, 0, 1 << 40, False, False),
+        (False, 0, 1 << 40, False, False),
+        (True, 0, 1000, False, True),
+        (True, 20, 1 << 40, False, True),
+        (True, 0, 1 << 40, True, False),
+        (False, 0, 1 << 40, True, False),
+        (True, 0, 1000, True, False),
+        (True, 20, 1 << 40, True, False),
+        (True, 80, 1 << 40, True, True),
     ],
     ids=[
         "uniform",
@@ -252,6 +254,7 @@ print(total, started, "numba" in sys.modules)
         "delayed-c",
         "long-run-c",
         "many-parts-c",
+        "more-parts-than-c-walks",
     ],
 )
 def test_a_fresh_process_loads_the_kernels_for_a_mix_only_where_they_pay(
@@ -260,8 +263,9 @@ def test_a_fresh_process_loads_the_kernels_for_a_mix_only_where_they_pay(
     # A few parts merge on the numpy path at nearly the kernels' speed: a fresh process's
     # first pass does not pay numba's import, until the numpy path has located more
     # positions than loading it costs; a mix of many parts loads them in the background.
-    # Where C walks and locates a mix of a few parts (``ordering``: faster than the
-    # kernels), no run is long enough to load them (the numpy path locates nothing).
+    # Where C walks and locates a mix (``ordering``: as fast as the kernels or faster, up
+    # to 64 flat parts), no run is long enough to load them (the numpy path locates
+    # nothing); past that, they load.
     if native and not ordering.available():
         pytest.skip("the C order loops are not built")
     code = _FRESH_MIX.format(load_after=load_after, uniform=uniform, many=many)

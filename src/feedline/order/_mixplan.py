@@ -24,11 +24,13 @@ from ._schedule import _BY_PART, Schedule, ScheduleTable
 # element below a threshold and bucket-sort the block.
 _HEAP_WALK_MAX = 2048
 # A mix of at most this many parts walks with C's heap whatever the walk's length
-# (``ordering.walk``). The heap's cost grows with the parts; its order (walk and
-# ``ordering.locate``), ns a position, 4,000,000 positions read 256k at a time, against
-# numba's kernels: 2 parts 12 / 25, 16 parts 26 / 28, 64 parts 36 / 30 (where numba's
-# bucket-sorted merge and C's locate made 24).
-_C_HEAP_PARTS = 16
+# (``ordering.walk``), and does not load numba's kernels for it (``load_kernels``). The
+# heap's cost grows with the parts; its order (walk and ``ordering.locate``), ns a
+# position, 4,000,000 positions read 256k at a time, against numba's kernels (their
+# bucket-sorted merge, C's locate) and numpy's path (2026-12-07, 18:20): 16 parts 28 /
+# 29 / 60, 32 parts 35 / 39 / 89, 64 parts 43 / 42 / 100; 256 parts 170 / 51 / 150
+# (past 64 parts C's locate does not serve: numpy's locates them).
+_C_HEAP_PARTS = 64
 # 0, 1, 2, ...: a part's run of j is its first plus a slice of this (``_span_keys``);
 # made on first use (two threads making it at once make it twice: harmless)
 _IOTA_LEN = 1 << 19
@@ -72,17 +74,23 @@ class MixPlan:
         self.inv = np.array([1.0 / n for n in lengths])
         self.table = ScheduleTable(schedules)
         self.schedules = schedules
-        # Whether the merge is worth loading the compiled kernels for, in the background
-        # while the numpy path serves (``kernels.get``). A few parts merge (and locate,
-        # ``Mix.locate``) on the numpy path at 1.15 - 1.6x the kernels' time (two
-        # 1,000,000-element shuffles read 256k at a time: 40 - 48 ns a position against
-        # 35 uniform, 59 against 37 with one delayed), less than loading numba costs a
-        # fresh process's first pass (0.4 s, most of it holding the GIL): they load once
-        # the numpy path has done more work than that (``_nodes._LOAD_AFTER``).
-        self.load_kernels = k > _FEW_PARTS
         self._all = np.arange(k)
         tb = self.table
         self._kargs = (self.phi, self.inv, tb.uniform, tb.stacked())
+
+    @property
+    def load_kernels(self) -> bool:
+        """Whether a walk's or a lookup's first use of the kernels starts loading them in
+        the background: for more than ``_FEW_PARTS`` parts, unless C's heap walks them
+        (``_C_HEAP_PARTS``, where the C loops are built and on)."""
+        # A few parts merge (and locate, ``Mix.locate``) on the numpy path at 1.15 - 1.6x
+        # the kernels' time (two 1,000,000-element shuffles read 256k at a time: 40 - 48
+        # ns a position against 35 uniform, 59 against 37 with one delayed), less than
+        # loading numba costs a fresh process's first pass (0.4 s, most of it holding the
+        # GIL): they load once the numpy path has done more work than that
+        # (``_nodes._LOAD_AFTER``).
+        k = self.k
+        return k > _FEW_PARTS and not (k <= _C_HEAP_PARTS and ordering.available())
 
     # -- keys and counts ----------------------------------------------------------------
     def keys(self, part: np.ndarray, j: np.ndarray) -> np.ndarray:
