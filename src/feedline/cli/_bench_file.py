@@ -5,7 +5,9 @@ One shuffled pass after another through ``fl.Loader`` over the file (``.flr``,
 pass is timed apart (what a job's first epoch sees), then the loader's own
 ``stats()`` say where the time went. The baseline, in the same process on the same
 rows and the same order: numpy's ``take`` from the file's memory-mapped columns (or
-from the columns read into memory, for a file that does not map), a batch at a time.
+from the columns read into memory, for a file that does not map), a batch at a time;
+where the page cache held less of the files before the loader's first pass than before
+numpy's (the loader read them from the disk), the comparison says so.
 
 ``feedline bench ORDER.json --source FILE ...``: the same over an order configuration
 (``Seq.to_json``: a mix, a curriculum) and the files of its sources, in its order; the
@@ -18,8 +20,11 @@ one dataset (``open_manifest(path).seq().shuffle(1)``).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import mmap
 import os
+import sys
 import time
 from typing import Any
 
@@ -121,18 +126,69 @@ def numpy_passes(
                 close()
 
 
-def compared(n: int, loader_s: list[float], first_s: float, later_s: list[float]) -> str:
+def cached_share(paths: list[str]) -> float | None:
+    """The share of the files' pages in the page cache now (Linux's ``mincore`` over a
+    read-only map of each, which reads nothing); None where that cannot be told (another
+    system, a remote path, an empty file set)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mincore = libc.mincore
+        mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    except (OSError, AttributeError):
+        return None
+    page = mmap.PAGESIZE
+    resident = total = 0
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    continue
+                with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
+                    pages = -(-size // page)
+                    vec = np.zeros(pages, dtype=np.uint8)
+                    head = np.frombuffer(m, dtype=np.uint8, count=1)  # the map's address
+                    done = mincore(head.ctypes.data, size, vec.ctypes.data)
+                    del head  # before the map closes
+                    if done != 0:
+                        return None
+                    resident += int(np.count_nonzero(vec & 1))
+                    total += pages
+        except (OSError, ValueError, BufferError):
+            return None
+    return resident / total if total else None
+
+
+def compared(
+    n: int,
+    loader_s: list[float],
+    first_s: float,
+    later_s: list[float],
+    cached: tuple[float | None, float | None] = (None, None),
+) -> str:
     """The loader's passes (seconds of ``n`` rows each) beside numpy's, like with like:
     the first pass beside numpy's first over a fresh opening, the later passes' median
     beside numpy's later passes' median (the best of numpy's against the mean of the
     loader's passes, the first among them, would tell a mapped file's page faults for
-    the loader's cost)."""
+    the loader's cost). ``cached``: the share of the files in the page cache before the
+    loader's first pass and before numpy's (``cached_share``); where the loader's found
+    less of them there, its first pass read the rest from the disk, and the line says so."""
     numpy_later = n / float(np.median(later_s))
     first = (n / loader_s[0]) / (n / first_s)
     head = f"numpy's gather of the same batches: {numpy_later:,.0f} rows/s; the loader's "
     tail = (
         f"first pass is {first:.2f}x numpy's first ({n / first_s:,.0f} rows/s over a fresh opening)"
     )
+    before, then = cached
+    if before is not None and then is not None and before < then - 0.05:
+        tail += (
+            f"; but the files were {before:.0%} in the page cache before the loader's first "
+            f"pass and {then:.0%} before numpy's: the loader's first pass read the rest from "
+            "the disk, numpy's did not (run again to compare the first passes with the files "
+            "cached)"
+        )
     if len(loader_s) < 2:
         return head + tail
     later = (n / float(np.median(loader_s[1:]))) / numpy_later
@@ -198,6 +254,9 @@ def _manifest(args: argparse.Namespace) -> tuple[Any, list[str], list[Any]]:
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     source, paths, srcs = _sources(args)
+    t = time.perf_counter()
+    cached_before = cached_share(paths)  # (not counted in the first pass's time)
+    started += time.perf_counter() - t
     loader = Loader(
         source,
         args.batch,
@@ -238,8 +297,9 @@ def run(args: argparse.Namespace) -> int:
     print(stats)
     loader.close()
     lengths = [len(src) for src in srcs]
+    cached_then = cached_share(paths)
     first_s, later_s = numpy_passes(paths, lengths, order, max(1, args.passes - 1))
-    print(compared(n, passes, first_s, later_s))
+    print(compared(n, passes, first_s, later_s, (cached_before, cached_then)))
     for src in srcs:
         close = getattr(src, "close", None)
         if close is not None:
