@@ -488,3 +488,25 @@ def test_torch_tensors_on_the_cpu_take_the_plain_path_with_the_numpy_stream(
                 np.testing.assert_array_equal(g.y.numpy(), w.y)
                 assert g.meta.record_indices.tolist() == w.meta.record_indices.tolist()
             loader.close()
+
+
+def test_a_refresh_to_larger_chunks_never_reuses_a_smaller_chunks_buffer(monkeypatch):
+    # Columns refreshed with the same dtypes and row shapes may be chunked otherwise (C's
+    # copies turned off: large rows in 4 MB chunks again, not 2): a dropped chunk's buffer
+    # of the smaller chunks was reused for a larger one (ValueError from np.take's out)
+    def read_only(a):
+        return np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape)
+
+    n = 40_000
+    x = read_only(np.arange(n * 600, dtype=np.float32).reshape(n, 600))
+    ds = fl.Dataset(Large, {"x": x, "y": read_only(np.arange(n))})
+    loader = fl.Loader(ds, 256, seed=2, threads=2)
+    want = [t.y.copy() for t in fl.Loader(ds, 256, seed=2, threads=1)]
+    it = iter(loader)
+    got = [next(it).y.copy() for _ in range(45)]
+    monkeypatch.setenv("FEEDLINE_NATIVE", "0")
+    ds.refresh()
+    got += [b.y.copy() for b in it]
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

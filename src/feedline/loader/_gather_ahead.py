@@ -51,12 +51,9 @@ from ._gather import take_mixed
 # see the default of ``threads`` below for the figures.
 _CHUNK_BYTES = 4 << 20
 # Rows of ``_LARGE_ROW`` bytes or more copied by C's threads: chunks of whole batches of
-# at least ``_LARGE_ROW_CHUNK_BYTES``. Fresh processes, first / second pass over 2 MB
-# chunks' in the same round, medians of 8 alternated rounds (2026-12-07): 500,000 rows
-# of 3,080 bytes, batches of 256: 4 MB 0.89 / 0.90 (again: 0.92 / 0.92), 3 MB 0.90 / 1.02,
-# 1.5 MB 0.99 / 1.06; 1,500,000 of 1,032 bytes: 4 MB within 2% of 2 MB; 4,000,000 of 264
-# bytes, batches of 512: 2 MB 0.93 / 0.96 of 4 MB. (Not known why: 12 MB in flight, not
-# 24, may keep more of a reused buffer's lines in the last-level cache.)
+# at least ``_LARGE_ROW_CHUNK_BYTES``. Fresh processes, 8 alternated rounds: 3,080-byte
+# rows ran 1.09 - 1.12x faster than in 4 MB chunks; 1 KB rows within 2%; 264-byte rows
+# 7% slower, so they keep 4 MB (docs/benchmarks.md, "Large rows in smaller chunks").
 _LARGE_ROW = 2048
 _LARGE_ROW_CHUNK_BYTES = 2 << 20
 # Chunks gathered ahead of the caller's: enough that a helper is never idle while the
@@ -396,6 +393,8 @@ class GatherAhead:
         # into one buffer than cycling through four; here, where several chunks are
         # live anyway, 1.0 - 1.03x against taking the oldest)
         cols = _fields_of(cols)
+        # (new columns may be chunked otherwise: a buffer of smaller chunks is not reused)
+        rows = max(b - a for st in self.starts for a, b in itertools.pairwise(st))
         for i in range(len(self.spare) - 1, -1, -1):
             bufs = self.spare[i]
             if (
@@ -403,11 +402,11 @@ class GatherAhead:
                     n in bufs and bufs[n].dtype == c.dtype and bufs[n].shape[1:] == c.shape[1:]
                     for n, c in cols.items()
                 )
+                and all(len(b) >= rows for b in bufs.values())
                 and recycle.REUSE
                 and recycle.views(bufs) == 0
             ):
                 return self.spare.pop(i)
-        rows = max(b - a for st in self.starts for a, b in itertools.pairwise(st))
         return {n: np.empty((rows, *c.shape[1:]), dtype=c.dtype) for n, c in cols.items()}
 
     def _spare(self) -> bool:
