@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -220,3 +222,24 @@ def test_bench_says_nothing_of_the_page_cache_where_both_first_passes_found_it_a
     )
     assert cached_share([]) is None
     assert cached_share(["s3://bucket/no-such-file.flr"]) is None
+
+
+def test_the_page_cache_share_of_odd_paths_is_none_and_never_waits(tmp_path):
+    """A FIFO (whose open waits for a writer), a directory, a device: None, at once; a
+    sparse file of 64 GB: asked a window at a time (a vector of a byte a page for the
+    whole file was 2 GB for 4 TB)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    code = (
+        "from feedline.cli._bench_file import cached_share\n"
+        f"print(cached_share([{str(fifo)!r}]), cached_share([{str(tmp_path)!r}]),"
+        " cached_share(['/dev/zero']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["None", "None", "None"], done.stderr
+    from feedline.cli._bench_file import cached_share
+
+    sparse = tmp_path / "sparse.bin"
+    with open(sparse, "wb") as f:
+        f.truncate(64 << 30)
+    assert cached_share([str(sparse)]) == 0.0

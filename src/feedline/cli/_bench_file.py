@@ -24,6 +24,7 @@ import ctypes
 import json
 import mmap
 import os
+import stat
 import sys
 import time
 from typing import Any
@@ -35,6 +36,9 @@ from ..loader import Loader
 from ..order import Order
 from ..order._schedule import by_part
 from ..records import Ragged
+
+# ``cached_share`` asks about this much of a file at a time (a vector of 16k bytes).
+_WINDOW = 64 << 20
 
 
 def open_source(path: str) -> Any:
@@ -128,8 +132,9 @@ def numpy_passes(
 
 def cached_share(paths: list[str]) -> float | None:
     """The share of the files' pages in the page cache now (Linux's ``mincore`` over a
-    read-only map of each, which reads nothing); None where that cannot be told (another
-    system, a remote path, an empty file set)."""
+    read-only map of each, a window at a time, which reads nothing); None where that
+    cannot be told (another system, a remote path, anything but regular files, an empty
+    file set)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -138,26 +143,35 @@ def cached_share(paths: list[str]) -> float | None:
         mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     except (OSError, AttributeError):
         return None
-    page = mmap.PAGESIZE
     resident = total = 0
+    vec = np.zeros(_WINDOW // mmap.PAGESIZE, dtype=np.uint8)  # one byte a page
     for path in paths:
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size == 0:
-                    continue
-                with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
-                    pages = -(-size // page)
-                    vec = np.zeros(pages, dtype=np.uint8)
-                    head = np.frombuffer(m, dtype=np.uint8, count=1)  # the map's address
-                    done = mincore(head.ctypes.data, size, vec.ctypes.data)
-                    del head  # before the map closes
-                    if done != 0:
+            # not blocking: a FIFO's open waits for a writer
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except (OSError, ValueError):
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            if st.st_size == 0:
+                continue
+            with mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ) as m:
+                head = np.frombuffer(m, dtype=np.uint8, count=1)  # the map's address
+                base = head.ctypes.data
+                del head  # before the map closes
+                for at in range(0, st.st_size, _WINDOW):
+                    size = min(_WINDOW, st.st_size - at)
+                    pages = -(-size // mmap.PAGESIZE)
+                    if mincore(base + at, size, vec.ctypes.data) != 0:
                         return None
-                    resident += int(np.count_nonzero(vec & 1))
+                    resident += int(np.count_nonzero(vec[:pages] & 1))
                     total += pages
         except (OSError, ValueError, BufferError):
             return None
+        finally:
+            os.close(fd)
     return resident / total if total else None
 
 
