@@ -151,6 +151,32 @@ def test_c_locate_raises_where_a_walk_does_not_end_instead_of_refusing_after_wri
         ordering.locate(p, j, tables, n, off, ordinal, ords, recs)
 
 
+def test_c_locates_refuse_outputs_over_their_inputs_writing_nothing():
+    """An output partly over an input would be read back written (it gave wrong records,
+    then an error blaming another thread): refused before anything is written. The one
+    in-place use, a concat's records written over its positions, stays."""
+    c = _concat([10, 20, 30, 40], [0, 0, 0, 0])
+    buf = np.array([5, 15, 25, 35, 0], np.uint64)
+    ords = np.full(4, -7, np.int64)
+    with pytest.raises(ValueError, match="an output overlaps an input"):
+        ordering.concat_locate(buf[:4], c._which, c._ordinal, c._shift, ords, buf[1:5])
+    assert buf.tolist() == [5, 15, 25, 35, 0] and (ords == -7).all()
+    pos = buf[:4].copy()
+    want = ords.copy(), pos.copy()
+    assert ordering.concat_locate(want[1], c._which, c._ordinal, c._shift, want[0], want[1])
+    assert ordering.concat_locate(pos, c._which, c._ordinal, c._shift, ords, pos)  # in place
+    assert pos.tolist() == want[1].tolist() and ords.tolist() == want[0].tolist()
+    shapes = [_perm.Shape.of(1000), None]
+    tables = _tables(shapes, [1, 2])
+    n, off, ordinal = np.array([1000, 50], np.int64), np.zeros(2, np.uint64), np.arange(2)
+    both = np.array([0, 1, 3, 4, 0], np.int64)  # part, then j from the same memory
+    ords = np.full(2, -7, np.int64)
+    recs = both[1:3].view(np.uint64)  # over part's last element and j's first
+    with pytest.raises(ValueError, match="an output overlaps an input"):
+        ordering.locate(both[:2], both[2:4], tables, n, off, ordinal, ords, recs)
+    assert both.tolist() == [0, 1, 3, 4, 0] and (ords == -7).all()
+
+
 def test_c_loops_check_their_arguments():
     f = ordering._ordering
     sh = _perm.Shape.of(1000)

@@ -161,6 +161,27 @@ static int view(PyObject *obj, Py_buffer *v, int writable, char kind, Py_ssize_t
         got = (i) + 1;                                                                     \
     } while (0)
 
+/* Whether the outputs a[first_out..got) are apart from every other buffer taken (inputs,
+ * and each other): a loop reads an input after it wrote an output, so an output over an
+ * input would be read back written. The one exception, an in-place use, is output
+ * same_out over input same_in when both are the same memory (each element read before its
+ * own output is written); -1: none. A ValueError where they are not. */
+static int apart(const Py_buffer *a, int got, int first_out, int same_in, int same_out) {
+    for (int o = first_out; o < got; o++) {
+        const uintptr_t o0 = (uintptr_t)a[o].buf, o1 = o0 + (uintptr_t)a[o].len;
+        for (int i = 0; i < o; i++) {
+            const uintptr_t i0 = (uintptr_t)a[i].buf, i1 = i0 + (uintptr_t)a[i].len;
+            if (!a[o].len || !a[i].len || o1 <= i0 || i1 <= o0) continue;
+            if (i == same_in && o == same_out && o0 == i0 && a[o].len == a[i].len) continue;
+            PyErr_SetString(PyExc_ValueError,
+                             "an output overlaps an input or another output: apart, or the "
+                             "same array where it is written in place, was expected");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *permute_tabled(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *tables, *xo, *outo;
@@ -193,13 +214,7 @@ static PyObject *permute_tabled(PyObject *self, PyObject *args) {
     for (int i = 0; i < 6; i++) t[i] = a[i].buf;
     const int64_t *x = a[6].buf;
     int64_t *out = a[7].buf;
-    if (out != x && m > 0 && (const int64_t *)out < x + m && x < (const int64_t *)out + m) {
-        /* a position would be read after another's output was written over it */
-        PyErr_SetString(PyExc_ValueError,
-                        "the output overlaps the positions: the same array, or one apart, "
-                        "was expected");
-        goto done;
-    }
+    if (apart(a, got, 7, 6, 7) < 0) goto done;  /* out may be x itself */
     const uint64_t rm = ((uint64_t)1 << rb) - 1, lm = ((uint64_t)1 << lb) - 1;
     const uint64_t un = (uint64_t)n;
     int ok = 1, lost = 0;
@@ -494,6 +509,7 @@ static PyObject *locate(PyObject *self, PyObject *args) {
     TAKE(a, 4, jo, 0, 'i', m, "j");
     TAKE(a, 5, oo, 1, 'i', m, "ords");
     TAKE(a, 6, ro, 1, 'u', m, "recs");
+    if (apart(a, got, 5, -1, -1) < 0) goto done;
     P = PyMem_Calloc((size_t)(k ? k : 1), sizeof(Part));
     tv = PyMem_Calloc((size_t)(6 * k + 1), sizeof(Py_buffer));
     if (!P || !tv) {
@@ -573,6 +589,7 @@ static PyObject *concat_locate(PyObject *self, PyObject *args) {
     const Py_ssize_t m = a[4].len / 8;
     TAKE(a, 5, ordo, 1, 'i', m, "ords");
     TAKE(a, 6, ro, 1, 'u', m, "recs");
+    if (apart(a, got, 5, 4, 6) < 0) goto done;  /* recs may be the positions */
     const uint64_t *pos = a[4].buf, *ends = a[0].buf, *sh = a[2].buf;
     const int64_t *table = a[3].buf, *ordinal = a[1].buf;
     int64_t *ords = a[5].buf;

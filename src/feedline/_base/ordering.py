@@ -34,7 +34,8 @@ def permute_tabled(
 ) -> bool:
     """``x``'s positions (int64, in ``[0, n)``) permuted through the six round ``tables``
     (uint16, ``_perm._tables``' ``small``: ``2**rb`` and ``2**lb`` entries) into ``out``
-    (which may be ``x``; an ``out`` partly over ``x`` is a ValueError); False, with nothing
+    (which may be ``x``; an ``out`` otherwise over ``x`` or a table is a ValueError, as
+    in the other loops: outputs apart from the inputs); False, with nothing
     written, where a position is outside ``[0, n)``. RuntimeError, the output part
     written, where a cycle walk takes 2**20 rounds (tables not made by ``_perm._tables``)
     or another thread writes the arrays meanwhile: numpy's way cannot then follow."""
