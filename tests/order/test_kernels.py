@@ -220,8 +220,7 @@ b = fl.Dataset(a.record, {{"x": -np.arange(30_000.0)}})
 second = b.shuffle(2) if {uniform} else (b.shuffle(2), fl.Schedule.delayed(0.5))
 parts = [a.shuffle(1), second]
 if {many}:  # more parts than the numpy path serves part by part: the kernels pay
-    step = 40_000 // {many}  # a's rows in {many} pieces
-    pieces = [np.arange(k * step, (k + 1) * step, dtype=np.float64) for k in range({many})]
+    pieces = np.array_split(np.arange(40_000.0), {many})  # a's rows in {many} pieces
     parts = [fl.Dataset(a.record, {{"x": x}}).shuffle(k) for k, x in enumerate(pieces)]
     parts.append(b.shuffle(2))
 total = 0.0
@@ -243,7 +242,8 @@ print(total, started, "numba" in sys.modules)
         (False, 0, 1 << 40, True, False),
         (True, 0, 1000, True, False),
         (True, 20, 1 << 40, True, False),
-        (True, 80, 1 << 40, True, True),
+        (True, 200, 1 << 40, True, False),
+        (True, 1100, 1 << 40, True, True),
     ],
     ids=[
         "uniform",
@@ -254,7 +254,8 @@ print(total, started, "numba" in sys.modules)
         "delayed-c",
         "long-run-c",
         "many-parts-c",
-        "more-parts-than-c-walks",
+        "hundreds-of-small-parts-c",
+        "more-parts-than-c-serves",
     ],
 )
 def test_a_fresh_process_loads_the_kernels_for_a_mix_only_where_they_pay(
@@ -263,9 +264,9 @@ def test_a_fresh_process_loads_the_kernels_for_a_mix_only_where_they_pay(
     # A few parts merge on the numpy path at nearly the kernels' speed: a fresh process's
     # first pass does not pay numba's import, until the numpy path has located more
     # positions than loading it costs; a mix of many parts loads them in the background.
-    # Where C walks and locates a mix (``ordering``: as fast as the kernels or faster, up
-    # to 64 flat parts), no run is long enough to load them (the numpy path locates
-    # nothing); past that, they load.
+    # Where C walks and locates a mix (``ordering``: up to 64 flat parts, or 1,024 with
+    # small tables; 0.8 - 1.2x the kernels' speed), no run is long enough to load them
+    # (the numpy path locates nothing); past that, they load.
     if native and not ordering.available():
         pytest.skip("the C order loops are not built")
     code = _FRESH_MIX.format(load_after=load_after, uniform=uniform, many=many)
@@ -283,3 +284,57 @@ def test_a_fresh_process_loads_the_kernels_for_a_mix_only_where_they_pay(
     assert started == str(loads)  # the kernels' loading started (in the background)
     if not loads:
         assert numba_imported == "False"
+
+
+@pytest.mark.parametrize("parts", [65, 300])
+def test_a_many_part_mix_is_identical_on_both_paths_and_in_c(parts, compiled_path, monkeypatch):
+    # past C's heap (64 parts): the kernels' merge, numpy's path, and C's heap with C's
+    # locate (as while the kernels load) give one order
+    rng = np.random.default_rng(parts)
+    lengths = rng.integers(1, 3_000, parts).tolist()
+    scheds = [fl.Schedule.delayed(0.3), fl.Schedule.ramp(0.1, 0.6), None]
+    seqs = []
+    for i, n in enumerate(lengths):
+        s = fl.Seq.source(n).shuffle(i) if i % 3 else fl.Seq.source(n)
+        sched = scheds[i % 7] if i % 7 < len(scheds) else None
+        seqs.append(s if sched is None else (s, sched))
+    order = fl.Order(fl.Seq.mix(seqs)).with_seed(5)
+    n = len(order)
+    probe = rng.integers(0, n, 5000)
+
+    def run():
+        walks = [_walk(order, s, [1, 4095, 1 << 16]) for s in (0, n // 3)]
+        return order.lookup(probe), walks
+
+    (a_lookup, a_walks), (b_lookup, b_walks) = _both_paths(monkeypatch, run)
+    for x, y in zip(a_lookup, b_lookup):
+        np.testing.assert_array_equal(x, y)
+    for (ao, ar), (bo, br) in zip(a_walks, b_walks):
+        np.testing.assert_array_equal(ao, bo)
+        np.testing.assert_array_equal(ar, br)
+
+
+def test_c_locates_many_parts_only_where_their_tables_are_small():
+    from feedline.order import _mixlocate
+
+    def shuffles(k, n):
+        return [(i, fl.Order(fl.Seq.source(n).shuffle(i))._root) for i in range(k)]
+
+    assert _mixlocate.c_locates(64, [])  # sources only, or 64 parts of any size
+    assert _mixlocate.c_locates(1024, [])
+    assert not _mixlocate.c_locates(1025, [])
+    few = [(i, sh) for i, sh in shuffles(1, 4_000)] * 1024
+    big = [(i, sh) for i, sh in shuffles(1, 10_000_000)] * 200
+    assert _mixlocate.c_locates(1024, few)  # 1,024 parts of 4,000 rows: small tables
+    assert not _mixlocate.c_locates(200, big)  # 200 of 10,000,000: 4.9M entries
+    # a plan (any of its parts may be shuffled) loads the kernels where C does not serve
+    assert _mixlocate.c_locates_any([4_000] * 1024)
+    assert not _mixlocate.c_locates_any([10_000_000] * 200)
+    assert not _mixlocate.c_locates_any([10] * 1025)
+    assert _mixlocate.c_locates_any([10_000_000] * 64)
+    from feedline.order._mixplan import MixPlan
+
+    for lengths, loads in (([4_000] * 1024, False), ([10_000_000] * 200, True), ([9] * 17, False)):
+        plan = MixPlan(lengths, [fl.Schedule.uniform()] * len(lengths))
+        # without the C loops, every mix of more than 16 parts loads them
+        assert plan.load_kernels is (loads if ordering.available() else len(lengths) > 16)

@@ -61,6 +61,29 @@ def test_c_walks_the_numpy_paths_elements(parts, data):
     assert got[2] == want[2]
 
 
+@settings(max_examples=12, deadline=None)
+@given(
+    parts=st.lists(
+        st.tuples(st.integers(1, 400), st.integers(0, len(SCHEDULES) - 1)),
+        min_size=_mixplan._C_HEAP_PARTS + 1,
+        max_size=300,
+    ),
+    data=st.data(),
+)
+def test_c_walks_more_parts_than_its_heap_serves_while_the_kernels_load(parts, data):
+    """Past ``_C_HEAP_PARTS``, a long walk takes the kernels' merge once they are loaded,
+    and C's heap while they load or where they do not (here: never loaded): numpy's
+    path's elements and states."""
+    plan = MixPlan([n for n, _ in parts], [SCHEDULES[s] for _, s in parts])
+    start = data.draw(st.integers(0, plan.total))
+    sizes = data.draw(st.lists(st.sampled_from([1, 2_047, 2_048, 9_000]), max_size=4))
+    want = _walks(plan, start, sizes, False)
+    got = _walks(plan, start, sizes, True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[2] == want[2]
+
+
 def test_c_walks_a_whole_mix_in_one_piece_as_numpy_and_the_keys_say():
     """Every element once, in the order of the keys (ties by part): the keys of the walk's
     sequence never go down."""

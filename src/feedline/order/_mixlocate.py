@@ -17,6 +17,39 @@ from ._schedule import by_part
 _CONTEXTS = 4
 
 
+# A mix of at most this many parts, each a source or a shuffle of one, is located by C
+# (``ordering.locate``, ``part_tables``): 6 - 7 ns a position through each part's uint16
+# round tables where numpy took 15 - 20 and numba 19 (64 parts). Up to _C_MANY_PARTS
+# whose tables hold _C_TABLE_ENTRIES entries at most (4 MB a context): 256 and 1,024
+# parts of 15,625 and 3,906 rows walked and located in 41 and 58 ns a position against
+# numba's 51 and 65 (``_mixplan``'s figures); the tables of many big parts would take GBs.
+_C_PARTS = 64
+_C_MANY_PARTS = 1024
+_C_TABLE_ENTRIES = 1 << 21
+
+
+def _entries(shape: Any) -> int:
+    return 3 * ((1 << shape.rb) + shape.lmask + 1)
+
+
+def c_locates(k: int, shuffles: list[tuple[int, Any]]) -> bool:
+    """Whether C locates a mix of ``k`` flat parts (``shuffles``: the shuffled parts'
+    indices and ``Shuffle`` nodes)."""
+    entries = sum(_entries(sh.shape) for _, sh in shuffles)
+    return k <= _C_PARTS or (k <= _C_MANY_PARTS and entries <= _C_TABLE_ENTRIES)
+
+
+def c_locates_any(lengths: list[int]) -> bool:
+    """Whether C locates a mix of flat parts of ``lengths`` whichever of them are shuffled
+    (``c_locates`` with every part a shuffle: the most tables)."""
+    k = len(lengths)
+    if k <= _C_PARTS:
+        return True
+    return (
+        k <= _C_MANY_PARTS and sum(_entries(_perm.Shape.of(n)) for n in lengths) <= _C_TABLE_ENTRIES
+    )
+
+
 def part_tables(
     shuffles: list[tuple[int, Any]], k: int, cache: dict, seed: int, epoch: int, make: bool
 ) -> tuple | None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._base import kernels, ordering
+from ._mixlocate import c_locates_any
 from ._schedule import _BY_PART, Schedule, ScheduleTable
 
 # Walks shorter than this merge with a heap (compiled path); longer ones take every
@@ -27,9 +28,10 @@ _HEAP_WALK_MAX = 2048
 # (``ordering.walk``), and does not load numba's kernels for it (``load_kernels``). The
 # heap's cost grows with the parts; its order (walk and ``ordering.locate``), ns a
 # position, 4,000,000 positions read 256k at a time, against numba's kernels (their
-# bucket-sorted merge, C's locate) and numpy's path (2026-12-07, 18:20): 16 parts 28 /
-# 29 / 60, 32 parts 35 / 39 / 89, 64 parts 43 / 42 / 100; 256 parts 170 / 51 / 150
-# (past 64 parts C's locate does not serve: numpy's locates them).
+# bucket-sorted merge, C's locate) and numpy's path (2026-12-07, 18:20 - 19:05): 16 parts
+# 28 / 29 / 60, 32 parts 35 / 39 / 89, 64 parts 43 / 42 / 100; 256 parts 49 / 41 / 150
+# (C's locate for all). Past 64 parts the kernels' merge serves once loaded (where they
+# load: ``load_kernels``), C's heap while they load or where they do not.
 _C_HEAP_PARTS = 64
 # 0, 1, 2, ...: a part's run of j is its first plus a slice of this (``_span_keys``);
 # made on first use (two threads making it at once make it twice: harmless)
@@ -75,14 +77,19 @@ class MixPlan:
         self.table = ScheduleTable(schedules)
         self.schedules = schedules
         self._all = np.arange(k)
+        self._c_locates_any = c_locates_any(lengths)
         tb = self.table
         self._kargs = (self.phi, self.inv, tb.uniform, tb.stacked())
 
     @property
     def load_kernels(self) -> bool:
         """Whether a walk's or a lookup's first use of the kernels starts loading them in
-        the background: for more than ``_FEW_PARTS`` parts, unless C's heap walks them
-        (``_C_HEAP_PARTS``, where the C loops are built and on)."""
+        the background: for more than ``_FEW_PARTS`` parts, unless C walks and locates
+        them (where the C loops are built and on: up to ``_C_HEAP_PARTS`` parts, or
+        ``_mixlocate._C_MANY_PARTS`` whose tables are small, ``c_locates_any``). A loader
+        over 256 shuffled files of 15,625 rows: first pass 4.6 - 5.9 M rows/s while
+        numba loaded (its import holding the GIL), 10.5 - 12.1 M with C alone; the
+        second pass 11.7 - 13.6 against 10.2 - 12.4 (3 fresh rounds, 2026-12-07)."""
         # A few parts merge (and locate, ``Mix.locate``) on the numpy path at 1.15 - 1.6x
         # the kernels' time (two 1,000,000-element shuffles read 256k at a time: 40 - 48
         # ns a position against 35 uniform, 59 against 37 with one delayed), less than
@@ -90,7 +97,9 @@ class MixPlan:
         # GIL): they load once the numpy path has done more work than that
         # (``_nodes._LOAD_AFTER``).
         k = self.k
-        return k > _FEW_PARTS and not (k <= _C_HEAP_PARTS and ordering.available())
+        if k <= _FEW_PARTS:
+            return False
+        return not (ordering.available() and (k <= _C_HEAP_PARTS or self._c_locates_any))
 
     # -- keys and counts ----------------------------------------------------------------
     def keys(self, part: np.ndarray, j: np.ndarray) -> np.ndarray:
@@ -236,8 +245,12 @@ class MixPlan:
         count = min(count, self.total - state.pos)
         if count <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        native = ordering.available() and (count < _HEAP_WALK_MAX or self.k <= _C_HEAP_PARTS)
+        c = ordering.available()
+        native = c and (count < _HEAP_WALK_MAX or self.k <= _C_HEAP_PARTS)
         kern = None if native else kernels.get(background=self.load_kernels)
+        # more parts: the kernels' merge once they are loaded, C's heap while they load
+        # (1,024 parts: 69 ns a position against the kernels' 58 and numpy's 168)
+        native = native or (c and kern is None)
         if native or (kern is not None and count < _HEAP_WALK_MAX):
             if native and out is not None and min(len(out[0]), len(out[1])) >= count:
                 part, j = out[0][:count], out[1][:count]

@@ -23,7 +23,7 @@ from .._base import hashing, kernels, ordering
 from .._base.recycle import Recycler
 from . import _perm
 from ._child_table import child_table
-from ._mixlocate import locate_parts, part_tables
+from ._mixlocate import c_locates, locate_parts, part_tables
 from ._mixplan import MixPlan, MixState
 from ._schedule import _BY_PART, by_part
 
@@ -276,11 +276,6 @@ _WALK_GAP = 4096
 _WALK_BLOCK = 1 << 16
 
 
-# A mix of at most this many parts, each a source or a shuffle of one, is located by C
-# (``ordering.locate``, ``_mixlocate.part_tables``): 6 - 7 ns a position through each part's
-# round tables (uint16: 12 kB a 1,000,000-row shuffle, in L1 for a few parts, L2 for
-# 64) where numpy's grouping by part and permuting took 15 - 20 and numba's 19.
-_C_PARTS = 64
 # Fewer positions than this in a new context are located without making its tables.
 _C_MADE_FOR = 1024
 
@@ -321,6 +316,7 @@ class Mix(Node):
         for name in ("n", "rb", "lmask", "rmask"):
             getattr(self._shapes, name)[[i for i, _, _ in flat]] = getattr(table, name)
         self._flat_shuffles = [(i, sh) for i, sh, _ in flat if sh is not None]
+        self._c_locates = c_locates(k, self._flat_shuffles)
         self._leaf_ordinal = np.zeros(k, dtype=np.int64)
         self._leaf_offset = np.zeros(k, dtype=np.uint64)
         for i, _, leaf in flat:
@@ -417,7 +413,7 @@ class Mix(Node):
             return ords, recs
         plan = self.plan
         assert plan is not None  # compile always gives a mix its plan
-        if isinstance(epoch, int) and self._all_flat and len(self.parts) <= _C_PARTS:
+        if isinstance(epoch, int) and self._all_flat and self._c_locates:
             make = len(pos) >= _C_MADE_FOR  # tables for a block, not a few positions
             tables = part_tables(
                 self._flat_shuffles, len(self.parts), self._ctx_tables, seed, epoch, make
