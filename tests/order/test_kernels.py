@@ -213,8 +213,8 @@ import sys
 import numpy as np
 import feedline as fl
 from feedline._base import kernels
-from feedline.order import _nodes
-_nodes._LOAD_AFTER = {load_after}
+from feedline.order import _mixplan, _nodes
+_nodes._LOAD_AFTER = _mixplan._C_LOAD_AFTER = {load_after}
 a = fl.Dataset.from_arrays(x=np.arange(40_000.0))
 b = fl.Dataset(a.record, {{"x": -np.arange(30_000.0)}})
 second = b.shuffle(2) if {uniform} else (b.shuffle(2), fl.Schedule.delayed(0.5))
@@ -243,6 +243,7 @@ print(total, started, "numba" in sys.modules)
         (True, 0, 1000, True, False),
         (True, 20, 1 << 40, True, False),
         (True, 200, 1 << 40, True, False),
+        (True, 200, 1000, True, True),
         (True, 1100, 1 << 40, True, True),
     ],
     ids=[
@@ -255,6 +256,7 @@ print(total, started, "numba" in sys.modules)
         "long-run-c",
         "many-parts-c",
         "hundreds-of-small-parts-c",
+        "hundreds-long-run-c",
         "more-parts-than-c-serves",
     ],
 )

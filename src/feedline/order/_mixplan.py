@@ -33,6 +33,11 @@ _HEAP_WALK_MAX = 2048
 # (C's locate for all). Past 64 parts the kernels' merge serves once loaded (where they
 # load: ``load_kernels``), C's heap while they load or where they do not.
 _C_HEAP_PARTS = 64
+# Past that, where C serves a mix and the kernels are not loaded, C's heap walks; once it
+# has walked this many positions in the process, the kernels load in the background:
+# their merge saves 8 - 12 ns a position there, and loading them costs 0.5 - 1.4 s of CPU.
+_C_LOAD_AFTER = 1 << 26
+_c_walked = [0]
 # 0, 1, 2, ...: a part's run of j is its first plus a slice of this (``_span_keys``);
 # made on first use (two threads making it at once make it twice: harmless)
 _IOTA_LEN = 1 << 19
@@ -86,7 +91,8 @@ class MixPlan:
         """Whether a walk's or a lookup's first use of the kernels starts loading them in
         the background: for more than ``_FEW_PARTS`` parts, unless C walks and locates
         them (where the C loops are built and on: up to ``_C_HEAP_PARTS`` parts, or
-        ``_mixlocate._C_MANY_PARTS`` whose tables are small, ``c_locates_any``). A loader
+        ``_mixlocate._C_MANY_PARTS`` whose tables are small, ``c_locates_any``; past
+        ``_C_HEAP_PARTS`` they load after a long run, ``_C_LOAD_AFTER``). A loader
         over 256 shuffled files of 15,625 rows: first pass 4.6 - 5.9 M rows/s while
         numba loaded (its import holding the GIL), 10.5 - 12.1 M with C alone; the
         second pass 11.7 - 13.6 against 10.2 - 12.4 (3 fresh rounds, 2026-12-07)."""
@@ -247,10 +253,19 @@ class MixPlan:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         c = ordering.available()
         native = c and (count < _HEAP_WALK_MAX or self.k <= _C_HEAP_PARTS)
-        kern = None if native else kernels.get(background=self.load_kernels)
-        # more parts: the kernels' merge once they are loaded, C's heap while they load
-        # (1,024 parts: 69 ns a position against the kernels' 58 and numpy's 168)
-        native = native or (c and kern is None)
+        kern = None
+        if not native and c and not self.load_kernels:
+            # C serves the mix: the kernels' merge once loaded (1,024 parts: 58 ns a
+            # position against C's heap's 69), loaded after a long run of C's
+            with kernels.deferred():
+                kern = kernels.get()
+            if kern is None:
+                _c_walked[0] += count
+                if _c_walked[0] > _C_LOAD_AFTER:
+                    kernels.load_in_background()
+        elif not native:
+            kern = kernels.get(background=self.load_kernels)
+        native = native or (c and kern is None)  # C's heap while the kernels load
         if native or (kern is not None and count < _HEAP_WALK_MAX):
             if native and out is not None and min(len(out[0]), len(out[1])) >= count:
                 part, j = out[0][:count], out[1][:count]
