@@ -340,3 +340,35 @@ def test_c_locates_many_parts_only_where_their_tables_are_small():
         plan = MixPlan(lengths, [fl.Schedule.uniform()] * len(lengths))
         # without the C loops, every mix of more than 16 parts loads them
         assert plan.load_kernels is (loads if ordering.available() else len(lengths) > 16)
+
+
+_FRESH_SEEKS = """
+import numpy as np
+import feedline as fl
+from feedline._base import kernels
+parts = [fl.Seq.source(3_000).shuffle(i) for i in range({parts})]
+order = fl.Order(fl.Seq.mix(parts)).with_seed(3)
+rng = np.random.default_rng(0)
+with kernels.deferred():  # as a loader reads its order: never waiting for the kernels
+    for _ in range(3):
+        starts = rng.integers(0, len(order) - 512, 4)
+        order.lookup(np.concatenate([np.arange(s, s + 512) for s in starts]))
+print("loading" in kernels._state or "k" in kernels._state)
+"""
+
+
+@pytest.mark.parametrize("parts, loads", [(10, False), (20, True), (200, True)])
+def test_a_mix_c_serves_loads_the_kernels_for_its_seeks_past_c_heaps_parts(
+    parts, loads, compiled_path
+):
+    # C walks and locates a mix of 20 or 200 small parts without the kernels, but has no
+    # seek: its lookups of scattered runs count each part's elements below a key (the
+    # plan's counts), 20 - 45x slower on numpy's path at 256 - 1,024 parts; they load the
+    # kernels in the background. A few parts (10) seek on numpy's path.
+    if not ordering.available():
+        pytest.skip("the C order loops are not built")
+    code = _FRESH_SEEKS.format(parts=parts)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.split() == [str(loads)]
