@@ -308,12 +308,7 @@ def test_a_many_part_mix_is_identical_on_both_paths_and_in_c(parts, compiled_pat
         walks = [_walk(order, s, [1, 4095, 1 << 16]) for s in (0, n // 3)]
         return order.lookup(probe), walks
 
-    (a_lookup, a_walks), (b_lookup, b_walks) = _both_paths(monkeypatch, run)
-    for x, y in zip(a_lookup, b_lookup):
-        np.testing.assert_array_equal(x, y)
-    for (ao, ar), (bo, br) in zip(a_walks, b_walks):
-        np.testing.assert_array_equal(ao, bo)
-        np.testing.assert_array_equal(ar, br)
+    _assert_same(*_both_paths(monkeypatch, run))
 
 
 def test_c_locates_many_parts_only_where_their_tables_are_small():

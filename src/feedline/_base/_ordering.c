@@ -122,15 +122,18 @@ static inline int walk_in(const uint16_t *const *t, int rb, uint64_t rm, uint64_
     return 1;
 }
 
-/* The error of a walk past WALK_MAX rounds, or of an array found out of range when read
+/* A loop's answer: ok (False: refused, nothing written), or, where it was lost, the
+ * error of a walk past WALK_MAX rounds or of an array found out of range when read
  * again: after outputs were written (a refusal, False, writes nothing), so the caller
  * cannot take numpy's way with what it passed. Only another thread writing the arrays
  * during the call, or round tables not made by _perm._tables, lead here. */
-static void walk_lost(void) {
+static PyObject *answer(int ok, int lost) {
+    if (!lost) return PyBool_FromLong(ok);
     PyErr_SetString(PyExc_RuntimeError,
                     "the order's arrays changed while they were read (another thread wrote "
                     "them), or a cycle walk took 2**20 rounds (round tables not made by "
                     "_perm._tables): the output is not written whole");
+    return NULL;
 }
 
 /* A C-contiguous view of obj, of kind (of_kind) and want items (any number if < 0). */
@@ -253,11 +256,7 @@ static PyObject *permute_tabled(PyObject *self, PyObject *args) {
         }
     }
     Py_END_ALLOW_THREADS
-    if (lost) {
-        walk_lost();
-        goto done;
-    }
-    result = PyBool_FromLong(ok);
+    result = answer(ok, lost);
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&a[i]);
     return result;
@@ -550,11 +549,7 @@ static PyObject *locate(PyObject *self, PyObject *args) {
         recs[e] = x + offset[q];
     }
     Py_END_ALLOW_THREADS
-    if (lost) {
-        walk_lost();
-        goto done;
-    }
-    result = PyBool_FromLong(ok);
+    result = answer(ok, lost);
 done:
     for (int i = 0; i < nv; i++) PyBuffer_Release(&tv[i]);
     for (int i = 0; i < got; i++) PyBuffer_Release(&a[i]);
@@ -628,11 +623,7 @@ static PyObject *concat_locate(PyObject *self, PyObject *args) {
         recs[e] = p + sh[w];
     }
     Py_END_ALLOW_THREADS
-    if (lost) {
-        walk_lost();
-        goto done;
-    }
-    result = PyBool_FromLong(ok);
+    result = answer(ok, lost);
 done:
     for (int i = 0; i < got; i++) PyBuffer_Release(&a[i]);
     return result;

@@ -28,26 +28,22 @@ _C_MANY_PARTS = 1024
 _C_TABLE_ENTRIES = 1 << 21
 
 
-def _entries(shape: Any) -> int:
-    return 3 * ((1 << shape.rb) + shape.lmask + 1)
+def _fits(k: int, shapes: Any) -> bool:
+    """Whether C locates ``k`` parts whose shuffles have ``shapes`` (their tables' entries)."""
+    entries = sum(3 * ((1 << sh.rb) + sh.lmask + 1) for sh in shapes)
+    return k <= _C_PARTS or (k <= _C_MANY_PARTS and entries <= _C_TABLE_ENTRIES)
 
 
 def c_locates(k: int, shuffles: list[tuple[int, Any]]) -> bool:
     """Whether C locates a mix of ``k`` flat parts (``shuffles``: the shuffled parts'
     indices and ``Shuffle`` nodes)."""
-    entries = sum(_entries(sh.shape) for _, sh in shuffles)
-    return k <= _C_PARTS or (k <= _C_MANY_PARTS and entries <= _C_TABLE_ENTRIES)
+    return _fits(k, (sh.shape for _, sh in shuffles))
 
 
 def c_locates_any(lengths: list[int]) -> bool:
     """Whether C locates a mix of flat parts of ``lengths`` whichever of them are shuffled
     (``c_locates`` with every part a shuffle: the most tables)."""
-    k = len(lengths)
-    if k <= _C_PARTS:
-        return True
-    return (
-        k <= _C_MANY_PARTS and sum(_entries(_perm.Shape.of(n)) for n in lengths) <= _C_TABLE_ENTRIES
-    )
+    return _fits(len(lengths), (_perm.Shape.of(n) for n in lengths))
 
 
 def part_tables(
